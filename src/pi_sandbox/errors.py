@@ -1,0 +1,107 @@
+"""The exception hierarchy of pi-sandbox (supervisor side).
+
+Tree::
+
+    PiSandboxError
+    ├── ProtocolError            a peer sent a frame that is not valid JSON-RPC or breaks a limit
+    ├── WorkerError
+    │   ├── WorkerStartError     the worker process could not be spawned or failed its handshake
+    │   ├── WorkerCrashedError   the worker process exited or its channel broke mid-request
+    │   ├── WorkerTimeoutError   a request passed its deadline (the worker is killed)
+    │   └── RemoteError          the worker answered with an error; carries the remote traceback text
+    ├── StaleContextError        a message from an invalidated worker generation
+    ├── SandboxError
+    │   └── SandboxUnavailableError  --sandbox was asked for and bwrap cannot run here
+    ├── PolicyError
+    │   └── PolicyFileError      a policy file is malformed (names file, line and key)
+    ├── ProviderError            the model provider failed (HTTP status, stream error, script exhausted)
+    └── UsageError               bad command-line input (exit code 2)
+
+A denied tool call is an outcome, not an exception. Foreign exceptions (httpx,
+OSError from bwrap, pydantic) are translated at the boundary with ``raise … from``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PiSandboxError",
+    "PolicyError",
+    "PolicyFileError",
+    "ProtocolError",
+    "ProviderError",
+    "RemoteError",
+    "SandboxError",
+    "SandboxUnavailableError",
+    "StaleContextError",
+    "UsageError",
+    "WorkerCrashedError",
+    "WorkerError",
+    "WorkerStartError",
+    "WorkerTimeoutError",
+]
+
+
+class PiSandboxError(Exception):
+    """Root of every error pi-sandbox raises on purpose."""
+
+
+class ProtocolError(PiSandboxError):
+    """A peer broke the wire protocol (bad framing, oversized frame, invalid message)."""
+
+
+class WorkerError(PiSandboxError):
+    """A worker process failed."""
+
+
+class WorkerStartError(WorkerError):
+    """The worker could not be spawned or did not complete its handshake."""
+
+
+class WorkerCrashedError(WorkerError):
+    """The worker exited, or its channel broke, while a request was outstanding."""
+
+
+class WorkerTimeoutError(WorkerError):
+    """A request to a worker passed its deadline; the worker is killed."""
+
+
+class RemoteError(WorkerError):
+    """The worker answered a request with an error.
+
+    Attributes:
+        code: the JSON-RPC error code.
+        remote_traceback: the worker-side traceback as text (never an unpickled object).
+    """
+
+    def __init__(self, message: str, *, code: int = -32000, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.remote_traceback = remote_traceback
+
+
+class StaleContextError(PiSandboxError):
+    """A message arrived from, or was sent to, an invalidated worker generation."""
+
+
+class SandboxError(PiSandboxError):
+    """The sandbox could not be set up as the profile requires."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """``--sandbox`` was requested but bubblewrap cannot create namespaces here."""
+
+
+class PolicyError(PiSandboxError):
+    """A policy could not be applied."""
+
+
+class PolicyFileError(PolicyError):
+    """A policy file is malformed. The message names the file, the line and the key."""
+
+
+class ProviderError(PiSandboxError):
+    """The model provider failed: HTTP error status, broken stream, or an exhausted script."""
+
+
+class UsageError(PiSandboxError):
+    """Bad command-line input; the CLI exits with status 2."""
