@@ -1,0 +1,104 @@
+"""The ``pi`` command line (a public contract; later issues extend it).
+
+``pi [options] [message…]``. Exit status: 0 success; 1 the agent or provider failed;
+2 bad usage or configuration (names the argument or file); 3 ``--sandbox`` was asked
+for and bubblewrap cannot run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pi_sandbox import __version__
+
+__all__ = ["EXIT_AGENT_ERROR", "EXIT_OK", "EXIT_SANDBOX_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_AGENT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SANDBOX_UNAVAILABLE = 3
+
+
+def agent_dir() -> Path:
+    """``$PI_CODING_AGENT_DIR`` if set, else ``~/.pi/agent`` (as in pi)."""
+    override = os.environ.get("PI_CODING_AGENT_DIR")
+    return Path(override).expanduser() if override else Path.home() / ".pi" / "agent"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; ``argparse`` reports usage errors naming the argument (exit 2)."""
+    parser = argparse.ArgumentParser(
+        prog="pi",
+        description="A coding agent whose extensions and tools each run in a sandboxed worker process.",
+    )
+    parser.add_argument("message", nargs="*", help="the prompt (read from stdin when omitted and stdin is a pipe)")
+    parser.add_argument("-p", "--print", action="store_true", help="non-interactive: print the final answer")
+    parser.add_argument("--mode", choices=["text", "json"], default="text", help="output mode (json: event stream)")
+    parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
+    parser.add_argument("--model", default=None, metavar="PROVIDER[/ID]", help="scripted | openai/MODEL")
+    parser.add_argument("--script", type=Path, metavar="FILE", help="YAML script for --model scripted")
+    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint base URL")
+    parser.add_argument("--api-key", metavar="KEY", help="API key (default: $OPENAI_API_KEY)")
+    parser.add_argument(
+        "-e", "--extension", action="append", default=[], type=Path, metavar="PATH", help="load an extension"
+    )
+    parser.add_argument("--no-extensions", action="store_true", help="disable extension discovery (-e still loads)")
+    sandbox = parser.add_mutually_exclusive_group()
+    sandbox.add_argument("--sandbox", dest="sandbox", action="store_true", default=False, help="run workers in bwrap")
+    sandbox.add_argument("--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap")
+    parser.add_argument("--policy", action="append", default=[], type=Path, metavar="FILE", help="policy YAML file")
+    parser.add_argument("--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project")
+    parser.add_argument("--no-session", action="store_true", help="do not write a session file")
+    parser.add_argument("--version", action="version", version=f"pi-sandbox {__version__}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (see the module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # Heavy imports after argument parsing: `pi --help` stays fast.
+    from pi_sandbox.supervisor.run import RunOptions, run_print_session
+
+    cwd = Path(args.directory).expanduser() if args.directory else Path.cwd()
+    if not cwd.is_dir():
+        parser.error(f"argument -C: not a directory: {args.directory}")
+    cwd = cwd.resolve()
+    message = " ".join(args.message).strip()
+    if not message and not sys.stdin.isatty():
+        message = sys.stdin.read().strip()
+    if not message:
+        parser.error("no message: give one as arguments or on stdin (interactive mode is not available yet)")
+    for path in args.extension:
+        if not path.exists():
+            parser.error(f"argument -e/--extension: no such file or directory: {path}")
+    for path in args.policy:
+        if not path.is_file():
+            parser.error(f"argument --policy: no such file: {path}")
+    if args.script is not None and not args.script.is_file():
+        parser.error(f"argument --script: no such file: {args.script}")
+    options = RunOptions(
+        message=message,
+        cwd=cwd,
+        agent_dir=agent_dir(),
+        mode="json" if args.mode == "json" else "print",
+        model=args.model or ("scripted" if args.script else "openai/gpt-4o-mini"),
+        script=args.script.resolve() if args.script else None,
+        base_url=args.base_url,
+        api_key=args.api_key,
+        extensions=[p.resolve() for p in args.extension],
+        no_extensions=args.no_extensions,
+        sandbox=args.sandbox,
+        policies=[p.resolve() for p in args.policy],
+        trust=args.trust,
+        session=not args.no_session,
+    )
+    return run_print_session(options)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

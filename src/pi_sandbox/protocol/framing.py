@@ -1,0 +1,93 @@
+"""Newline-delimited JSON framing with a bounded buffer (stdlib only; DESIGN §3).
+
+One frame is one JSON object encoded as UTF-8 followed by ``\\n``. JSON encoders
+escape newlines inside strings, so a raw ``\\n`` byte always ends a frame.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "FrameError", "encode_frame"]
+
+DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """A frame is oversized, not valid UTF-8 JSON, or not a JSON object.
+
+    The channel is unusable after this error: the supervisor kills the worker.
+    """
+
+
+def encode_frame(message: dict[str, Any], *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """Encode ``message`` as one frame (compact JSON + ``\\n``).
+
+    Raises:
+        FrameError: the encoded frame exceeds ``max_frame_bytes`` bytes.
+        TypeError / ValueError: ``message`` is not JSON-serialisable (NaN is refused).
+    """
+    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    if len(data) + 1 > max_frame_bytes:
+        raise FrameError(f"frame of {len(data) + 1} bytes exceeds the limit of {max_frame_bytes} bytes")
+    return data + b"\n"
+
+
+class FrameDecoder:
+    """Incremental decoder: feed it bytes as they arrive, get complete messages back.
+
+    The buffer never holds more than ``max_frame_bytes`` bytes of an unfinished frame;
+    a peer that sends a longer line is cut off with ``FrameError`` instead of being
+    allowed to grow memory without bound.
+    """
+
+    def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes received that do not yet form a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add ``data`` and return every message completed by it, in order.
+
+        Raises:
+            FrameError: a frame (complete or still open) is larger than the limit, is
+                not valid UTF-8 JSON, or is JSON but not an object.
+        """
+        self._buffer += data
+        messages: list[dict[str, Any]] = []
+        start = 0
+        while True:
+            end = self._buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(self._buffer[start:end])
+            start = end + 1
+            if len(line) + 1 > self.max_frame_bytes:
+                raise FrameError(
+                    f"frame of {len(line) + 1} bytes exceeds the limit of {self.max_frame_bytes} bytes"
+                )
+            if not line.strip():
+                continue
+            messages.append(_decode_line(line))
+        del self._buffer[:start]
+        if len(self._buffer) > self.max_frame_bytes:
+            raise FrameError(
+                f"unterminated frame of more than {self.max_frame_bytes} bytes (limit exceeded)"
+            )
+        return messages
+
+
+def _decode_line(line: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        preview = line[:80].decode("utf-8", "replace")
+        raise FrameError(f"frame is not valid JSON ({exc}): {preview!r}") from exc
+    if not isinstance(value, dict):
+        raise FrameError(f"frame is JSON but not an object: {type(value).__name__}")
+    return value

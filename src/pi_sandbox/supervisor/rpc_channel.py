@@ -1,0 +1,195 @@
+"""The supervisor's end of one worker channel: requests with deadlines, strict validation.
+
+One ``RpcChannel`` wraps a trio socket stream. ``run()`` reads frames, validates each
+against ``protocol.messages`` and wakes the request waiting for it; anything
+malformed raises ``ProtocolError`` out of ``run()`` and the owner kills the worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+import trio
+
+from pi_sandbox.errors import ProtocolError, RemoteError, WorkerCrashedError, WorkerTimeoutError
+from pi_sandbox.protocol import methods
+from pi_sandbox.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
+from pi_sandbox.protocol.messages import WORKER_MESSAGE, NotificationMessage, ResponseMessage
+
+__all__ = ["NotificationHandler", "RpcChannel"]
+
+NotificationHandler = Callable[[NotificationMessage], Awaitable[None]]
+
+
+class _Pending:
+    __slots__ = ("done", "response")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.response: ResponseMessage | BaseException | None = None
+
+
+class RpcChannel:
+    """JSON-RPC over one stream. ``name`` appears in every error message.
+
+    Args:
+        stream: the connected trio stream (supervisor end of the socketpair).
+        name: human-readable worker name for errors, e.g. ``"extension guard.py"``.
+        on_notification: awaited for each valid notification, in arrival order.
+        max_frame_bytes: frame size limit in both directions (DESIGN §3: 8 MiB).
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        name: str,
+        on_notification: NotificationHandler | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.name = name
+        self._stream = stream
+        self._on_notification = on_notification
+        self._max_frame_bytes = max_frame_bytes
+        self._send_lock = trio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._closed_reason: BaseException | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the channel broke or was closed; every later request fails at once."""
+        return self._closed_reason is not None
+
+    async def run(self) -> None:
+        """Read until EOF; fail all pending requests when the channel ends.
+
+        Raises:
+            ProtocolError: the worker sent an invalid frame or message.
+        """
+        decoder = FrameDecoder(max_frame_bytes=self._max_frame_bytes)
+        try:
+            while True:
+                try:
+                    data = await self._stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self._close(WorkerCrashedError(f"{self.name}: channel broke ({exc})"))
+                    return
+                if not data:
+                    self._close(WorkerCrashedError(f"{self.name}: worker closed its channel"))
+                    return
+                try:
+                    frames = decoder.feed(data)
+                except FrameError as exc:
+                    raise ProtocolError(f"{self.name}: {exc}") from exc
+                for frame in frames:
+                    await self._dispatch(frame)
+        except BaseException as exc:
+            self._close(
+                exc
+                if isinstance(exc, ProtocolError)
+                else WorkerCrashedError(f"{self.name}: channel reader stopped ({type(exc).__name__})")
+            )
+            raise
+
+    async def _dispatch(self, frame: dict[str, Any]) -> None:
+        try:
+            message = WORKER_MESSAGE.validate_python(frame)
+        except pydantic.ValidationError as exc:
+            summary = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}" for err in exc.errors()[:5]
+            )
+            raise ProtocolError(f"{self.name}: invalid message: {summary}") from exc
+        if isinstance(message, ResponseMessage):
+            pending = self._pending.get(message.id)
+            if pending is None:
+                return  # the request timed out or was cancelled; a late answer is dropped
+            pending.response = message
+            pending.done.set()
+            return
+        if self._on_notification is not None:
+            await self._on_notification(message)
+
+    def _close(self, reason: BaseException) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        for pending in self._pending.values():
+            if pending.response is None:
+                pending.response = self._closed_reason
+            pending.done.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send one frame.
+
+        Raises:
+            WorkerCrashedError: the channel is closed or broke.
+            ProtocolError: the message is larger than the frame limit.
+        """
+        if self._closed_reason is not None:
+            raise WorkerCrashedError(f"{self.name}: channel is closed") from self._closed_reason
+        try:
+            frame = encode_frame(message, max_frame_bytes=self._max_frame_bytes)
+        except FrameError as exc:
+            raise ProtocolError(f"{self.name}: outgoing {exc}") from exc
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._close(WorkerCrashedError(f"{self.name}: channel broke while sending ({exc})"))
+                raise WorkerCrashedError(f"{self.name}: channel broke while sending") from exc
+
+    async def request(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+        """Send a request and wait for its result.
+
+        If the deadline passes or the caller is cancelled, ``$/cancel`` is sent and the
+        late answer, if any, is dropped.
+
+        Raises:
+            WorkerTimeoutError: no answer within ``timeout_s`` seconds.
+            WorkerCrashedError: the channel closed before the answer came.
+            RemoteError: the worker answered with an error (``remote_traceback`` set).
+        """
+        request_id = next(self._ids)
+        pending = _Pending()
+        self._pending[request_id] = pending
+        try:
+            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            with trio.move_on_after(timeout_s):
+                await pending.done.wait()
+            if not pending.done.is_set():
+                await self._send_cancel(request_id)
+                raise WorkerTimeoutError(f"{self.name}: {method} got no answer within {timeout_s:g} s")
+        except trio.Cancelled:
+            await self._send_cancel(request_id)
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        response = pending.response
+        if isinstance(response, BaseException):
+            raise response
+        assert response is not None
+        if response.error is not None:
+            data = response.error.data or {}
+            raise RemoteError(
+                f"{self.name}: {response.error.message}",
+                code=response.error.code,
+                remote_traceback=str(data.get("traceback", "")),
+            )
+        return response.result
+
+    async def _send_cancel(self, request_id: int) -> None:
+        if self.closed:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            try:
+                await self.send({"jsonrpc": "2.0", "method": methods.CANCEL, "params": {"id": request_id}})
+            except (WorkerCrashedError, ProtocolError):
+                pass
+
+    async def aclose(self) -> None:
+        """Close the stream; pending requests fail with ``WorkerCrashedError``."""
+        self._close(WorkerCrashedError(f"{self.name}: channel closed by the supervisor"))
+        await self._stream.aclose()

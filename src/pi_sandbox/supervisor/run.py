@@ -1,0 +1,166 @@
+"""Wiring for a non-interactive run (``-p`` and ``--mode json``).
+
+Order of work (DESIGN §8): load the policy (a malformed one is fatal), build the
+provider, discover extensions with the trust decision already made, start every
+worker, then run the agent loop and shut everything down — workers are always
+reaped, even when the run fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from pi_sandbox.errors import (
+    PiSandboxError,
+    PolicyError,
+    ProviderError,
+    SandboxUnavailableError,
+    UsageError,
+    WorkerError,
+)
+
+__all__ = ["RunOptions", "run_print_session"]
+
+
+@dataclass
+class RunOptions:
+    """Everything the CLI resolved for one run (paths absolute)."""
+
+    message: str
+    cwd: Path
+    agent_dir: Path
+    mode: str = "print"  # "print" | "json"
+    model: str = "scripted"
+    script: Path | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    extensions: list[Path] = field(default_factory=list)
+    no_extensions: bool = False
+    sandbox: bool = False
+    policies: list[Path] = field(default_factory=list)
+    trust: str | None = None
+    session: bool = True
+    home: Path = field(default_factory=Path.home)
+
+
+def run_print_session(options: RunOptions) -> int:
+    """Run one prompt to completion; returns the process exit status.
+
+    0: the agent finished; 1: provider or agent failure; 2: bad configuration (policy
+    file, provider arguments); 3: a sandbox was required and bwrap cannot run.
+    """
+    from pi_sandbox.policies import load_policies
+    from pi_sandbox.supervisor.output_modes import JsonOutput, PrintOutput
+    from pi_sandbox.supervisor.providers import create_provider
+
+    def fail(text: str, code: int) -> int:
+        print(f"pi: {text}", file=sys.stderr, flush=True)
+        return code
+
+    try:
+        policy = load_policies(options.policies) if options.policies else None
+    except PolicyError as exc:
+        return fail(f"policy error: {exc}", 2)
+    try:
+        provider = create_provider(
+            options.model, script=options.script, base_url=options.base_url, api_key=options.api_key
+        )
+    except UsageError as exc:
+        return fail(str(exc), 2)
+    except ProviderError as exc:
+        return fail(f"provider error: {exc}", 2)
+    output = JsonOutput() if options.mode == "json" else PrintOutput()
+    try:
+        return trio.run(_run, options, provider, policy, output)
+    except SandboxUnavailableError as exc:
+        return fail(f"--sandbox: bubblewrap cannot run here: {exc}", 3)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+
+
+async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
+    from pi_sandbox.supervisor.agent_session import AgentSession
+    from pi_sandbox.supervisor.session_file import SessionWriter
+    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
+    from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
+
+    writer = SessionWriter.create(options.agent_dir, options.cwd) if options.session else None
+    header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
+    if writer is not None:
+        header.update(id=writer.header.id, timestamp=writer.header.timestamp, path=str(writer.path))
+    if options.mode == "json":
+        await output(header)
+
+    sources, notices = discover_extensions(
+        cwd=options.cwd,
+        agent_dir=options.agent_dir,
+        cli_paths=options.extensions,
+        no_extensions=options.no_extensions,
+        project_trust=options.trust,
+    )
+    for notice in notices:
+        await output({"type": "notice", "message": notice})
+    config = PoolConfig(
+        cwd=options.cwd,
+        agent_dir=options.agent_dir,
+        home=options.home,
+        sandbox=options.sandbox,
+        project_trust=options.trust,
+        mode=options.mode,
+        has_ui=False,
+    )
+    pool = WorkerPool(config)
+    status = 0
+    failed_workers = False
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                await pool.start(nursery, sources)
+                for error in pool.load_errors:
+                    failed_workers = True
+                    await output(
+                        {
+                            "type": "extension_error",
+                            "extensionPath": error.get("path"),
+                            "event": "load",
+                            "error": error["message"],
+                            "traceback": error.get("traceback", ""),
+                        }
+                    )
+                pipeline = ToolPipeline(pool=pool, policy=policy, cwd=options.cwd, emit=output)
+                session = AgentSession(
+                    provider=provider, pool=pool, pipeline=pipeline, emit=output, cwd=options.cwd, writer=writer
+                )
+                await session.start()
+                try:
+                    final_text = await session.prompt(options.message)
+                finally:
+                    await session.shutdown()
+                if options.mode != "json":
+                    print(final_text, flush=True)
+            except ProviderError as exc:
+                await output({"type": "error", "error": f"provider error: {exc}"})
+                print(f"pi: provider error: {exc}", file=sys.stderr, flush=True)
+                status = 1
+            except (WorkerError, PolicyError) as exc:
+                await output({"type": "error", "error": str(exc)})
+                print(f"pi: {exc}", file=sys.stderr, flush=True)
+                status = 1
+            finally:
+                await pool.aclose()
+                nursery.cancel_scope.cancel()
+    except* PiSandboxError as group:
+        # SandboxUnavailableError and friends raised inside the nursery arrive grouped.
+        raise group.exceptions[0] from None
+    finally:
+        if writer is not None:
+            writer.close()
+        if not failed_workers:
+            shutil.rmtree(pool.log_dir, ignore_errors=True)
+    return status

@@ -1,0 +1,170 @@
+"""Append-only JSONL session files in ``pi``'s format (DESIGN §9).
+
+Layout: ``<agent_dir>/sessions/--<cwd with / replaced by ->--/<timestamp>_<uuid>.jsonl``.
+The first line is the header ``{"type": "session", "version": 3, "id", "timestamp",
+"cwd"}``; every later line is an entry with ``type``, ``id`` (8 hex digits),
+``parentId`` (the previous entry's id, ``null`` for the first) and ``timestamp``
+(ISO 8601), with pi's camelCase field names so tools written for pi read them.
+
+Each entry is written with a single ``write`` on an ``O_APPEND`` descriptor as it
+happens, so a crash loses at most the entry being written; a torn last line is
+skipped on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+__all__ = [
+    "MessageEntry",
+    "ModelChangeEntry",
+    "SessionHeader",
+    "SessionWriter",
+    "load_session",
+    "session_dir_for",
+]
+
+SESSION_VERSION = 3
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionHeader:
+    """The first line of a session file."""
+
+    type: str = "session"
+    version: int = SESSION_VERSION
+    id: str
+    timestamp: str = field(default_factory=_now_iso)
+    cwd: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageEntry:
+    """A ``message`` entry: one user, assistant or toolResult message in pi's shape."""
+
+    type: str = "message"
+    id: str
+    parent_id: str | None
+    timestamp: str = field(default_factory=_now_iso)
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelChangeEntry:
+    """A ``model_change`` entry: which provider and model answered from here on."""
+
+    type: str = "model_change"
+    id: str
+    parent_id: str | None
+    timestamp: str = field(default_factory=_now_iso)
+    provider: str
+    model_id: str
+
+
+_converter = cattrs.Converter()
+for _cls in (MessageEntry, ModelChangeEntry):
+    _renames = {"parent_id": override(rename="parentId"), "model_id": override(rename="modelId")}
+    _fields = {k: v for k, v in _renames.items() if k in _cls.__dataclass_fields__}
+    _converter.register_unstructure_hook(_cls, make_dict_unstructure_fn(_cls, _converter, **_fields))
+    _converter.register_structure_hook(_cls, make_dict_structure_fn(_cls, _converter, **_fields))
+
+_ENTRY_TYPES: dict[str, type] = {"message": MessageEntry, "model_change": ModelChangeEntry}
+
+
+def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
+    """pi's per-cwd session directory: ``--home-me-proj--`` for ``/home/me/proj``."""
+    slug = str(cwd).lstrip("/\\").replace("/", "-").replace("\\", "-").replace(":", "-")
+    return agent_dir / "sessions" / f"--{slug}--"
+
+
+class SessionWriter:
+    """Writes one session file, entry by entry, linking each entry to the previous one."""
+
+    def __init__(self, path: Path, header: SessionHeader) -> None:
+        self.path = path
+        self.header = header
+        self.last_id: str | None = None
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._write(_converter.unstructure(header))
+
+    @classmethod
+    def create(cls, agent_dir: Path, cwd: Path) -> SessionWriter:
+        """Start a new session file for ``cwd`` under ``agent_dir/sessions``."""
+        session_id = str(uuid.uuid4())
+        header = SessionHeader(id=session_id, cwd=str(cwd))
+        stamp = header.timestamp.replace(":", "-").replace(".", "-")
+        return cls(session_dir_for(agent_dir, cwd) / f"{stamp}_{session_id}.jsonl", header)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        os.write(self._fd, line.encode())
+
+    def _next_id(self) -> str:
+        return secrets.token_hex(4)
+
+    def append_message(self, message: dict[str, Any]) -> MessageEntry:
+        """Append a message entry now; returns it (its ``id`` is the new leaf)."""
+        entry = MessageEntry(id=self._next_id(), parent_id=self.last_id, message=message)
+        self._write(_converter.unstructure(entry))
+        self.last_id = entry.id
+        return entry
+
+    def append_model_change(self, provider: str, model_id: str) -> ModelChangeEntry:
+        """Append a ``model_change`` entry."""
+        entry = ModelChangeEntry(id=self._next_id(), parent_id=self.last_id, provider=provider, model_id=model_id)
+        self._write(_converter.unstructure(entry))
+        self.last_id = entry.id
+        return entry
+
+    def close(self) -> None:
+        """Close the file; further appends raise ``OSError``."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def load_session(path: Path) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
+    """Read a session file. A torn (unparseable) last line is skipped; entry types this
+    version does not model are returned as plain dicts.
+
+    Raises:
+        ValueError: the file is empty, its header is missing or malformed, or a line
+            other than the last is not valid JSON (naming the file and line number).
+    """
+    lines = path.read_bytes().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    records: list[dict[str, Any]] = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(raw))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break  # torn last line: the crash happened mid-write
+            raise ValueError(f"{path}:{number}: not valid JSON: {exc}") from exc
+    if not records or records[0].get("type") != "session":
+        raise ValueError(f"{path}:1: missing session header")
+    try:
+        header = _converter.structure(records[0], SessionHeader)
+    except cattrs.BaseValidationError as exc:
+        raise ValueError(f"{path}:1: malformed session header: {exc}") from exc
+    entries: list[MessageEntry | ModelChangeEntry | dict[str, Any]] = []
+    for record in records[1:]:
+        cls = _ENTRY_TYPES.get(record.get("type", ""))
+        entries.append(_converter.structure(record, cls) if cls else record)
+    return header, entries

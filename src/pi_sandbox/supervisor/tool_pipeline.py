@@ -1,0 +1,293 @@
+"""The tool call pipeline (DESIGN §5): validate, gate, hook, execute, transform, persist.
+
+For one assistant message's sibling tool calls:
+
+1. Unknown tool or arguments that fail the tool's JSON Schema → error result, no hooks.
+2. Policy gate: ``deny`` → error result with the rule's reason; ``ask`` → denied when
+   there is no UI to ask (print and json modes).
+3. Extension ``tool_call`` hooks, fail-closed (error, timeout or crash blocks the call).
+4. If a hook changed the input: schema validation and the policy gate again.
+5. Execute in the owning worker. Preflight runs in source order, execution is
+   concurrent, writes to the same path are serialised, and results come back in
+   source order.
+6. ``tool_result`` hooks (chained patches, fail-open).
+
+The gate decides, the sandbox enforces: nothing here checks paths for safety.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pydantic
+import trio
+
+from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerTimeoutError
+from pi_sandbox.policies import Policy, evaluate_tool_call
+from pi_sandbox.protocol import methods
+from pi_sandbox.protocol.messages import ToolResultWire
+from pi_sandbox.supervisor.providers.base import ToolCall
+from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
+
+__all__ = ["EmitFn", "ToolOutcome", "ToolPipeline"]
+
+EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Tools whose `path` argument names a file they write; same-path calls are serialised.
+_WRITING_TOOLS = {"write", "edit"}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _error_result(text: str, **details: Any) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "details": details, "is_error": True}
+
+
+@dataclass
+class ToolOutcome:
+    """One tool call's final result, ready to become a ``toolResult`` message."""
+
+    call: ToolCall
+    arguments: dict[str, Any]
+    result: dict[str, Any]
+    blocked: bool = False
+
+    def message(self) -> dict[str, Any]:
+        """The ``toolResult`` message in pi's shape (camelCase)."""
+        return {
+            "role": "toolResult",
+            "toolCallId": self.call.id,
+            "toolName": self.call.name,
+            "content": self.result["content"],
+            "details": self.result.get("details") or {},
+            "isError": bool(self.result.get("is_error")),
+            "timestamp": _now_ms(),
+        }
+
+
+@dataclass
+class _Prepared:
+    call: ToolCall
+    arguments: dict[str, Any]
+    tool: RegisteredTool | None = None
+    early: dict[str, Any] | None = None
+    blocked: bool = False
+
+
+@dataclass
+class ToolPipeline:
+    """Runs tool calls for one session.
+
+    Attributes:
+        pool: the session's workers and tool registry.
+        policy: the effective policy (``None``: allow everything, sandbox still applies).
+        cwd: the workspace; policy path globs are relative to it.
+        emit: receives JSON-mode events (``policy_decision``, ``tool_execution_*``,
+            ``extension_error``).
+        has_ui: whether an ``ask`` decision can be put to a user.
+        tool_timeout_s: deadline of one ``tool/execute`` request to an extension worker;
+            built-in ``bash`` gets its own ``timeout`` argument plus this as grace.
+    """
+
+    pool: WorkerPool
+    policy: Policy | None
+    cwd: Path
+    emit: EmitFn
+    has_ui: bool = False
+    tool_timeout_s: float = 600.0
+    _validators: dict[str, Any] = field(default_factory=dict)
+    _path_locks: dict[str, trio.Lock] = field(default_factory=dict)
+
+    async def run(self, calls: list[ToolCall]) -> list[ToolOutcome]:
+        """Run sibling tool calls; returns their outcomes in source order."""
+        prepared = [await self._preflight(call) for call in calls]
+        outcomes: list[ToolOutcome | None] = [None] * len(prepared)
+
+        async def execute(index: int, item: _Prepared) -> None:
+            outcomes[index] = await self._execute(item)
+
+        async with trio.open_nursery() as nursery:
+            for index, item in enumerate(prepared):
+                nursery.start_soon(execute, index, item)
+        return [o for o in outcomes if o is not None]
+
+    # --- preflight (steps 1-4) -------------------------------------------------------------
+
+    def _validate(self, tool: RegisteredTool, arguments: Any) -> str | None:
+        name = tool.definition.name
+        validator = self._validators.get(name)
+        if validator is None:
+            schema = tool.definition.parameters
+            try:
+                cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+                cls.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                return f"Tool {name} has an invalid parameter schema: {exc.message}"
+            validator = self._validators[name] = cls(schema)
+        if not isinstance(arguments, dict):
+            return f"Invalid arguments for tool {name}: expected an object"
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]]
+        return f"Invalid arguments for tool {name}:\n" + "\n".join(lines)
+
+    async def _gate(self, call: ToolCall, arguments: dict[str, Any]) -> str | None:
+        """Evaluate the policy; returns the denial text, or None when allowed."""
+        decision = evaluate_tool_call(self.policy, call.name, arguments, workspace=self.cwd)
+        effective = decision.decision
+        if effective == "ask" and not self.has_ui:
+            effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
+        await self.emit(
+            {
+                "type": "policy_decision",
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "decision": decision.decision,
+                "effective": effective,
+                "rule": decision.rule,
+                "reason": decision.reason,
+                "tier": decision.tier,
+                "commands": decision.commands,
+            }
+        )
+        if effective == "allow":
+            return None
+        rule = f" rule {decision.rule}" if decision.rule else ""
+        suffix = " (no user interface to ask)" if decision.decision == "ask" else ""
+        return f"Blocked by policy{rule}: {decision.reason}{suffix}"
+
+    async def _preflight(self, call: ToolCall) -> _Prepared:
+        item = _Prepared(call, copy.deepcopy(call.arguments))
+        item.tool = self.pool.tools.get(call.name)
+        if item.tool is None:
+            item.early = _error_result(f"Tool {call.name} not found")
+            return item
+        if problem := self._validate(item.tool, item.arguments):
+            item.early = _error_result(problem)
+            return item
+        if denial := await self._gate(call, item.arguments):
+            item.early, item.blocked = _error_result(denial, blocked_by="policy"), True
+            return item
+        outcome = await self.pool.dispatch(
+            "tool_call", {"tool_name": call.name, "tool_call_id": call.id, "input": item.arguments}
+        )
+        await self._report(outcome.errors, "tool_call")
+        if outcome.state.get("block"):
+            item.early = _error_result(str(outcome.state.get("reason") or "Blocked"), blocked_by="extension")
+            item.blocked = True
+            return item
+        new_input = outcome.state["input"]
+        if new_input != item.arguments:
+            # Unlike pi, a mutated input is re-validated and re-gated (DESIGN §4).
+            if problem := self._validate(item.tool, new_input):
+                item.early = _error_result(f"A tool_call hook changed the input: {problem}")
+                return item
+            if denial := await self._gate(call, new_input):
+                item.early, item.blocked = _error_result(denial, blocked_by="policy"), True
+                return item
+            item.arguments = new_input
+        return item
+
+    async def _report(self, errors: list[dict[str, str]], event: str) -> None:
+        for error in errors:
+            await self.emit(
+                {
+                    "type": "extension_error",
+                    "extensionPath": error.get("path"),
+                    "event": event,
+                    "error": error["message"],
+                }
+            )
+
+    # --- execution (steps 5-6) -------------------------------------------------------------
+
+    async def _execute(self, item: _Prepared) -> ToolOutcome:
+        call = item.call
+        await self.emit(
+            {"type": "tool_execution_start", "toolCallId": call.id, "toolName": call.name, "args": item.arguments}
+        )
+        if item.early is not None:
+            result = item.early
+        else:
+            assert item.tool is not None
+            lock = self._lock_for(call.name, item.arguments)
+            if lock is None:
+                result = await self._call_worker(item)
+            else:
+                async with lock:
+                    result = await self._call_worker(item)
+            result = await self._transform(item, result)
+        await self.emit(
+            {
+                "type": "tool_execution_end",
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "result": {"content": result["content"], "details": result.get("details") or {}},
+                "isError": bool(result.get("is_error")),
+                "blocked": item.blocked,
+            }
+        )
+        return ToolOutcome(call, item.arguments, result, item.blocked)
+
+    def _lock_for(self, name: str, arguments: dict[str, Any]) -> trio.Lock | None:
+        if name not in _WRITING_TOOLS or not isinstance(arguments.get("path"), str):
+            return None
+        key = os.path.normpath(os.path.join(self.cwd, os.path.expanduser(arguments["path"])))
+        return self._path_locks.setdefault(key, trio.Lock())
+
+    async def _call_worker(self, item: _Prepared) -> dict[str, Any]:
+        assert item.tool is not None
+        timeout = self.tool_timeout_s
+        if item.tool.source == "builtin" and isinstance(item.arguments.get("timeout"), int | float):
+            timeout = float(item.arguments["timeout"]) + 30.0
+        params = {
+            "tool_call_id": item.call.id,
+            "name": item.call.name,
+            "params": item.arguments,
+            "ctx": {"cwd": str(self.cwd), "has_ui": self.has_ui, "mode": self.pool.config.mode},
+        }
+        worker = item.tool.worker
+        try:
+            raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
+            return ToolResultWire.model_validate(raw).model_dump()
+        except WorkerTimeoutError:
+            return _error_result(f"Tool {item.call.name} timed out after {timeout:g} s")
+        except RemoteError as exc:
+            return _error_result(f"Tool {item.call.name} failed: {exc}")
+        except PiSandboxError as exc:
+            tail = worker.log_tail(1500).strip()
+            detail = f"\n--- worker log ---\n{tail}" if tail else ""
+            return _error_result(f"Tool {item.call.name} failed: {exc}{detail}")
+        except pydantic.ValidationError as exc:
+            return _error_result(f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)")
+
+    async def _transform(self, item: _Prepared, result: dict[str, Any]) -> dict[str, Any]:
+        payload = {
+            "tool_name": item.call.name,
+            "tool_call_id": item.call.id,
+            "input": item.arguments,
+            "content": result["content"],
+            "details": result.get("details") or {},
+            "is_error": bool(result.get("is_error")),
+        }
+        outcome = await self.pool.dispatch("tool_result", payload)
+        await self._report(outcome.errors, "tool_result")
+        state = outcome.state
+        try:
+            # A patch is untrusted worker output: it must still be a valid tool result.
+            return ToolResultWire.model_validate(
+                {"content": state["content"], "details": state["details"], "is_error": state["is_error"]}
+            ).model_dump()
+        except (pydantic.ValidationError, KeyError) as exc:
+            await self._report([{"message": f"tool_result patch rejected: {exc}"}], "tool_result")
+            return result

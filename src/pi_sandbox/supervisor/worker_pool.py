@@ -1,0 +1,340 @@
+"""All workers of one session: the tool worker and one worker per extension.
+
+The pool discovers extensions (DESIGN §8: project extensions only with a trust
+decision), builds each worker's sandbox profile from its role, starts every worker
+concurrently, collects registrations into one tool registry, and routes events to
+the workers that subscribed to them, combining results with ``protocol.hook_kinds``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import trio
+
+from pi_sandbox.errors import PiSandboxError, ProtocolError, RemoteError, WorkerError, WorkerTimeoutError
+from pi_sandbox.protocol import hook_kinds, methods
+from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
+from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
+from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
+
+__all__ = [
+    "DispatchOutcome",
+    "ExtensionSource",
+    "PoolConfig",
+    "RegisteredTool",
+    "WorkerPool",
+    "discover_extensions",
+]
+
+Origin = Literal["cli", "user", "project"]
+
+
+@dataclass(frozen=True)
+class ExtensionSource:
+    """An extension found on disk: its canonical path and where it came from."""
+
+    path: Path
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A tool the model may call, and the worker that executes it."""
+
+    definition: ToolDefinitionWire
+    worker: WorkerProcess
+    source: str  # "builtin" or the extension's path
+
+
+@dataclass
+class DispatchOutcome:
+    """The combined result of one event across workers.
+
+    Attributes:
+        state: the final ``hook_kinds`` state.
+        errors: one message per failed handler or worker (for ``extension_error``).
+    """
+
+    state: dict[str, Any]
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What the pool needs to start workers.
+
+    Attributes:
+        cwd: the workspace (absolute).
+        agent_dir: ``~/.pi/agent`` or ``$PI_CODING_AGENT_DIR``.
+        home: the user's home directory (masks are relative to it).
+        sandbox: run every worker under bwrap.
+        project_trust: ``"yes"``, ``"no"``, ``"sandboxed"`` or ``None`` (undecided).
+        mode: ``"print"`` or ``"json"``; has_ui: whether prompts can be answered.
+        handshake_timeout_s / hook_timeout_s: deadlines for ``initialize`` and each event.
+    """
+
+    cwd: Path
+    agent_dir: Path
+    home: Path
+    sandbox: bool
+    project_trust: str | None = None
+    mode: str = "print"
+    has_ui: bool = False
+    handshake_timeout_s: float = 20.0
+    hook_timeout_s: float = 30.0
+
+
+def _extension_entries(directory: Path) -> list[Path]:
+    """One level deep (seed 004): ``*.py`` files and package directories with ``__init__.py``."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in sorted(directory.iterdir()):
+        if entry.name.startswith((".", "_")):
+            continue
+        if (entry.is_file() and entry.suffix == ".py") or (entry.is_dir() and (entry / "__init__.py").is_file()):
+            found.append(entry)
+    return found
+
+
+def discover_extensions(
+    *,
+    cwd: Path,
+    agent_dir: Path,
+    cli_paths: Sequence[Path],
+    no_extensions: bool,
+    project_trust: str | None,
+) -> tuple[list[ExtensionSource], list[str]]:
+    """Find extensions in load order: ``-e`` paths, project ``.pi/extensions``, user extensions.
+
+    ``--no-extensions`` disables discovery but not explicit ``-e`` paths. Project
+    extensions load only with trust ``yes`` or ``sandboxed`` (DESIGN §8); otherwise
+    they are skipped and a notice says so. Duplicates (same canonical path) load once.
+
+    Returns:
+        ``(sources, notices)``; notices are human-readable lines for the user.
+    """
+    candidates: list[ExtensionSource] = [ExtensionSource(Path(p), "cli") for p in cli_paths]
+    notices: list[str] = []
+    if not no_extensions:
+        project = _extension_entries(cwd / ".pi" / "extensions")
+        if project and project_trust in ("yes", "sandboxed"):
+            candidates += [ExtensionSource(p, "project") for p in project]
+        elif project:
+            names = ", ".join(p.name for p in project)
+            notices.append(
+                f"Skipped {len(project)} project extension(s) in {cwd / '.pi' / 'extensions'} ({names}): "
+                "the project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load them."
+            )
+        candidates += [ExtensionSource(p, "user") for p in _extension_entries(agent_dir / "extensions")]
+    seen: set[Path] = set()
+    sources = []
+    for candidate in candidates:
+        canonical = Path(os.path.realpath(candidate.path))
+        if canonical in seen:
+            continue
+        seen.add(canonical)
+        sources.append(ExtensionSource(canonical, candidate.origin))
+    return sources, notices
+
+
+class WorkerPool:
+    """Starts, addresses and stops the workers of one session (generation ``generation``)."""
+
+    def __init__(self, config: PoolConfig, *, generation: int = 1) -> None:
+        self.config = config
+        self.generation = generation
+        self.tool_worker: WorkerProcess | None = None
+        self.extensions: list[tuple[ExtensionSource, WorkerProcess]] = []
+        self.tools: dict[str, RegisteredTool] = {}
+        self.load_errors: list[dict[str, str]] = []
+        self._bwrap: str | None = None
+        self._log_dir = Path(tempfile.mkdtemp(prefix="pi-workers-"))
+        self._counter = 0
+
+    @property
+    def log_dir(self) -> Path:
+        """Where each worker's stdout/stderr log is written."""
+        return self._log_dir
+
+    def _ctx(self) -> dict[str, Any]:
+        return {"cwd": str(self.config.cwd), "has_ui": self.config.has_ui, "mode": self.config.mode}
+
+    def _spec(self, name: str, init_params: dict[str, Any], *, role: str, sandboxed: bool) -> WorkerSpec:
+        self._counter += 1
+        slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
+        log_path = self._log_dir / f"{self._counter:02d}-{slug}.log"
+        profile = None
+        if sandboxed:
+            profile = worker_profile(
+                role, workspace=self.config.cwd, home=self.config.home, agent_dir=self.config.agent_dir
+            )
+        env = _unsandboxed_env(self.config.home)
+        return WorkerSpec(
+            name=name, init_params=init_params, log_path=log_path, env=env, sandbox=profile, bwrap=self._bwrap
+        )
+
+    def _needs_bwrap(self, sources: Sequence[ExtensionSource]) -> bool:
+        return self.config.sandbox or (
+            self.config.project_trust == "sandboxed" and any(s.origin == "project" for s in sources)
+        )
+
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        sources: Sequence[ExtensionSource],
+        *,
+        on_tool_update: Callable[..., Any] | None = None,
+    ) -> None:
+        """Start the tool worker and every extension worker concurrently.
+
+        A failing extension is recorded in ``load_errors`` (path + original error) and
+        the others keep working. The tool worker failing is fatal.
+
+        Raises:
+            SandboxUnavailableError: a sandbox is required and bwrap cannot run here.
+            WorkerStartError: the tool worker could not start.
+        """
+        if self._needs_bwrap(sources):
+            self._bwrap = find_bwrap()
+            await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
+        tool_spec = self._spec(
+            "tool worker", {"kind": "tools", "ctx": self._ctx()}, role="tool", sandboxed=self.config.sandbox
+        )
+        self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
+        self.tool_worker.tool_updates = on_tool_update
+        slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
+
+        async def start_extension(index: int, source: ExtensionSource) -> None:
+            # sandboxed trust runs project code under the strictest profile even without --sandbox.
+            sandboxed = self.config.sandbox or (
+                source.origin == "project" and self.config.project_trust == "sandboxed"
+            )
+            spec = self._spec(
+                f"extension {source.path}",
+                {"kind": "extension", "path": str(source.path), "ctx": self._ctx()},
+                role="extension",
+                sandboxed=sandboxed,
+            )
+            worker = WorkerProcess(spec, generation=self.generation)
+            worker.tool_updates = on_tool_update
+            try:
+                await worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
+            except RemoteError as exc:
+                text = str(exc).removeprefix(f"{worker.name}: ")
+                self.load_errors.append(
+                    {
+                        "path": str(source.path),
+                        "message": f"Failed to load extension {source.path}: {text}",
+                        "traceback": exc.remote_traceback,
+                    }
+                )
+                return
+            except WorkerError as exc:
+                self.load_errors.append(
+                    {"path": str(source.path), "message": f"Failed to load extension {source.path}: {exc}"}
+                )
+                return
+            slots[index] = (source, worker)
+
+        async with trio.open_nursery() as starters:
+            starters.start_soon(self._start_tool_worker, nursery)
+            for index, source in enumerate(sources):
+                starters.start_soon(start_extension, index, source)
+        self.extensions = [slot for slot in slots if slot is not None]
+        self._build_registry()
+
+    async def _start_tool_worker(self, nursery: trio.Nursery) -> None:
+        assert self.tool_worker is not None
+        await self.tool_worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
+
+    def _build_registry(self) -> None:
+        assert self.tool_worker is not None and self.tool_worker.registrations is not None
+        for definition in self.tool_worker.registrations.tools:
+            self.tools[definition.name] = RegisteredTool(definition, self.tool_worker, "builtin")
+        for source, worker in self.extensions:
+            assert worker.registrations is not None
+            for definition in worker.registrations.tools:
+                existing = self.tools.get(definition.name)
+                if existing is not None:
+                    # Overriding built-in tools is a capability a later issue grants by policy.
+                    self.load_errors.append(
+                        {
+                            "path": str(source.path),
+                            "message": f"Extension {source.path}: tool {definition.name!r} is already "
+                            f"registered by {existing.source}; the first registration wins.",
+                        }
+                    )
+                    continue
+                self.tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+
+    def subscribers(self, event: str) -> list[tuple[ExtensionSource, WorkerProcess]]:
+        """Extension workers that registered a handler for ``event``, in load order."""
+        return [
+            (source, worker)
+            for source, worker in self.extensions
+            if worker.registrations is not None and event in worker.registrations.events
+        ]
+
+    async def dispatch(self, event: str, payload: dict[str, Any]) -> DispatchOutcome:
+        """Send ``event`` to each subscribed worker in load order and combine the results.
+
+        A worker that times out, crashes or answers with garbage counts as a failed
+        handler: ``tool_call`` is blocked (fail-closed), other events keep the previous
+        state (DESIGN §4). Never raises for worker failures.
+        """
+        state = hook_kinds.initial_state(event, payload)
+        outcome = DispatchOutcome(state)
+        for source, worker in self.subscribers(event):
+            params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
+            try:
+                raw = await worker.request(methods.EVENT_DISPATCH, params, timeout_s=self.config.hook_timeout_s)
+                result = DispatchResult.model_validate(raw)
+                if event == "tool_call" and not isinstance(result.state.get("input"), dict):
+                    raise ProtocolError(f"{worker.name}: tool_call state without an input object")
+            except (PiSandboxError, pydantic.ValidationError) as exc:
+                if isinstance(exc, WorkerTimeoutError):
+                    message = f"{event} handler in {source.path} timed out after {self.config.hook_timeout_s:g} s"
+                else:
+                    message = f"{event} handler in {source.path} failed: {exc}"
+                outcome.errors.append({"path": str(source.path), "message": message})
+                state, stop = hook_kinds.apply_error(event, state, message)
+                if stop:
+                    break
+                continue
+            outcome.errors += [
+                {"path": str(source.path), "message": e.message, "traceback": e.traceback} for e in result.errors
+            ]
+            state = result.state
+            if result.stopped:
+                break
+        outcome.state = state
+        return outcome
+
+    async def aclose(self) -> None:
+        """Stop every worker (escalating shutdown, always reaped)."""
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for _, worker in self.extensions:
+                    nursery.start_soon(worker.aclose)
+                if self.tool_worker is not None:
+                    nursery.start_soon(self.tool_worker.aclose)
+
+
+def _unsandboxed_env(home: Path) -> dict[str, str]:
+    """The environment of a worker without bwrap: an allowlist, never the supervisor's own.
+
+    Provider keys, tokens and ``SSH_AUTH_SOCK`` never reach a worker (DESIGN §1).
+    """
+    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env["HOME"] = str(home)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env

@@ -1,0 +1,267 @@
+"""Spawning, handshaking and stopping one worker process (DESIGN §1, §3).
+
+A worker is spawned with ``os.posix_spawn`` so that its channel lands on exactly fd 3
+(``POSIX_SPAWN_DUP2``), stdin is ``/dev/null`` and stdout/stderr go to a per-worker
+log file; every other descriptor of the supervisor is close-on-exec (PEP 446), so
+nothing else is inherited. The worker runs in a new session; under ``--sandbox`` the
+command is wrapped in bwrap (``sandbox.build_bwrap_argv``).
+
+Lifetime follows jupyter_client's restarter: a worker gets a generation number at
+``initialize``; ``aclose`` escalates shutdown request → wait → SIGTERM → wait →
+SIGKILL and always reaps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import trio
+
+from pi_sandbox.errors import (
+    ProtocolError,
+    RemoteError,
+    WorkerCrashedError,
+    WorkerError,
+    WorkerStartError,
+    WorkerTimeoutError,
+)
+from pi_sandbox.protocol import methods
+from pi_sandbox.protocol.messages import InitializeResult, LogParams, NotificationMessage
+from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
+from pi_sandbox.supervisor.rpc_channel import NotificationHandler, RpcChannel
+
+__all__ = ["WorkerProcess", "WorkerSpec", "worker_command"]
+
+_LOG_TAIL_BYTES = 4000
+
+
+def worker_command() -> list[str]:
+    """The argv that starts a worker with this interpreter (isolated mode, no user site)."""
+    return [sys.executable, "-I", "-m", "pi_sandbox.worker"]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How to start one worker.
+
+    Attributes:
+        name: for messages, e.g. ``"tool worker"`` or ``"extension /x/guard.py"``.
+        init_params: the ``initialize`` parameters (``kind``, ``path``, ``ctx``).
+        log_path: where the worker's stdout and stderr go.
+        env: the worker's environment when unsandboxed (an allowlist, never ours).
+        sandbox: the profile to run under, or ``None`` for no bwrap.
+        bwrap: the bwrap binary (required with ``sandbox``).
+    """
+
+    name: str
+    init_params: dict[str, Any]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    sandbox: SandboxProfile | None = None
+    bwrap: str | None = None
+
+
+class WorkerProcess:
+    """A running worker: its process, channel and the registrations from its handshake."""
+
+    def __init__(self, spec: WorkerSpec, *, generation: int) -> None:
+        self.spec = spec
+        self.generation = generation
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.registrations: InitializeResult | None = None
+        self.failure: BaseException | None = None
+        self.exited = trio.Event()
+        self.logs: list[LogParams] = []
+        self.tool_updates: NotificationHandler | None = None
+        self._channel: RpcChannel | None = None
+        self._pidfd: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The worker's name, as used in messages."""
+        return self.spec.name
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs and its channel is usable."""
+        return not self.exited.is_set() and self._channel is not None and not self._channel.closed
+
+    def log_tail(self, limit: int = _LOG_TAIL_BYTES) -> str:
+        """The last ``limit`` bytes of the worker's stdout/stderr log, decoded leniently."""
+        try:
+            with open(self.spec.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - limit))
+                return handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    async def start(self, nursery: trio.Nursery, *, timeout_s: float = 15.0) -> InitializeResult:
+        """Spawn the process and complete the ``initialize`` handshake.
+
+        Background tasks (channel reader, exit watcher) run in ``nursery``; they never
+        raise into it.
+
+        Raises:
+            WorkerStartError: spawn failed, the handshake timed out, the worker crashed
+                during it or answered with something invalid.
+            RemoteError: the worker reported a load error (``code`` is
+                ``ERROR_EXTENSION_LOAD``, ``remote_traceback`` the original traceback).
+        """
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.pid = self._spawn(child_sock)
+        except OSError as exc:
+            parent_sock.close()
+            raise WorkerStartError(f"{self.name}: cannot spawn worker: {exc}") from exc
+        finally:
+            child_sock.close()
+        self._pidfd = os.pidfd_open(self.pid)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent_sock))
+        self._channel = RpcChannel(stream, name=self.name, on_notification=self._on_notification)
+        nursery.start_soon(self._watch_exit)
+        nursery.start_soon(self._read_channel)
+        params = {**self.spec.init_params, "generation": self.generation}
+        try:
+            raw = await self._channel.request(methods.INITIALIZE, params, timeout_s=timeout_s)
+        except RemoteError:
+            await self.aclose()
+            raise
+        except (WorkerTimeoutError, WorkerCrashedError, ProtocolError) as exc:
+            await self.aclose()
+            tail = self.log_tail().strip()
+            detail = f"\n--- worker log ---\n{tail}" if tail else ""
+            raise WorkerStartError(f"{self.name}: handshake failed: {exc}{detail}") from exc
+        try:
+            self.registrations = InitializeResult.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            await self.aclose()
+            raise WorkerStartError(f"{self.name}: invalid initialize result: {exc}") from exc
+        return self.registrations
+
+    def _spawn(self, child_sock: socket.socket) -> int:
+        argv = worker_command()
+        env = dict(self.spec.env)
+        if self.spec.sandbox is not None:
+            if not self.spec.bwrap:
+                raise OSError("a sandbox profile needs a bwrap binary")
+            argv = build_bwrap_argv(self.spec.sandbox, argv, bwrap=self.spec.bwrap)
+            env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(self.spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        channel_fd = child_sock.fileno()
+        extra: int | None = None
+        if channel_fd == methods.WORKER_FD:
+            # dup2(3, 3) would leave close-on-exec set; move it off fd 3 first.
+            extra = channel_fd = os.dup(channel_fd)
+        try:
+            return os.posix_spawn(
+                argv[0],
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                    (os.POSIX_SPAWN_DUP2, channel_fd, methods.WORKER_FD),
+                ],
+                setsid=True,
+            )
+        finally:
+            os.close(log_fd)
+            if extra is not None:
+                os.close(extra)
+
+    async def _watch_exit(self) -> None:
+        assert self._pidfd is not None and self.pid is not None
+        try:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            self.exited.set()
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            if self._channel is not None and not self._channel.closed:
+                with trio.CancelScope(shield=True):
+                    await self._channel.aclose()
+
+    async def _read_channel(self) -> None:
+        assert self._channel is not None
+        try:
+            await self._channel.run()
+        except ProtocolError as exc:
+            self.failure = exc
+            self.kill()
+
+    async def _on_notification(self, message: NotificationMessage) -> None:
+        if message.method == methods.LOG:
+            try:
+                self.logs.append(LogParams.model_validate(message.params))
+            except pydantic.ValidationError as exc:
+                raise ProtocolError(f"{self.name}: invalid log notification: {exc}") from exc
+        elif message.method == methods.TOOL_UPDATE:
+            if self.tool_updates is not None:
+                await self.tool_updates(message)
+        else:
+            raise ProtocolError(f"{self.name}: unknown notification {message.method!r}")
+
+    async def request(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
+        """Send a request on this worker's channel (see ``RpcChannel.request``).
+
+        Raises:
+            WorkerCrashedError: the worker is gone (with its protocol failure, if any).
+        """
+        if self._channel is None:
+            raise WorkerCrashedError(f"{self.name}: not started")
+        if self.failure is not None:
+            raise WorkerCrashedError(f"{self.name}: killed after {self.failure}")
+        try:
+            return await self._channel.request(method, params, timeout_s=timeout_s)
+        except WorkerCrashedError as exc:
+            if self.failure is not None:
+                raise WorkerCrashedError(f"{self.name}: killed after {self.failure}") from exc
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group at once (bwrap takes its sandbox down with it)."""
+        if self.pid is None or self.exited.is_set():
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    async def aclose(self, *, grace_s: float = 1.0) -> None:
+        """Stop the worker: shutdown request, then SIGTERM, then SIGKILL; always reaps.
+
+        Safe to call more than once and from a cancelled scope (runs shielded).
+        """
+        if self.pid is None:
+            return
+        with trio.CancelScope(shield=True):
+            if self.alive and self._channel is not None:
+                with contextlib.suppress(WorkerError, ProtocolError):
+                    await self._channel.request(methods.SHUTDOWN, {}, timeout_s=grace_s)
+                with trio.move_on_after(grace_s):
+                    await self.exited.wait()
+            if not self.exited.is_set():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGTERM)
+                with trio.move_on_after(grace_s):
+                    await self.exited.wait()
+            if not self.exited.is_set():
+                self.kill()
+                await self.exited.wait()
+            if self._channel is not None and not self._channel.closed:
+                await self._channel.aclose()

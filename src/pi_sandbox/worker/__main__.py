@@ -1,0 +1,5 @@
+"""Entry point: ``python -I -m pi_sandbox.worker`` (the channel is fd 3)."""
+
+from pi_sandbox.worker.runtime import main
+
+raise SystemExit(main())
