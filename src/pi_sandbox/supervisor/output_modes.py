@@ -26,6 +26,14 @@ def _one_line(text: str, limit: int = _PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _silence_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 class PrintOutput:
     """Human-readable progress on stderr for ``-p``."""
 
@@ -64,7 +72,16 @@ class JsonOutput:
 
     def __init__(self, stdout: TextIO | None = None) -> None:
         self.stdout = stdout or sys.stdout
+        self.closed = False
 
     async def __call__(self, event: dict[str, Any]) -> None:
-        self.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
-        self.stdout.flush()
+        if self.closed:
+            return
+        try:
+            self.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+            self.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`pi --mode json | head`): the run goes on, and its
+            # session file is still written; only the stream stops.
+            self.closed = True
+            _silence_stdout()

@@ -82,6 +82,13 @@ def run_print_session(options: RunOptions) -> int:
         return fail(f"--sandbox: bubblewrap cannot run here: {exc}", 3)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except BrokenPipeError:
+        return 0 if options.mode == "json" else 1
+    except Exception as exc:  # the last line of defence: a clear message, never a bare traceback
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
 
 
 async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
@@ -143,7 +150,10 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                 finally:
                     await session.shutdown()
                 if options.mode != "json":
-                    print(final_text, flush=True)
+                    try:
+                        print(final_text, flush=True)
+                    except BrokenPipeError:
+                        status = 1
             except ProviderError as exc:
                 await output({"type": "error", "error": f"provider error: {exc}"})
                 print(f"pi: provider error: {exc}", file=sys.stderr, flush=True)

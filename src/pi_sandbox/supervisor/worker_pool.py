@@ -167,14 +167,26 @@ class WorkerPool:
     def _ctx(self) -> dict[str, Any]:
         return {"cwd": str(self.config.cwd), "has_ui": self.config.has_ui, "mode": self.config.mode}
 
-    def _spec(self, name: str, init_params: dict[str, Any], *, role: str, sandboxed: bool) -> WorkerSpec:
+    def _spec(
+        self,
+        name: str,
+        init_params: dict[str, Any],
+        *,
+        role: str,
+        sandboxed: bool,
+        extra_ro: Sequence[Path] = (),
+    ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
         log_path = self._log_dir / f"{self._counter:02d}-{slug}.log"
         profile = None
         if sandboxed:
             profile = worker_profile(
-                role, workspace=self.config.cwd, home=self.config.home, agent_dir=self.config.agent_dir
+                role,
+                workspace=self.config.cwd,
+                home=self.config.home,
+                agent_dir=self.config.agent_dir,
+                extra_ro=extra_ro,
             )
         env = _unsandboxed_env(self.config.home)
         return WorkerSpec(
@@ -222,6 +234,9 @@ class WorkerPool:
                 {"kind": "extension", "path": str(source.path), "ctx": self._ctx()},
                 role="extension",
                 sandboxed=sandboxed,
+                # Only the extension itself (the file, or its package directory) is
+                # bound: binding a file's parent would expose its neighbours.
+                extra_ro=[source.path],
             )
             worker = WorkerProcess(spec, generation=self.generation)
             worker.tool_updates = on_tool_update

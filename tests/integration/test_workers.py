@@ -1,0 +1,238 @@
+"""Real worker processes: handshake, isolation of failures, hook semantics across workers."""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from pi_sandbox.protocol import methods
+from pi_sandbox.supervisor.providers.base import ToolCall
+from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    async def __call__(self, event):
+        self.events.append(event)
+
+    def of(self, kind):
+        return [e for e in self.events if e["type"] == kind]
+
+
+def pipeline_for(pool, workspace, emit=None, policy=None):
+    return ToolPipeline(pool=pool, policy=policy, cwd=workspace, emit=emit or Recorder())
+
+
+def text(outcome):
+    return "\n".join(b["text"] for b in outcome.result["content"] if b["type"] == "text")
+
+
+async def test_tool_worker_handshake_registers_the_builtin_tools_with_a_generation(open_pool):
+    async with open_pool() as pool:
+        assert {"read", "write", "edit", "bash", "ls"} <= set(pool.tools)
+        assert pool.tool_worker.generation == 1
+        assert pool.tool_worker.registrations.pid == pool.tool_worker.pid
+
+
+async def test_extension_handshake_reports_tools_and_subscribed_events(open_pool, ext):
+    async with open_pool([ext("mutator"), ext("async_factory")]) as pool:
+        (_, mutator), (_, adder) = pool.extensions
+        assert mutator.registrations.events == ["tool_call", "tool_result"]
+        assert [t.name for t in adder.registrations.tools] == ["add", "failing"]
+        assert pool.tools["add"].source.endswith("async_factory.py")
+
+
+async def test_broken_extensions_are_reported_with_their_path_and_error_and_others_still_work(
+    open_pool, ext, workspace
+):
+    broken = [ext("syntax_error"), ext("factory_raises"), ext("no_factory")]
+    async with open_pool([*broken, ext("async_factory")]) as pool:
+        messages = {e["path"]: e["message"] for e in pool.load_errors}
+        assert "SyntaxError" in messages[str(ext("syntax_error"))]
+        assert "factory refused to start" in messages[str(ext("factory_raises"))]
+        assert "defines no extension(pi) function" in messages[str(ext("no_factory"))]
+        assert all(str(p) in messages[str(p)] for p in broken)
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "add", {"a": 2, "b": 3})])
+        assert text(outcome) == "5" and outcome.result["details"] == {"cwd": str(workspace)}
+
+
+async def test_a_package_directory_extension_loads_with_relative_imports(open_pool, ext, workspace):
+    async with open_pool([ext("pkg_ext")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "greet", {})])
+        assert text(outcome) == "hello from a package"
+
+
+async def test_tool_call_handler_block_stops_the_tool_and_says_why(open_pool, ext, workspace):
+    async with open_pool([ext("blocker")]) as pool:
+        marker = workspace / "marker"
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "bash", {"command": f"echo forbidden > {marker}"})]
+        )
+        assert outcome.blocked and outcome.result["is_error"]
+        assert "blocker.py says no" in text(outcome)
+        assert not marker.exists()
+
+
+async def test_tool_call_handler_mutation_changes_what_runs(open_pool, ext, workspace):
+    async with open_pool([ext("mutator")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "MUTATE_ME"})])
+        assert outcome.arguments == {"command": "echo mutated"}
+        assert text(outcome).startswith("mutated") and text(outcome).endswith("+mutator")
+
+
+async def test_tool_call_handler_exception_blocks_fail_closed(open_pool, ext, workspace):
+    recorder = Recorder()
+    async with open_pool([ext("raiser")]) as pool:
+        marker = workspace / "ran"
+        [outcome] = await pipeline_for(pool, workspace, recorder).run(
+            [ToolCall("c1", "bash", {"command": f"touch {marker}"})]
+        )
+        assert outcome.blocked and "raiser exploded" in text(outcome)
+        assert not marker.exists()
+        assert any("raiser exploded" in e["error"] for e in recorder.of("extension_error"))
+
+
+async def test_tool_call_handler_hanging_past_its_deadline_blocks_the_tool(open_pool, ext, workspace):
+    async with open_pool([ext("hanger")], hook_timeout_s=0.5) as pool:
+        marker = workspace / "ran"
+        with trio.fail_after(10):
+            [outcome] = await pipeline_for(pool, workspace).run(
+                [ToolCall("c1", "bash", {"command": f"touch {marker}"})]
+            )
+        assert outcome.blocked and "timed out" in text(outcome)
+        assert not marker.exists()
+
+
+async def test_worker_killed_mid_tool_call_hook_blocks_the_tool(open_pool, ext, workspace):
+    async with open_pool([ext("suicide")]) as pool:
+        marker = workspace / "ran"
+        with trio.fail_after(10):
+            [outcome] = await pipeline_for(pool, workspace).run(
+                [ToolCall("c1", "bash", {"command": f"touch {marker}"})]
+            )
+        assert outcome.blocked and not marker.exists()
+        assert "suicide.py" in text(outcome)
+
+
+async def test_worker_killed_mid_tool_execution_is_an_error_result_not_a_crash(open_pool, ext, workspace):
+    async with open_pool([ext("suicide")]) as pool:
+        # The hook also kills the worker, so call the tool directly through the worker.
+        worker = pool.tools["crash_tool"].worker
+        pool.extensions = []  # no hooks: go straight to execution
+        with trio.fail_after(10):
+            [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "crash_tool", {})])
+        assert outcome.result["is_error"] and "crash_tool failed" in text(outcome)
+        with trio.fail_after(5):
+            await worker.exited.wait()
+
+
+async def test_tool_result_patches_chain_across_two_extensions(open_pool, ext, workspace):
+    async with open_pool([ext("mutator"), ext("second_patch")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "echo hi"})])
+        assert text(outcome) == "hi +mutator +second"
+        assert outcome.result["details"] == {"mutator": True, "second": True}
+
+
+async def test_tool_result_handler_failure_keeps_the_previous_result(open_pool, ext, workspace):
+    recorder = Recorder()
+    async with open_pool([ext("mutator"), ext("raiser")]) as pool:
+        pool.extensions = [pool.extensions[0]] + [
+            (s, w) for s, w in pool.extensions[1:] if "raiser" in str(s.path)
+        ]
+        # raiser also blocks tool_call; dispatch tool_result alone to test the chain rule.
+        outcome = await pool.dispatch(
+            "tool_result",
+            {"tool_name": "bash", "tool_call_id": "c1", "input": {}, "content": [{"type": "text", "text": "x"}],
+             "details": {}, "is_error": False},
+        )
+        assert outcome.state["content"] == [{"type": "text", "text": "x +mutator"}]
+        assert any("raiser result exploded" in e["message"] for e in outcome.errors)
+
+
+async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_pool, ext, workspace):
+    async with open_pool([ext("printer")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "echo", {"text": "ok"})])
+        assert text(outcome) == "echo: ok" and not outcome.result["is_error"]
+        worker = pool.tools["echo"].worker
+        assert "tool noise" in worker.log_tail() and worker.alive
+
+
+async def test_a_malformed_frame_from_a_worker_kills_it_and_is_reported(open_pool, ext, workspace):
+    async with open_pool([ext("garbage_channel")]) as pool:
+        worker = pool.tools["corrupt"].worker
+        with trio.fail_after(10):
+            [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "corrupt", {})])
+            await worker.exited.wait()
+        assert outcome.result["is_error"] and "invalid message" in text(outcome)
+        assert worker.failure is not None
+
+
+async def test_extension_tool_exception_becomes_an_error_result_with_the_message(open_pool, ext, workspace):
+    async with open_pool([ext("async_factory")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "failing", {})])
+        assert outcome.result["is_error"] and "missing thing" in text(outcome)
+
+
+async def test_invalid_arguments_and_unknown_tools_are_errors_before_any_hook(open_pool, ext, workspace):
+    async with open_pool([ext("raiser"), ext("async_factory")]) as pool:
+        results = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "add", {"a": "two", "b": 3}), ToolCall("c2", "nope", {})]
+        )
+        assert "Invalid arguments for tool add" in text(results[0]) and "a:" in text(results[0])
+        assert text(results[1]) == "Tool nope not found"
+        assert not any(r.blocked for r in results)  # the raising hook never ran
+
+
+async def test_sibling_tool_calls_run_concurrently_and_return_in_source_order(open_pool, workspace):
+    async with open_pool() as pool:
+        calls = [
+            ToolCall("slow", "bash", {"command": "sleep 0.6; echo slow"}),
+            ToolCall("fast", "bash", {"command": "echo fast"}),
+            ToolCall("slow2", "bash", {"command": "sleep 0.6; echo slow2"}),
+        ]
+        start = trio.current_time()
+        outcomes = await pipeline_for(pool, workspace).run(calls)
+        elapsed = trio.current_time() - start
+        assert [o.call.id for o in outcomes] == ["slow", "fast", "slow2"]
+        assert [text(o).strip() for o in outcomes] == ["slow", "fast", "slow2"]
+        assert elapsed < 1.1  # two 0.6 s sleeps overlapped
+
+
+async def test_cancel_stops_a_running_bash_call_and_the_late_answer_is_dropped(open_pool):
+    async with open_pool() as pool:
+        worker = pool.tool_worker
+        with trio.move_on_after(0.5):
+            await worker.request(
+                methods.TOOL_EXECUTE,
+                {"tool_call_id": "x", "name": "bash", "params": {"command": "sleep 30"}, "ctx": {"cwd": "/"}},
+                timeout_s=60,
+            )
+        # The channel still works after the cancelled request.
+        result = await worker.request(
+            methods.TOOL_EXECUTE,
+            {"tool_call_id": "y", "name": "bash", "params": {"command": "echo alive"}, "ctx": {"cwd": "/"}},
+            timeout_s=10,
+        )
+        assert result["content"][0]["text"].strip() == "alive"
+
+
+async def test_workers_get_an_allowlisted_environment_without_secrets(open_pool, workspace, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-SENTINEL-should-not-leak")
+    async with open_pool() as pool:
+        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "env"})])
+        assert "SENTINEL" not in text(outcome)
+        assert "PATH=" in text(outcome)
+
+
+async def test_closing_the_pool_reaps_every_worker(open_pool, ext):
+    async with open_pool([ext("blocker"), ext("mutator")]) as pool:
+        pids = [pool.tool_worker.pid] + [w.pid for _, w in pool.extensions]
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"worker {pid} still exists")
