@@ -1,0 +1,131 @@
+"""Path globs of ``path`` matchers, and the canonical paths they are matched against.
+
+Glob syntax (gitignore-like, fixed here because policy files are a public format):
+
+- ``*`` and ``?`` match within one path component, ``[abc]``/``[!abc]`` one
+  character of a component; dotfiles are not special;
+- ``**`` as a whole component matches any number of components, including none
+  (``**/.env`` matches ``.env`` and ``a/b/.env``);
+- a pattern without ``/`` matches the last component at any depth (``*.pem``);
+- a pattern with ``/`` is anchored: at the workspace root for relative patterns,
+  at the filesystem root for patterns starting with ``/`` (which therefore only
+  match paths outside the workspace); ``~/`` expands to the home directory;
+- a path also matches when one of its parent directories matches, so ``secrets``
+  covers ``secrets/a.txt`` and ``/etc/**`` covers ``/etc`` itself.
+
+A tool's path argument is expanded (``~``), joined to the workspace and
+normalised; inside the workspace it is matched relative to it (``src/a.py``),
+outside as an absolute path (``/etc/passwd``). Both the lexical form and the form
+with symlinks resolved are matched, and either one matching is a match: a rule
+about ``.env`` covers ``link -> .env`` and ``.env -> elsewhere`` alike.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+__all__ = ["candidate_paths", "compile_path_glob"]
+
+_ANY_DEPTH = "(?:.*/)?"
+_OR_BELOW = "(?:/.*)?"
+
+
+def compile_path_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a path glob (module docstring) into a regex for ``fullmatch``.
+
+    Raises:
+        ValueError: the pattern is empty.
+    """
+    if not pattern:
+        raise ValueError("empty path pattern")
+    if pattern == "~" or pattern.startswith("~/"):
+        pattern = os.path.expanduser(pattern)
+    pattern = re.sub("/{2,}", "/", pattern)
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    absolute = pattern.startswith("/")
+    body = pattern.strip("/")
+    if not body:  # "/": everything outside the workspace
+        return re.compile("/.*", re.DOTALL)
+    segments = body.split("/")
+    if len(segments) > 1 and segments[-1] == "**":
+        segments.pop()  # "dir/**" is "dir": parents' matches cover what is below
+    parts = ["/" if absolute else "" if "/" in body else _ANY_DEPTH]
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment == "**":
+            parts.append(".*" if last else _ANY_DEPTH)
+        else:
+            parts.append(_translate_segment(segment) + ("" if last else "/"))
+    return re.compile("".join(parts) + _OR_BELOW, re.DOTALL)
+
+
+def _translate_segment(segment: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(segment):
+        char = segment[i]
+        i += 1
+        if char == "*":
+            while i < len(segment) and segment[i] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = segment.find("]", i + 1 if segment[i : i + 1] in ("!", "]") else i)
+            if end == -1:
+                out.append(re.escape(char))
+                continue
+            content = segment[i:end]
+            i = end + 1
+            negate = content.startswith("!")
+            if negate:
+                content = content[1:]
+            # Escape what Python's regex classes treat specially (or warn about).
+            content = re.sub(r"([\\^\[&~|])", r"\\\1", content)
+            out.append(f"[^/{content}]" if negate else f"[{content}]")
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def candidate_paths(raw: str, workspace: str, *, resolve_symlinks: bool) -> tuple[str, ...]:
+    """Return the forms of a tool's path argument that path globs are matched against.
+
+    Args:
+        raw: the tool's ``path`` argument (absolute, relative or ``~``-prefixed).
+        workspace: the workspace directory (absolute).
+        resolve_symlinks: also resolve symlinks on the real filesystem
+            (``os.path.realpath``); off when checking a rule's examples.
+
+    Returns:
+        The lexical form, then the resolved form when it differs; each relative to
+        the workspace (``"."`` for the workspace itself) when inside it, absolute
+        otherwise.
+    """
+    joined = os.path.join(workspace, os.path.expanduser(raw))
+    forms = [_relative_to(_normalise(joined), _normalise(workspace))]
+    if resolve_symlinks and "\0" not in joined:
+        try:
+            resolved = _relative_to(
+                _normalise(os.path.realpath(joined)), _normalise(os.path.realpath(workspace))
+            )
+        except (OSError, ValueError):
+            resolved = forms[0]
+        if resolved != forms[0]:
+            forms.append(resolved)
+    return tuple(forms)
+
+
+def _normalise(path: str) -> str:
+    # normpath keeps a leading "//" (POSIX leaves its meaning open); Linux does not.
+    return re.sub("^/+", "/", os.path.normpath(path))
+
+
+def _relative_to(path: str, workspace: str) -> str:
+    if path == workspace:
+        return "."
+    prefix = workspace if workspace.endswith("/") else workspace + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path

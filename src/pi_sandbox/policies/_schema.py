@@ -1,0 +1,172 @@
+"""The policy file schema (version 1): strict pydantic models of the YAML.
+
+These spellings are a public contract (DESIGN §7): later tiers and sections are
+added without renaming anything here. Every model forbids unknown keys; scalars
+are not coerced (``version: "1"`` is an error, not version 1); an explicit
+``null`` is an error wherever a value is expected.
+
+Only the ``tool_call`` section exists in version 1 of this implementation::
+
+    version: 1
+    tool_call:
+      default: allow        # allow | ask | deny, when no rule matches
+      unparseable: ask      # for a shell command that cannot be parsed with confidence
+      rules:
+        - id: no-recursive-rm
+          tool: bash                 # name or fnmatch glob, or a list of them
+          command: [rm, -rf]         # argv prefix of any simple command
+          command_regex: "..."       # re.search on the whole command text
+          path: ["**/.env"]          # path globs (see _path_glob)
+          arguments: {content: "..."}  # re.search on named string arguments
+          decision: deny
+          reason: Recursive deletes are not allowed.
+          examples: {match: [...], not_match: [...]}
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    StrictStr,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "SUPPORTED_VERSION",
+    "Decision",
+    "Example",
+    "PolicyFile",
+    "RuleExamples",
+    "ToolCallRule",
+    "ToolCallSection",
+]
+
+SUPPORTED_VERSION = 1
+
+Decision = Literal["allow", "ask", "deny"]
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("null", "expected a value, got null")
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("null", "expected a value, got null")
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list):
+        raise PydanticCustomError("str_or_list", "expected a string or a list of strings")
+    return value
+
+
+def _valid_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise PydanticCustomError(
+            "invalid_regex",
+            "invalid regular expression {pattern}: {error}",
+            {"pattern": repr(pattern), "error": str(exc)},
+        ) from exc
+    return pattern
+
+
+def _valid_example(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return value
+    raise PydanticCustomError(
+        "example_type", "an example must be a string or a mapping of tool arguments"
+    )
+
+
+NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
+RuleId = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
+Regex = Annotated[StrictStr, AfterValidator(_valid_regex)]
+Patterns = Annotated[tuple[NonEmptyStr, ...], BeforeValidator(_one_or_many), Field(min_length=1)]
+Example = Annotated[Any, AfterValidator(_valid_example)]
+ArgvPrefix = Annotated[tuple[NonEmptyStr, ...], Field(min_length=1)]
+ArgumentMatchers = Annotated[dict[NonEmptyStr, Regex], Field(min_length=1)]
+
+
+def _supported_version(version: int) -> int:
+    if version != SUPPORTED_VERSION:
+        raise PydanticCustomError(
+            "unsupported_version",
+            "unsupported version {version} (this pi-sandbox reads version {supported})",
+            {"version": version, "supported": SUPPORTED_VERSION},
+        )
+    return version
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuleExamples(_Strict):
+    """Self-test cases checked when the file is loaded.
+
+    A string example is a bash command for rules with ``command``/``command_regex``,
+    a path for rules with ``path``, the argument's value for rules with a single
+    ``arguments`` entry; a mapping example is the whole arguments object, for
+    rules that combine several kinds of matchers.
+    """
+
+    match: Annotated[tuple[Example, ...], BeforeValidator(_not_null)] = ()
+    not_match: Annotated[tuple[Example, ...], BeforeValidator(_not_null)] = ()
+
+
+class ToolCallRule(_Strict):
+    """One rule of ``tool_call.rules``. It matches when ``tool`` matches and every
+    matcher given matches; with no matcher it matches every call of the tool."""
+
+    id: RuleId
+    tool: Patterns
+    command: Annotated[ArgvPrefix | None, BeforeValidator(_not_null)] = None
+    command_regex: Annotated[Regex | None, BeforeValidator(_not_null)] = None
+    path: Annotated[Patterns | None, BeforeValidator(_not_null)] = None
+    arguments: Annotated[ArgumentMatchers | None, BeforeValidator(_not_null)] = None
+    decision: Decision
+    reason: NonEmptyStr
+    examples: Annotated[RuleExamples, BeforeValidator(_not_null)] = RuleExamples()
+
+
+class ToolCallSection(_Strict):
+    """The ``tool_call`` section: the gate in front of every tool call (DESIGN §5)."""
+
+    default: Decision = "allow"
+    unparseable: Decision = "ask"
+    rules: tuple[ToolCallRule, ...] = ()
+
+
+class PolicyFile(_Strict):
+    """A validated policy file. Load one with :func:`load_policy_file`.
+
+    Attributes:
+        version: always ``SUPPORTED_VERSION`` (1).
+        tool_call: the tool-call gate section.
+        source: the file it was loaded from (None when validated from a dict).
+    """
+
+    version: Annotated[StrictInt, AfterValidator(_supported_version)]
+    tool_call: ToolCallSection = ToolCallSection()
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source

@@ -1,0 +1,400 @@
+"""The tool-call gate: match a tool call against the effective policy's rules.
+
+Rule semantics (DESIGN §5, §7): a rule applies when its ``tool`` pattern matches the
+tool name; it matches when every matcher it has matches (none: every call of the
+tool). A ``command`` matcher that cannot be checked because the command cannot be
+parsed with confidence makes the rule yield the policy's ``unparseable`` decision
+instead of its own. Across the rules that matched, the strictest decision wins
+(deny > ask > allow); when none matched, the policy's ``default`` decides.
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import os
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
+from pi_sandbox.policies._schema import Decision, ToolCallRule
+from pi_sandbox.policies._shell import UnparseableCommand, simple_commands
+
+__all__ = [
+    "Policy",
+    "PolicyRule",
+    "ToolCallDecision",
+    "evaluate_tool_call",
+    "strictest",
+]
+
+# Where a rule comes from (DESIGN §7); only --policy files (managed) exist so far.
+Tier = Literal["managed", "user", "project"]
+
+_SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+# Examples are matched against this imaginary workspace, lexically: a policy's
+# self-test must not depend on the machine that loads it.
+_EXAMPLE_WORKSPACE = "/workspace"
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
+def strictest(decisions: Sequence[Decision]) -> Decision:
+    """Return the strictest of ``decisions`` (deny > ask > allow).
+
+    Raises:
+        ValueError: ``decisions`` is empty.
+    """
+    return max(decisions, key=_SEVERITY.__getitem__)
+
+
+class _Verdict(enum.Enum):
+    NO = "no"
+    YES = "yes"
+    UNKNOWN = "unknown"  # cannot be decided: the command is not parsed with confidence
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    verdict: _Verdict
+    why: str = ""  # for UNKNOWN: what made the command unparseable
+
+    @staticmethod
+    def combine(outcomes: Sequence[_Outcome]) -> _Outcome:
+        """YES if any is YES, else the first UNKNOWN, else NO."""
+        for outcome in outcomes:
+            if outcome.verdict is _Verdict.YES:
+                return outcome
+        for outcome in outcomes:
+            if outcome.verdict is _Verdict.UNKNOWN:
+                return outcome
+        return _NO
+
+
+_NO = _Outcome(_Verdict.NO)
+_YES = _Outcome(_Verdict.YES)
+
+
+class _Call:
+    """A tool call's arguments, with the derived forms matchers need, each computed once."""
+
+    def __init__(
+        self, arguments: Mapping[str, Any], workspace: str, *, resolve_symlinks: bool
+    ) -> None:
+        self.arguments = arguments
+        self._workspace = workspace
+        self._resolve_symlinks = resolve_symlinks
+
+    @cached_property
+    def command_text(self) -> str | None:
+        command = self.arguments.get("command")
+        return command if isinstance(command, str) else None
+
+    @cached_property
+    def argvs(self) -> tuple[tuple[str, ...], ...] | UnparseableCommand:
+        assert self.command_text is not None
+        try:
+            return simple_commands(self.command_text)
+        except UnparseableCommand as exc:
+            return exc
+
+    @cached_property
+    def paths(self) -> tuple[str, ...] | None:
+        path = self.arguments.get("path")
+        if not isinstance(path, str) or not path:
+            return None
+        return candidate_paths(path, self._workspace, resolve_symlinks=self._resolve_symlinks)
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """A ``tool_call`` rule, compiled, with where it came from.
+
+    Attributes:
+        id: the rule id (unique within its file).
+        tools: tool names or fnmatch globs.
+        decision: what the rule decides when it matches.
+        reason: shown to the model and the user when the rule denies or asks.
+        source: the policy file that holds the rule.
+        tier: the policy tier of that file (``"managed"`` for ``--policy`` files).
+        command: argv prefix matched against every simple command, or None.
+        command_regex: searched in the whole command text, or None.
+        path_globs: the ``path`` globs as written (empty: no path matcher).
+        arguments: argument name and compiled regex pairs (empty: none).
+    """
+
+    id: str
+    tools: tuple[str, ...]
+    decision: Decision
+    reason: str
+    source: Path | None = None
+    tier: Tier = "managed"
+    command: tuple[str, ...] | None = None
+    command_regex: re.Pattern[str] | None = None
+    path_globs: tuple[str, ...] = ()
+    arguments: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
+        object.__setattr__(self, "_path_regexes", regexes)
+
+    @classmethod
+    def from_model(
+        cls, rule: ToolCallRule, *, source: Path | None = None, tier: Tier = "managed"
+    ) -> PolicyRule:
+        """Compile a validated rule (its regexes are known to compile)."""
+        return cls(
+            id=rule.id,
+            tools=rule.tool,
+            decision=rule.decision,
+            reason=rule.reason,
+            source=source,
+            tier=tier,
+            command=rule.command,
+            command_regex=re.compile(rule.command_regex) if rule.command_regex else None,
+            path_globs=rule.path or (),
+            arguments=tuple((name, re.compile(rx)) for name, rx in (rule.arguments or {}).items()),
+        )
+
+    def applies_to(self, tool_name: str) -> bool:
+        """Whether the rule's ``tool`` names or globs match ``tool_name`` (case-sensitive)."""
+        return any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in self.tools)
+
+    def check_example(self, example: str | Mapping[str, Any], *, expect_match: bool) -> str | None:
+        """Check one of the rule's self-test examples.
+
+        Returns:
+            None when the example behaves as declared, else what went wrong
+            (e.g. ``"does not match"``).
+        """
+        if isinstance(example, str):
+            kinds = self._argument_names()
+            if len(kinds) != 1:
+                return (
+                    "is a string, but the rule has "
+                    + ("no matchers" if not kinds else f"matchers on {', '.join(kinds)}")
+                    + "; give it as a mapping of tool arguments"
+                )
+            arguments: Mapping[str, Any] = {kinds[0]: example}
+        else:
+            arguments = example
+        outcome = self._match(_Call(arguments, _EXAMPLE_WORKSPACE, resolve_symlinks=False))
+        if outcome.verdict is _Verdict.UNKNOWN:
+            return f"cannot be checked: the command is unparseable ({outcome.why})"
+        if expect_match and outcome.verdict is _Verdict.NO:
+            return "does not match"
+        if not expect_match and outcome.verdict is _Verdict.YES:
+            return "matches"
+        return None
+
+    def _argument_names(self) -> list[str]:
+        names: list[str] = []
+        if self.command is not None or self.command_regex is not None:
+            names.append("command")
+        if self.path_globs:
+            names.append("path")
+        names.extend(name for name, _ in self.arguments if name not in names)
+        return names
+
+    def _match(self, call: _Call) -> _Outcome:
+        if not self._other_matchers_hold(call):
+            return _NO
+        if self.command is None:
+            return _YES
+        if call.command_text is None:
+            return _NO
+        argvs = call.argvs
+        if isinstance(argvs, UnparseableCommand):
+            return _Outcome(_Verdict.UNKNOWN, argvs.why)
+        return _Outcome.combine([self._match_argv(argv) for argv in argvs])
+
+    def _other_matchers_hold(self, call: _Call) -> bool:
+        """The matchers besides ``command``, which never depend on shell parsing."""
+        if self.command_regex is not None and (
+            call.command_text is None or not self.command_regex.search(call.command_text)
+        ):
+            return False
+        if self._path_regexes:
+            paths = call.paths
+            if paths is None or not any(
+                regex.fullmatch(path) for regex in self._path_regexes for path in paths
+            ):
+                return False
+        for name, regex in self.arguments:
+            value = call.arguments.get(name)
+            if not isinstance(value, str) or not regex.search(value):
+                return False
+        return True
+
+    def _match_argv(self, argv: Sequence[str]) -> _Outcome:
+        """Compare the ``command`` prefix with one argv, word by word.
+
+        The first word also matches by basename (``/bin/rm`` is ``rm``). A word that
+        the shell would still expand (``$X``, a glob that could produce the expected
+        word, brace expansion) makes the outcome UNKNOWN rather than NO.
+        """
+        assert self.command is not None
+        for index, expected in enumerate(self.command):
+            if index >= len(argv):
+                return _NO
+            word = argv[index]
+            if index == 0 and "/" not in expected:
+                word = posixpath.basename(word)
+            if word == expected:
+                continue
+            if "$" in word or _BRACE_EXPANSION.search(word):
+                return _Outcome(_Verdict.UNKNOWN, f"{argv[index]!r} is expanded by the shell")
+            if _GLOB_CHARS.search(word) and fnmatch.fnmatchcase(expected, word):
+                return _Outcome(
+                    _Verdict.UNKNOWN, f"glob {argv[index]!r} may expand to {expected!r}"
+                )
+            return _NO
+        return _YES
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The effective policy: the rules of every loaded file, and the combined defaults.
+
+    Build one with :func:`load_policies`.
+
+    Attributes:
+        rules: every file's rules, in file order then rule order.
+        default: the decision when no rule matches (the strictest of the files').
+        unparseable: the decision a ``command`` rule yields for a command that
+            cannot be parsed with confidence (the strictest of the files').
+        default_source: the file whose ``default`` won (None without files).
+        sources: the files, in load order.
+    """
+
+    rules: tuple[PolicyRule, ...] = ()
+    default: Decision = "allow"
+    unparseable: Decision = "ask"
+    default_source: Path | None = None
+    sources: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolCallDecision:
+    """What the policy gate decided about one tool call, as the audit log records it.
+
+    Attributes:
+        decision: ``"allow"``, ``"ask"`` or ``"deny"``.
+        rule: the id of the deciding rule; None when no rule matched.
+        reason: why, for the model and the user.
+        tier: the tier of the deciding rule (``"managed"`` for ``--policy`` files), or
+            ``"default"`` when no policy was given or no rule matched.
+        source: the file of the deciding rule, or of the winning ``default``.
+        commands: for a call with a string ``command`` argument, one
+            ``{"argv": [...], "decision": ...}`` per simple command (wrappers and
+            ``bash -c`` contribute their inner commands too), decided by the
+            ``command`` rules alone (``command_regex`` rules see the whole text, not
+            one command), else by the default; empty when the command could not be
+            parsed. JSON-ready.
+    """
+
+    decision: Decision
+    rule: str | None
+    reason: str
+    tier: str
+    source: str | None = None
+    commands: list[dict[str, Any]] = field(default_factory=list)
+
+
+def evaluate_tool_call(
+    policy: Policy | None,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    *,
+    workspace: Path,
+) -> ToolCallDecision:
+    """Decide a tool call against the effective policy (DESIGN §5 step 2).
+
+    Pure apart from reading symlinks under ``workspace`` for ``path`` matchers;
+    never raises for odd arguments (a matcher whose argument is missing or not a
+    string does not match).
+
+    Args:
+        policy: the effective policy; None allows everything (the sandbox still
+            applies).
+        tool_name: the tool's name (``bash``, ``read``, an extension tool...).
+        arguments: the tool call's arguments, already schema-validated.
+        workspace: the session's working directory; ``path`` globs are relative to it.
+
+    Returns:
+        The decision, the rule and file behind it, and the per-command breakdown.
+    """
+    if policy is None:
+        return ToolCallDecision("allow", None, "no policy is in effect", "default")
+    call = _Call(arguments, os.path.abspath(workspace), resolve_symlinks=True)
+    applicable = [rule for rule in policy.rules if rule.applies_to(tool_name)]
+    commands = _command_breakdown(policy, applicable, call)
+
+    best: tuple[int, int] | None = None
+    chosen: ToolCallDecision | None = None
+    for rule in applicable:
+        outcome = rule._match(call)
+        if outcome.verdict is _Verdict.NO:
+            continue
+        definite = outcome.verdict is _Verdict.YES
+        decision = rule.decision if definite else policy.unparseable
+        # Ties go to the first rule, preferring a real match over an unparseable one.
+        key = (_SEVERITY[decision], int(definite))
+        if best is not None and key <= best:
+            continue
+        best = key
+        reason = (
+            rule.reason
+            if definite
+            else f"the command cannot be parsed with confidence ({outcome.why}), "
+            f"so rule {rule.id!r} cannot be checked"
+        )
+        chosen = ToolCallDecision(
+            decision,
+            rule.id,
+            reason,
+            rule.tier,
+            str(rule.source) if rule.source else None,
+            commands,
+        )
+    if chosen is not None:
+        return chosen
+    return ToolCallDecision(
+        policy.default,
+        None,
+        f"no rule matched; the policy default is {policy.default!r}",
+        "default",
+        str(policy.default_source) if policy.default_source else None,
+        commands,
+    )
+
+
+def _command_breakdown(
+    policy: Policy, applicable: Sequence[PolicyRule], call: _Call
+) -> list[dict[str, Any]]:
+    if call.command_text is None or isinstance(call.argvs, UnparseableCommand):
+        return []
+    command_rules = [
+        rule for rule in applicable if rule.command is not None and rule._other_matchers_hold(call)
+    ]
+    breakdown: list[dict[str, Any]] = []
+    for argv in call.argvs:
+        decisions: list[Decision] = []
+        for rule in command_rules:
+            verdict = rule._match_argv(argv).verdict
+            if verdict is _Verdict.YES:
+                decisions.append(rule.decision)
+            elif verdict is _Verdict.UNKNOWN:
+                decisions.append(policy.unparseable)
+        breakdown.append(
+            {"argv": list(argv), "decision": strictest(decisions) if decisions else policy.default}
+        )
+    return breakdown
