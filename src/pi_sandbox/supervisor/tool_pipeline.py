@@ -18,6 +18,7 @@ The gate decides, the sandbox enforces: nothing here checks paths for safety.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -189,11 +190,13 @@ class ToolPipeline:
         new_input = outcome.state["input"]
         if new_input != item.arguments:
             # Unlike pi, a mutated input is re-validated and re-gated (DESIGN §4).
+            changed = f"A tool_call hook changed the input to {json.dumps(new_input, ensure_ascii=False)[:500]}"
             if problem := self._validate(item.tool, new_input):
-                item.early = _error_result(f"A tool_call hook changed the input: {problem}")
+                item.early = _error_result(f"{changed}; {problem}", blocked_by="validation")
                 return item
             if denial := await self._gate(call, new_input):
-                item.early, item.blocked = _error_result(denial, blocked_by="policy"), True
+                item.early = _error_result(f"{changed}; {denial}", blocked_by="policy", changed_input=new_input)
+                item.blocked = True
                 return item
             item.arguments = new_input
         return item
