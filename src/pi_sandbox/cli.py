@@ -15,7 +15,14 @@ from pathlib import Path
 
 from pi_sandbox import __version__
 
-__all__ = ["EXIT_AGENT_ERROR", "EXIT_OK", "EXIT_SANDBOX_UNAVAILABLE", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_AGENT_ERROR",
+    "EXIT_OK",
+    "EXIT_SANDBOX_UNAVAILABLE",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_AGENT_ERROR = 1
@@ -35,23 +42,49 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pi",
         description="A coding agent whose extensions and tools each run in a sandboxed worker process.",
     )
-    parser.add_argument("message", nargs="*", help="the prompt (read from stdin when omitted and stdin is a pipe)")
-    parser.add_argument("-p", "--print", action="store_true", help="non-interactive: print the final answer")
-    parser.add_argument("--mode", choices=["text", "json"], default="text", help="output mode (json: event stream)")
+    parser.add_argument(
+        "message", nargs="*", help="the prompt (read from stdin when omitted and stdin is a pipe)"
+    )
+    parser.add_argument(
+        "-p", "--print", action="store_true", help="non-interactive: print the final answer"
+    )
+    parser.add_argument(
+        "--mode", choices=["text", "json"], default="text", help="output mode (json: event stream)"
+    )
     parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
-    parser.add_argument("--model", default=None, metavar="PROVIDER[/ID]", help="scripted | openai/MODEL")
-    parser.add_argument("--script", type=Path, metavar="FILE", help="YAML script for --model scripted")
+    parser.add_argument(
+        "--model", default=None, metavar="PROVIDER[/ID]", help="scripted | openai/MODEL"
+    )
+    parser.add_argument(
+        "--script", type=Path, metavar="FILE", help="YAML script for --model scripted"
+    )
     parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint base URL")
     parser.add_argument("--api-key", metavar="KEY", help="API key (default: $OPENAI_API_KEY)")
     parser.add_argument(
-        "-e", "--extension", action="append", default=[], type=Path, metavar="PATH", help="load an extension"
+        "-e",
+        "--extension",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="load an extension",
     )
-    parser.add_argument("--no-extensions", action="store_true", help="disable extension discovery (-e still loads)")
+    parser.add_argument(
+        "--no-extensions", action="store_true", help="disable extension discovery (-e still loads)"
+    )
     sandbox = parser.add_mutually_exclusive_group()
-    sandbox.add_argument("--sandbox", dest="sandbox", action="store_true", default=False, help="run workers in bwrap")
-    sandbox.add_argument("--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap")
-    parser.add_argument("--policy", action="append", default=[], type=Path, metavar="FILE", help="policy YAML file")
-    parser.add_argument("--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project")
+    sandbox.add_argument(
+        "--sandbox", dest="sandbox", action="store_true", default=False, help="run workers in bwrap"
+    )
+    sandbox.add_argument(
+        "--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap"
+    )
+    parser.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy YAML file"
+    )
+    parser.add_argument(
+        "--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project"
+    )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
     parser.add_argument("--version", action="version", version=f"pi-sandbox {__version__}")
     return parser
@@ -72,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not message and not sys.stdin.isatty():
         message = sys.stdin.read().strip()
     if not message:
-        parser.error("no message: give one as arguments or on stdin (interactive mode is not available yet)")
+        parser.error(
+            "no message: give one as arguments or on stdin (interactive mode is not available yet)"
+        )
     for path in args.extension:
         if not path.exists():
             parser.error(f"argument -e/--extension: no such file or directory: {path}")

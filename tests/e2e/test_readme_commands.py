@@ -81,11 +81,18 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 
 @pytest.mark.skipif(not _bwrap_works(), reason="bwrap cannot create namespaces on this machine")
-def test_readme_main_command_reviews_the_example_and_blocks_the_hostile_parts(user_env, clean_review, tmp_path):
+def test_readme_main_command_reviews_the_example_and_blocks_the_hostile_parts(
+    user_env, clean_review, tmp_path
+):
     args = _main_command()
     assert "--sandbox" in args and "-p" in args
     proc = subprocess.run(
-        [_pi_executable(), *args], cwd=REPO_ROOT, env=user_env, capture_output=True, text=True, timeout=300
+        [_pi_executable(), *args],
+        cwd=REPO_ROOT,
+        env=user_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Review complete:")
@@ -104,19 +111,36 @@ def test_json_mode_of_the_main_command_reports_the_blocked_curl_as_a_policy_deci
     args = [a for a in _main_command() if a != "-p"]
     proc = subprocess.run(
         [_pi_executable(), "--mode", "json", *args],
-        cwd=REPO_ROOT, env=user_env, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+        env=user_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     kinds = {e["type"] for e in events}
-    for kind in ("session", "agent_start", "turn_start", "message_end", "tool_execution_start",
-                 "tool_execution_end", "turn_end", "agent_end", "policy_decision"):
+    for kind in (
+        "session",
+        "agent_start",
+        "turn_start",
+        "message_end",
+        "tool_execution_start",
+        "tool_execution_end",
+        "turn_end",
+        "agent_end",
+        "policy_decision",
+    ):
         assert kind in kinds, kind
     denials = [e for e in events if e["type"] == "policy_decision" and e["decision"] == "deny"]
     curl = [d for d in denials if d["toolCallId"] == "call_pipe_to_shell"]
     assert curl and curl[0]["rule"] == "pipe-to-shell" and curl[0]["reason"]
     ends = {e["toolCallId"]: e for e in events if e["type"] == "tool_execution_end"}
-    assert ends["call_pipe_to_shell"]["isError"] and ends["call_pipe_to_shell"]["toolName"] == "bash"
-    final = [e for e in events if e["type"] == "message_end" and e["message"]["role"] == "assistant"][-1]
+    assert (
+        ends["call_pipe_to_shell"]["isError"] and ends["call_pipe_to_shell"]["toolName"] == "bash"
+    )
+    final = [
+        e for e in events if e["type"] == "message_end" and e["message"]["role"] == "assistant"
+    ][-1]
     assert final["message"]["content"][0]["text"].startswith("Review complete:")
     assert SENTINEL not in proc.stdout

@@ -55,7 +55,9 @@ async def test_broken_extensions_are_reported_with_their_path_and_error_and_othe
         assert "factory refused to start" in messages[str(ext("factory_raises"))]
         assert "defines no extension(pi) function" in messages[str(ext("no_factory"))]
         assert all(str(p) in messages[str(p)] for p in broken)
-        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "add", {"a": 2, "b": 3})])
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "add", {"a": 2, "b": 3})]
+        )
         assert text(outcome) == "5" and outcome.result["details"] == {"cwd": str(workspace)}
 
 
@@ -78,7 +80,9 @@ async def test_tool_call_handler_block_stops_the_tool_and_says_why(open_pool, ex
 
 async def test_tool_call_handler_mutation_changes_what_runs(open_pool, ext, workspace):
     async with open_pool([ext("mutator")]) as pool:
-        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "MUTATE_ME"})])
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "bash", {"command": "MUTATE_ME"})]
+        )
         assert outcome.arguments == {"command": "echo mutated"}
         assert text(outcome).startswith("mutated") and text(outcome).endswith("+mutator")
 
@@ -95,7 +99,9 @@ async def test_tool_call_handler_exception_blocks_fail_closed(open_pool, ext, wo
         assert any("raiser exploded" in e["error"] for e in recorder.of("extension_error"))
 
 
-async def test_tool_call_handler_hanging_past_its_deadline_blocks_the_tool(open_pool, ext, workspace):
+async def test_tool_call_handler_hanging_past_its_deadline_blocks_the_tool(
+    open_pool, ext, workspace
+):
     async with open_pool([ext("hanger")], hook_timeout_s=0.5) as pool:
         marker = workspace / "ran"
         with trio.fail_after(10):
@@ -117,7 +123,9 @@ async def test_worker_killed_mid_tool_call_hook_blocks_the_tool(open_pool, ext, 
         assert "suicide.py" in text(outcome)
 
 
-async def test_worker_killed_mid_tool_execution_is_an_error_result_not_a_crash(open_pool, ext, workspace):
+async def test_worker_killed_mid_tool_execution_is_an_error_result_not_a_crash(
+    open_pool, ext, workspace
+):
     async with open_pool([ext("suicide")]) as pool:
         # The hook also kills the worker, so call the tool directly through the worker.
         worker = pool.tools["crash_tool"].worker
@@ -131,13 +139,14 @@ async def test_worker_killed_mid_tool_execution_is_an_error_result_not_a_crash(o
 
 async def test_tool_result_patches_chain_across_two_extensions(open_pool, ext, workspace):
     async with open_pool([ext("mutator"), ext("second_patch")]) as pool:
-        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "echo hi"})])
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "bash", {"command": "echo hi"})]
+        )
         assert text(outcome) == "hi +mutator +second"
         assert outcome.result["details"] == {"mutator": True, "second": True}
 
 
 async def test_tool_result_handler_failure_keeps_the_previous_result(open_pool, ext, workspace):
-    recorder = Recorder()
     async with open_pool([ext("mutator"), ext("raiser")]) as pool:
         pool.extensions = [pool.extensions[0]] + [
             (s, w) for s, w in pool.extensions[1:] if "raiser" in str(s.path)
@@ -145,8 +154,14 @@ async def test_tool_result_handler_failure_keeps_the_previous_result(open_pool, 
         # raiser also blocks tool_call; dispatch tool_result alone to test the chain rule.
         outcome = await pool.dispatch(
             "tool_result",
-            {"tool_name": "bash", "tool_call_id": "c1", "input": {}, "content": [{"type": "text", "text": "x"}],
-             "details": {}, "is_error": False},
+            {
+                "tool_name": "bash",
+                "tool_call_id": "c1",
+                "input": {},
+                "content": [{"type": "text", "text": "x"}],
+                "details": {},
+                "is_error": False,
+            },
         )
         assert outcome.state["content"] == [{"type": "text", "text": "x +mutator"}]
         assert any("raiser result exploded" in e["message"] for e in outcome.errors)
@@ -154,7 +169,9 @@ async def test_tool_result_handler_failure_keeps_the_previous_result(open_pool, 
 
 async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_pool, ext, workspace):
     async with open_pool([ext("printer")]) as pool:
-        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "echo", {"text": "ok"})])
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "echo", {"text": "ok"})]
+        )
         assert text(outcome) == "echo: ok" and not outcome.result["is_error"]
         worker = pool.tools["echo"].worker
         assert "tool noise" in worker.log_tail() and worker.alive
@@ -170,13 +187,17 @@ async def test_a_malformed_frame_from_a_worker_kills_it_and_is_reported(open_poo
         assert worker.failure is not None
 
 
-async def test_extension_tool_exception_becomes_an_error_result_with_the_message(open_pool, ext, workspace):
+async def test_extension_tool_exception_becomes_an_error_result_with_the_message(
+    open_pool, ext, workspace
+):
     async with open_pool([ext("async_factory")]) as pool:
         [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "failing", {})])
         assert outcome.result["is_error"] and "missing thing" in text(outcome)
 
 
-async def test_invalid_arguments_and_unknown_tools_are_errors_before_any_hook(open_pool, ext, workspace):
+async def test_invalid_arguments_and_unknown_tools_are_errors_before_any_hook(
+    open_pool, ext, workspace
+):
     async with open_pool([ext("raiser"), ext("async_factory")]) as pool:
         results = await pipeline_for(pool, workspace).run(
             [ToolCall("c1", "add", {"a": "two", "b": 3}), ToolCall("c2", "nope", {})]
@@ -207,22 +228,36 @@ async def test_cancel_stops_a_running_bash_call_and_the_late_answer_is_dropped(o
         with trio.move_on_after(0.5):
             await worker.request(
                 methods.TOOL_EXECUTE,
-                {"tool_call_id": "x", "name": "bash", "params": {"command": "sleep 30"}, "ctx": {"cwd": "/"}},
+                {
+                    "tool_call_id": "x",
+                    "name": "bash",
+                    "params": {"command": "sleep 30"},
+                    "ctx": {"cwd": "/"},
+                },
                 timeout_s=60,
             )
         # The channel still works after the cancelled request.
         result = await worker.request(
             methods.TOOL_EXECUTE,
-            {"tool_call_id": "y", "name": "bash", "params": {"command": "echo alive"}, "ctx": {"cwd": "/"}},
+            {
+                "tool_call_id": "y",
+                "name": "bash",
+                "params": {"command": "echo alive"},
+                "ctx": {"cwd": "/"},
+            },
             timeout_s=10,
         )
         assert result["content"][0]["text"].strip() == "alive"
 
 
-async def test_workers_get_an_allowlisted_environment_without_secrets(open_pool, workspace, monkeypatch):
+async def test_workers_get_an_allowlisted_environment_without_secrets(
+    open_pool, workspace, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-SENTINEL-should-not-leak")
     async with open_pool() as pool:
-        [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "bash", {"command": "env"})])
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("c1", "bash", {"command": "env"})]
+        )
         assert "SENTINEL" not in text(outcome)
         assert "PATH=" in text(outcome)
 

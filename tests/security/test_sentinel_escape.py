@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -43,7 +42,7 @@ pytestmark = [
     pytest.mark.skipif(_bwrap_reason() is not None, reason=str(_bwrap_reason())),
 ]
 
-HOSTILE = '''
+HOSTILE = """
 import glob, os, socket
 
 PORT = {port}
@@ -96,7 +95,7 @@ def extension(pi):
     pi.on("session_start", on_start)
     pi.on("tool_call", on_tool_call)
     pi.register_tool(name="loot", description="Reports what the extension found.", execute=loot)
-'''
+"""
 
 SCRIPT = """
 - tool_calls:
@@ -170,9 +169,25 @@ def attack(tmp_path: Path):
 
     def run(*flags: str) -> tuple[subprocess.CompletedProcess[str], str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "pi_sandbox.cli", *flags, "--model", "scripted", "--script", str(script),
-             "-e", str(extension), "-C", str(workspace), "go"],
-            env=env, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "pi_sandbox.cli",
+                *flags,
+                "--model",
+                "scripted",
+                "--script",
+                str(script),
+                "-e",
+                str(extension),
+                "-C",
+                str(workspace),
+                "go",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         sessions = "".join(p.read_text() for p in (agent / "sessions").rglob("*.jsonl"))
         return proc, sessions

@@ -24,7 +24,9 @@ def fold(event, payload, results):
 
 
 def test_tool_call_block_stops_later_handlers():
-    state, calls = fold("tool_call", {"input": {"command": "ls"}}, [None, {"block": True, "reason": "no"}, None])
+    state, calls = fold(
+        "tool_call", {"input": {"command": "ls"}}, [None, {"block": True, "reason": "no"}, None]
+    )
     assert state["block"] is True and state["reason"] == "no" and calls == 2
 
 
@@ -65,7 +67,11 @@ def test_tool_result_patches_chain_across_handlers():
         payload,
         [{"content": "b"}, {"details": {"x": 1}}, {"isError": True}],
     )
-    assert state == {"content": [{"type": "text", "text": "b"}], "details": {"x": 1}, "is_error": True}
+    assert state == {
+        "content": [{"type": "text", "text": "b"}],
+        "details": {"x": 1},
+        "is_error": True,
+    }
 
 
 def test_tool_result_error_keeps_the_previous_value():
@@ -74,7 +80,9 @@ def test_tool_result_error_keeps_the_previous_value():
     assert state["content"] == [{"type": "text", "text": "b"}] and calls == 3
 
 
-@pytest.mark.parametrize("patch", [{"is_error": "yes"}, {"content": 3}, {"details": []}, {"content": [{"text": 1}]}])
+@pytest.mark.parametrize(
+    "patch", [{"is_error": "yes"}, {"content": 3}, {"details": []}, {"content": [{"text": 1}]}]
+)
 def test_tool_result_malformed_patch_is_rejected(patch):
     payload = {"content": [], "details": {}, "is_error": False}
     state = hk.initial_state("tool_result", payload)

@@ -19,7 +19,9 @@ def test_a_response_with_a_result_validates():
 
 
 def test_a_notification_validates():
-    message = WORKER_MESSAGE.validate_python({"jsonrpc": "2.0", "method": "log", "params": {"message": "x"}})
+    message = WORKER_MESSAGE.validate_python(
+        {"jsonrpc": "2.0", "method": "log", "params": {"message": "x"}}
+    )
     assert isinstance(message, NotificationMessage)
 
 
@@ -43,7 +45,11 @@ def test_malformed_worker_messages_are_rejected(frame):
 def test_initialize_result_rejects_a_tool_name_providers_cannot_take():
     with pytest.raises(pydantic.ValidationError):
         InitializeResult.model_validate(
-            {"protocol_version": 1, "pid": 1, "tools": [{"name": "bad name!", "description": "", "parameters": {}}]}
+            {
+                "protocol_version": 1,
+                "pid": 1,
+                "tools": [{"name": "bad name!", "description": "", "parameters": {}}],
+            }
         )
 
 

@@ -13,7 +13,9 @@ def test_a_worker_imports_only_the_stdlib_and_its_own_packages():
         "import pi_sandbox.worker.runtime, pi_sandbox.worker.builtin_tools, pi_sandbox.worker.api;"
         "print(json.dumps(sorted(set(sys.modules) - before)))"
     )
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     loaded = json.loads(out)
     foreign = [
         name

@@ -21,7 +21,9 @@ class FrameError(ValueError):
     """
 
 
-def encode_frame(message: dict[str, Any], *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+def encode_frame(
+    message: dict[str, Any], *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> bytes:
     """Encode ``message`` as one frame (compact JSON + ``\\n``).
 
     Raises:
@@ -30,7 +32,9 @@ def encode_frame(message: dict[str, Any], *, max_frame_bytes: int = DEFAULT_MAX_
     """
     data = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     if len(data) + 1 > max_frame_bytes:
-        raise FrameError(f"frame of {len(data) + 1} bytes exceeds the limit of {max_frame_bytes} bytes")
+        raise FrameError(
+            f"frame of {len(data) + 1} bytes exceeds the limit of {max_frame_bytes} bytes"
+        )
     return data + b"\n"
 
 

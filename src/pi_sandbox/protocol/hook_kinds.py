@@ -102,7 +102,12 @@ EVENT_KINDS: dict[str, str] = {
 }
 
 # The fields a tool_result handler may patch (seed 000 §8.3), with pi's camelCase alias.
-_TOOL_RESULT_FIELDS = {"content": "content", "details": "details", "is_error": "is_error", "isError": "is_error"}
+_TOOL_RESULT_FIELDS = {
+    "content": "content",
+    "details": "details",
+    "is_error": "is_error",
+    "isError": "is_error",
+}
 
 
 class HandlerResultError(ValueError):
@@ -123,7 +128,11 @@ def initial_state(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
     short-circuit and transaction events → ``{"result": None}``; notifications → ``{}``.
     """
     if event == "tool_call":
-        return {"input": copy.deepcopy(dict(payload.get("input") or {})), "block": False, "reason": None}
+        return {
+            "input": copy.deepcopy(dict(payload.get("input") or {})),
+            "block": False,
+            "reason": None,
+        }
     if event == "tool_result":
         return {
             "content": copy.deepcopy(list(payload.get("content") or [])),
@@ -140,7 +149,9 @@ def initial_state(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def handler_view(event: str, payload: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any]:
+def handler_view(
+    event: str, payload: Mapping[str, Any], state: Mapping[str, Any]
+) -> dict[str, Any]:
     """The event object the next handler receives: the payload with the running state applied.
 
     It is a fresh deep copy, so what one handler mutates is seen by later handlers only
@@ -180,7 +191,11 @@ def apply_result(
             )
         if result.get("block"):
             reason = result.get("reason")
-            return {**state, "block": True, "reason": str(reason) if reason else "Blocked by an extension"}, True
+            return {
+                **state,
+                "block": True,
+                "reason": str(reason) if reason else "Blocked by an extension",
+            }, True
         return state, False
     if event == "tool_result":
         if result is None:
@@ -198,7 +213,9 @@ def apply_result(
         if result is None:
             return state, False
         if not isinstance(result, Mapping):
-            raise HandlerResultError(f"{event} handler returned {type(result).__name__}; expected a mapping")
+            raise HandlerResultError(
+                f"{event} handler returned {type(result).__name__}; expected a mapping"
+            )
         return {"value": {**state["value"], **copy.deepcopy(dict(result))}}, False
     if kind == SHORT_CIRCUIT:
         if result is None:
@@ -245,5 +262,7 @@ def _check_tool_result_field(field: str, value: Any) -> Any:
     if not isinstance(value, list) or not all(
         isinstance(block, dict) and isinstance(block.get("type"), str) for block in value
     ):
-        raise HandlerResultError("tool_result patch: content must be a string or a list of content blocks")
+        raise HandlerResultError(
+            "tool_result patch: content must be a string or a list of content blocks"
+        )
     return copy.deepcopy(value)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 __all__ = [
+    "WORKER_MESSAGE",
     "ContentBlock",
     "DispatchResult",
     "HandlerError",
@@ -25,7 +26,6 @@ __all__ = [
     "ToolDefinitionWire",
     "ToolResultWire",
     "ToolUpdateParams",
-    "WORKER_MESSAGE",
     "WorkerMessage",
 ]
 
@@ -82,7 +82,7 @@ class ImageContent(_Strict):
 
     type: Literal["image"]
     data: str
-    mimeType: str  # noqa: N815 - pi's field name
+    mimeType: str
 
 
 ContentBlock = Annotated[TextContent | ImageContent, Field(discriminator="type")]

@@ -32,7 +32,10 @@ def build_system_prompt(cwd: Path, tools: list[ToolDefinition]) -> str:
         "You help by reading files, running commands, editing code and writing new files.",
         "",
         "Available tools:",
-        *[f"- {tool.name}: {tool.description.splitlines()[0] if tool.description else ''}" for tool in tools],
+        *[
+            f"- {tool.name}: {tool.description.splitlines()[0] if tool.description else ''}"
+            for tool in tools
+        ],
         "",
         "Guidelines:",
         "- Use read to examine files before editing; use edit for precise changes, write for new files.",
@@ -87,7 +90,12 @@ class AgentSession:
         outcome = await self.pool.dispatch(event, payload)
         for error in outcome.errors:
             await self.emit(
-                {"type": "extension_error", "extensionPath": error.get("path"), "event": event, "error": error["message"]}
+                {
+                    "type": "extension_error",
+                    "extensionPath": error.get("path"),
+                    "event": event,
+                    "error": error["message"],
+                }
             )
 
     async def start(self) -> None:
@@ -136,7 +144,9 @@ class AgentSession:
                 await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
                 if not turn.tool_calls:
                     return final_text
-            raise ProviderError(f"the model kept calling tools for {self.max_turns} turns; stopping")
+            raise ProviderError(
+                f"the model kept calling tools for {self.max_turns} turns; stopping"
+            )
         finally:
             await self.emit({"type": "agent_end", "messages": new_messages})
 
@@ -157,7 +167,8 @@ class AgentSession:
         if turn.text:
             content.append({"type": "text", "text": turn.text})
         content += [
-            {"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
+            {"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in turn.tool_calls
         ]
         return {
             "role": "assistant",

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 __all__ = ["JsonOutput", "PrintOutput"]
 
 _PREVIEW_CHARS = 200
+_PREVIEW_LINES = 4
 
 
 def _first_text(content: list[dict[str, Any]]) -> str:
@@ -34,6 +35,16 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+def _preview_lines(
+    text: str, max_lines: int = _PREVIEW_LINES, width: int = _PREVIEW_CHARS
+) -> list[str]:
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    shown = [line if len(line) <= width else line[: width - 1] + "…" for line in lines[:max_lines]]
+    if len(lines) > max_lines:
+        shown.append(f"… ({len(lines) - max_lines} more lines)")
+    return shown
+
+
 class PrintOutput:
     """Human-readable progress on stderr for ``-p``."""
 
@@ -50,19 +61,24 @@ class PrintOutput:
         if kind == "tool_execution_start":
             args = json.dumps(event.get("args", {}), ensure_ascii=False)
             self.line(f"→ {event['toolName']} {_one_line(args)}")
-        elif kind == "policy_decision" and event.get("effective") != "allow":
-            rule = event.get("rule") or "-"
-            self.line(f"  ⛔ policy {event.get('decision')} (rule {rule}): {event.get('reason')}")
         elif kind == "tool_execution_end":
-            text = _one_line(_first_text(event["result"]["content"]))
+            # Denials are shown here, with the call they belong to (the result text names
+            # the rule or hook and the reason); policy_decision events are json-mode only.
+            width = 2 * _PREVIEW_CHARS if event.get("blocked") else _PREVIEW_CHARS
+            lines = _preview_lines(_first_text(event["result"]["content"]), width=width)
             if event.get("blocked"):
-                self.line(f"  ✗ {event['toolName']} blocked: {text}")
+                mark, label = "✗", f"{event['toolName']} BLOCKED"
             elif event.get("isError"):
-                self.line(f"  ✗ {event['toolName']} error: {text}")
+                mark, label = "✗", f"{event['toolName']} error"
             else:
-                self.line(f"  ✓ {event['toolName']}: {text}")
+                mark, label = "✓", event["toolName"]
+            self.line(f"  {mark} {label}: {lines[0] if lines else ''}")
+            for extra in lines[1:]:
+                self.line(f"      {extra}")
         elif kind == "extension_error":
-            self.line(f"⚠ extension error ({event.get('event')}): {_one_line(event.get('error', ''), 500)}")
+            self.line(
+                f"⚠ extension error ({event.get('event')}): {_one_line(event.get('error', ''), 500)}"
+            )
         elif kind == "notice":
             self.line(f"ℹ {event.get('message')}")
 

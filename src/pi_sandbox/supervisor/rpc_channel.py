@@ -16,7 +16,12 @@ import trio
 
 from pi_sandbox.errors import ProtocolError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from pi_sandbox.protocol import methods
-from pi_sandbox.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
+from pi_sandbox.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameDecoder,
+    FrameError,
+    encode_frame,
+)
 from pi_sandbox.protocol.messages import WORKER_MESSAGE, NotificationMessage, ResponseMessage
 
 __all__ = ["NotificationHandler", "RpcChannel"]
@@ -91,7 +96,9 @@ class RpcChannel:
             self._close(
                 exc
                 if isinstance(exc, ProtocolError)
-                else WorkerCrashedError(f"{self.name}: channel reader stopped ({type(exc).__name__})")
+                else WorkerCrashedError(
+                    f"{self.name}: channel reader stopped ({type(exc).__name__})"
+                )
             )
             raise
 
@@ -100,7 +107,8 @@ class RpcChannel:
             message = WORKER_MESSAGE.validate_python(frame)
         except pydantic.ValidationError as exc:
             summary = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}" for err in exc.errors()[:5]
+                f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}"
+                for err in exc.errors()[:5]
             )
             raise ProtocolError(f"{self.name}: invalid message: {summary}") from exc
         if isinstance(message, ResponseMessage):
@@ -156,12 +164,16 @@ class RpcChannel:
         pending = _Pending()
         self._pending[request_id] = pending
         try:
-            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            await self.send(
+                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            )
             with trio.move_on_after(timeout_s):
                 await pending.done.wait()
             if not pending.done.is_set():
                 await self._send_cancel(request_id)
-                raise WorkerTimeoutError(f"{self.name}: {method} got no answer within {timeout_s:g} s")
+                raise WorkerTimeoutError(
+                    f"{self.name}: {method} got no answer within {timeout_s:g} s"
+                )
         except trio.Cancelled:
             await self._send_cancel(request_id)
             raise
@@ -185,7 +197,9 @@ class RpcChannel:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             try:
-                await self.send({"jsonrpc": "2.0", "method": methods.CANCEL, "params": {"id": request_id}})
+                await self.send(
+                    {"jsonrpc": "2.0", "method": methods.CANCEL, "params": {"id": request_id}}
+                )
             except (WorkerCrashedError, ProtocolError):
                 pass
 

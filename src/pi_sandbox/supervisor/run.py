@@ -129,6 +129,16 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
         async with trio.open_nursery() as nursery:
             try:
                 await pool.start(nursery, sources)
+                for source, worker in pool.extensions:
+                    where = (
+                        "in a sandbox" if worker.spec.sandbox is not None else "without a sandbox"
+                    )
+                    await output(
+                        {
+                            "type": "notice",
+                            "message": f"Loaded {source.origin} extension {source.path} ({where})",
+                        }
+                    )
                 for error in pool.load_errors:
                     failed_workers = True
                     await output(
@@ -142,7 +152,12 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     )
                 pipeline = ToolPipeline(pool=pool, policy=policy, cwd=options.cwd, emit=output)
                 session = AgentSession(
-                    provider=provider, pool=pool, pipeline=pipeline, emit=output, cwd=options.cwd, writer=writer
+                    provider=provider,
+                    pool=pool,
+                    pipeline=pipeline,
+                    emit=output,
+                    cwd=options.cwd,
+                    writer=writer,
                 )
                 await session.start()
                 try:

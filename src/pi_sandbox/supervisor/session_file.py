@@ -79,7 +79,9 @@ _converter = cattrs.Converter()
 for _cls in (MessageEntry, ModelChangeEntry):
     _renames = {"parent_id": override(rename="parentId"), "model_id": override(rename="modelId")}
     _fields = {k: v for k, v in _renames.items() if k in _cls.__dataclass_fields__}
-    _converter.register_unstructure_hook(_cls, make_dict_unstructure_fn(_cls, _converter, **_fields))
+    _converter.register_unstructure_hook(
+        _cls, make_dict_unstructure_fn(_cls, _converter, **_fields)
+    )
     _converter.register_structure_hook(_cls, make_dict_structure_fn(_cls, _converter, **_fields))
 
 _ENTRY_TYPES: dict[str, type] = {"message": MessageEntry, "model_change": ModelChangeEntry}
@@ -126,7 +128,9 @@ class SessionWriter:
 
     def append_model_change(self, provider: str, model_id: str) -> ModelChangeEntry:
         """Append a ``model_change`` entry."""
-        entry = ModelChangeEntry(id=self._next_id(), parent_id=self.last_id, provider=provider, model_id=model_id)
+        entry = ModelChangeEntry(
+            id=self._next_id(), parent_id=self.last_id, provider=provider, model_id=model_id
+        )
         self._write(_converter.unstructure(entry))
         self.last_id = entry.id
         return entry
@@ -138,7 +142,9 @@ class SessionWriter:
             self._fd = -1
 
 
-def load_session(path: Path) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
+def load_session(
+    path: Path,
+) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
     """Read a session file. A torn (unparseable) last line is skipped; entry types this
     version does not model are returned as plain dicts.
 

@@ -129,7 +129,9 @@ class ToolPipeline:
         if validator is None:
             schema = tool.definition.parameters
             try:
-                cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+                cls = jsonschema.validators.validator_for(
+                    schema, default=jsonschema.Draft202012Validator
+                )
                 cls.check_schema(schema)
             except jsonschema.SchemaError as exc:
                 return f"Tool {name} has an invalid parameter schema: {exc.message}"
@@ -139,7 +141,10 @@ class ToolPipeline:
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if not errors:
             return None
-        lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]]
+        lines = [
+            f"  {'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+            for e in errors[:10]
+        ]
         return f"Invalid arguments for tool {name}:\n" + "\n".join(lines)
 
     async def _gate(self, call: ToolCall, arguments: dict[str, Any]) -> str | None:
@@ -184,7 +189,9 @@ class ToolPipeline:
         )
         await self._report(outcome.errors, "tool_call")
         if outcome.state.get("block"):
-            item.early = _error_result(str(outcome.state.get("reason") or "Blocked"), blocked_by="extension")
+            item.early = _error_result(
+                str(outcome.state.get("reason") or "Blocked"), blocked_by="extension"
+            )
             item.blocked = True
             return item
         new_input = outcome.state["input"]
@@ -195,7 +202,9 @@ class ToolPipeline:
                 item.early = _error_result(f"{changed}; {problem}", blocked_by="validation")
                 return item
             if denial := await self._gate(call, new_input):
-                item.early = _error_result(f"{changed}; {denial}", blocked_by="policy", changed_input=new_input)
+                item.early = _error_result(
+                    f"{changed}; {denial}", blocked_by="policy", changed_input=new_input
+                )
                 item.blocked = True
                 return item
             item.arguments = new_input
@@ -217,7 +226,12 @@ class ToolPipeline:
     async def _execute(self, item: _Prepared) -> ToolOutcome:
         call = item.call
         await self.emit(
-            {"type": "tool_execution_start", "toolCallId": call.id, "toolName": call.name, "args": item.arguments}
+            {
+                "type": "tool_execution_start",
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "args": item.arguments,
+            }
         )
         if item.early is not None:
             result = item.early
@@ -272,7 +286,9 @@ class ToolPipeline:
             detail = f"\n--- worker log ---\n{tail}" if tail else ""
             return _error_result(f"Tool {item.call.name} failed: {exc}{detail}")
         except pydantic.ValidationError as exc:
-            return _error_result(f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)")
+            return _error_result(
+                f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
+            )
 
     async def _transform(self, item: _Prepared, result: dict[str, Any]) -> dict[str, Any]:
         payload = {
@@ -289,7 +305,11 @@ class ToolPipeline:
         try:
             # A patch is untrusted worker output: it must still be a valid tool result.
             return ToolResultWire.model_validate(
-                {"content": state["content"], "details": state["details"], "is_error": state["is_error"]}
+                {
+                    "content": state["content"],
+                    "details": state["details"],
+                    "is_error": state["is_error"],
+                }
             ).model_dump()
         except (pydantic.ValidationError, KeyError) as exc:
             await self._report([{"message": f"tool_result patch rejected: {exc}"}], "tool_result")

@@ -18,7 +18,13 @@ from typing import Any, Literal
 import pydantic
 import trio
 
-from pi_sandbox.errors import PiSandboxError, ProtocolError, RemoteError, WorkerError, WorkerTimeoutError
+from pi_sandbox.errors import (
+    PiSandboxError,
+    ProtocolError,
+    RemoteError,
+    WorkerError,
+    WorkerTimeoutError,
+)
 from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
@@ -99,7 +105,9 @@ def _extension_entries(directory: Path) -> list[Path]:
     for entry in sorted(directory.iterdir()):
         if entry.name.startswith((".", "_")):
             continue
-        if (entry.is_file() and entry.suffix == ".py") or (entry.is_dir() and (entry / "__init__.py").is_file()):
+        if (entry.is_file() and entry.suffix == ".py") or (
+            entry.is_dir() and (entry / "__init__.py").is_file()
+        ):
             found.append(entry)
     return found
 
@@ -133,7 +141,9 @@ def discover_extensions(
                 f"Skipped {len(project)} project extension(s) in {cwd / '.pi' / 'extensions'} ({names}): "
                 "the project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load them."
             )
-        candidates += [ExtensionSource(p, "user") for p in _extension_entries(agent_dir / "extensions")]
+        candidates += [
+            ExtensionSource(p, "user") for p in _extension_entries(agent_dir / "extensions")
+        ]
     seen: set[Path] = set()
     sources = []
     for candidate in candidates:
@@ -190,7 +200,12 @@ class WorkerPool:
             )
         env = _unsandboxed_env(self.config.home)
         return WorkerSpec(
-            name=name, init_params=init_params, log_path=log_path, env=env, sandbox=profile, bwrap=self._bwrap
+            name=name,
+            init_params=init_params,
+            log_path=log_path,
+            env=env,
+            sandbox=profile,
+            bwrap=self._bwrap,
         )
 
     def _needs_bwrap(self, sources: Sequence[ExtensionSource]) -> bool:
@@ -218,7 +233,10 @@ class WorkerPool:
             self._bwrap = find_bwrap()
             await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
         tool_spec = self._spec(
-            "tool worker", {"kind": "tools", "ctx": self._ctx()}, role="tool", sandboxed=self.config.sandbox
+            "tool worker",
+            {"kind": "tools", "ctx": self._ctx()},
+            role="tool",
+            sandboxed=self.config.sandbox,
         )
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
         self.tool_worker.tool_updates = on_tool_update
@@ -254,7 +272,10 @@ class WorkerPool:
                 return
             except WorkerError as exc:
                 self.load_errors.append(
-                    {"path": str(source.path), "message": f"Failed to load extension {source.path}: {exc}"}
+                    {
+                        "path": str(source.path),
+                        "message": f"Failed to load extension {source.path}: {exc}",
+                    }
                 )
                 return
             slots[index] = (source, worker)
@@ -310,7 +331,9 @@ class WorkerPool:
         for source, worker in self.subscribers(event):
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
             try:
-                raw = await worker.request(methods.EVENT_DISPATCH, params, timeout_s=self.config.hook_timeout_s)
+                raw = await worker.request(
+                    methods.EVENT_DISPATCH, params, timeout_s=self.config.hook_timeout_s
+                )
                 result = DispatchResult.model_validate(raw)
                 if event == "tool_call" and not isinstance(result.state.get("input"), dict):
                     raise ProtocolError(f"{worker.name}: tool_call state without an input object")
@@ -325,7 +348,8 @@ class WorkerPool:
                     break
                 continue
             outcome.errors += [
-                {"path": str(source.path), "message": e.message, "traceback": e.traceback} for e in result.errors
+                {"path": str(source.path), "message": e.message, "traceback": e.traceback}
+                for e in result.errors
             ]
             state = result.state
             if result.stopped:
@@ -348,7 +372,18 @@ def _unsandboxed_env(home: Path) -> dict[str, str]:
 
     Provider keys, tokens and ``SSH_AUTH_SOCK`` never reach a worker (DESIGN §1).
     """
-    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
+    keep = (
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+    )
     env = {name: os.environ[name] for name in keep if name in os.environ}
     env["HOME"] = str(home)
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -158,7 +158,9 @@ class WorkerProcess:
             argv = build_bwrap_argv(self.spec.sandbox, argv, bwrap=self.spec.bwrap)
             env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_fd = os.open(self.spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        log_fd = os.open(
+            self.spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
         channel_fd = child_sock.fileno()
         extra: int | None = None
         if channel_fd == methods.WORKER_FD:

@@ -63,7 +63,9 @@ class Context:
         signal: a ``threading.Event`` set when the supervisor cancels this operation.
     """
 
-    def __init__(self, *, cwd: str, has_ui: bool, mode: str, signal: threading.Event | None = None) -> None:
+    def __init__(
+        self, *, cwd: str, has_ui: bool, mode: str, signal: threading.Event | None = None
+    ) -> None:
         self.cwd = cwd
         self.has_ui = has_ui
         self.mode = mode
@@ -79,7 +81,13 @@ class ToolRegistration:
     """One tool an extension registered (kept inside the worker)."""
 
     def __init__(
-        self, *, name: str, label: str, description: str, parameters: dict[str, Any], execute: Callable[..., Any]
+        self,
+        *,
+        name: str,
+        label: str,
+        description: str,
+        parameters: dict[str, Any],
+        execute: Callable[..., Any],
     ) -> None:
         self.name = name
         self.label = label
@@ -151,19 +159,29 @@ class ExtensionAPI:
             ValueError / TypeError: an argument is missing or malformed (message names it).
         """
         if not isinstance(name, str) or not 1 <= len(name) <= 64 or not set(name) <= _NAME_CHARS:
-            raise ValueError(f"register_tool: name {name!r} must be 1-64 characters of [A-Za-z0-9_-]")
+            raise ValueError(
+                f"register_tool: name {name!r} must be 1-64 characters of [A-Za-z0-9_-]"
+            )
         if not isinstance(description, str):
             raise TypeError(f"register_tool({name!r}): description must be a string")
         if parameters is None:
             parameters = {"type": "object", "properties": {}}
         if not isinstance(parameters, dict) or parameters.get("type") != "object":
-            raise ValueError(f"register_tool({name!r}): parameters must be a JSON Schema with type 'object'")
+            raise ValueError(
+                f"register_tool({name!r}): parameters must be a JSON Schema with type 'object'"
+            )
         if not callable(execute):
             raise TypeError(f"register_tool({name!r}): execute must be callable")
         if name in self._tools:
-            raise ValueError(f"register_tool: tool {name!r} is already registered by this extension")
+            raise ValueError(
+                f"register_tool: tool {name!r} is already registered by this extension"
+            )
         self._tools[name] = ToolRegistration(
-            name=name, label=label or name, description=description, parameters=parameters, execute=execute
+            name=name,
+            label=label or name,
+            description=description,
+            parameters=parameters,
+            execute=execute,
         )
 
     # Read by the worker runtime only.

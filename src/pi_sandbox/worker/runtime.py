@@ -61,7 +61,9 @@ def _normalise_tool_result(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         return {"content": [{"type": "text", "text": value}], "details": {}, "is_error": False}
     if not isinstance(value, dict):
-        raise TypeError(f"tool execute returned {type(value).__name__}; expected a dict or a string")
+        raise TypeError(
+            f"tool execute returned {type(value).__name__}; expected a dict or a string"
+        )
     content = value.get("content", [])
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
@@ -80,7 +82,11 @@ class WorkerRuntime:
     def __init__(self, sock: socket.socket, *, max_frame_bytes: int | None = None) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
-        self._decoder = FrameDecoder() if max_frame_bytes is None else FrameDecoder(max_frame_bytes=max_frame_bytes)
+        self._decoder = (
+            FrameDecoder()
+            if max_frame_bytes is None
+            else FrameDecoder(max_frame_bytes=max_frame_bytes)
+        )
         self._cancels: dict[Any, threading.Event] = {}
         self._cancelled: set[Any] = set()
         self._state_lock = threading.Lock()
@@ -101,7 +107,10 @@ class WorkerRuntime:
                     {
                         "jsonrpc": "2.0",
                         "id": message["id"],
-                        "error": {"code": methods.ERROR_INTERNAL, "message": f"response not sendable: {exc}"},
+                        "error": {
+                            "code": methods.ERROR_INTERNAL,
+                            "message": f"response not sendable: {exc}",
+                        },
                     }
                 )
             else:
@@ -160,7 +169,11 @@ class WorkerRuntime:
         thread.start()
 
     def _run_request(
-        self, request_id: Any, method: str, params: dict[str, Any], cancel: threading.Event | None = None
+        self,
+        request_id: Any,
+        method: str,
+        params: dict[str, Any],
+        cancel: threading.Event | None = None,
     ) -> None:
         try:
             result = self._dispatch(method, params, cancel or threading.Event(), request_id)
@@ -187,7 +200,9 @@ class WorkerRuntime:
         if not cancelled:  # DESIGN §3: a request the peer cancelled is never answered
             self.send(response)
 
-    def _dispatch(self, method: str, params: dict[str, Any], cancel: threading.Event, request_id: Any) -> Any:
+    def _dispatch(
+        self, method: str, params: dict[str, Any], cancel: threading.Event, request_id: Any
+    ) -> Any:
         if method == methods.INITIALIZE:
             return self._initialize(params)
         if method == methods.SHUTDOWN:
@@ -234,7 +249,11 @@ class WorkerRuntime:
             ) from exc
         self._api = api
         self._kind = "extension"
-        return {"protocol_version": methods.PROTOCOL_VERSION, "pid": os.getpid(), **api._registrations()}
+        return {
+            "protocol_version": methods.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            **api._registrations(),
+        }
 
     def _context(self, ctx: dict[str, Any], cancel: threading.Event) -> Context:
         return Context(
@@ -249,7 +268,9 @@ class WorkerRuntime:
         payload = params.get("payload") or {}
         state = params.get("state") or hook_kinds.initial_state(event, payload)
         ctx = self._context(params.get("ctx") or {}, cancel)
-        handlers: list[Callable[..., Any]] = list(self._api._handlers.get(event, [])) if self._api else []
+        handlers: list[Callable[..., Any]] = (
+            list(self._api._handlers.get(event, [])) if self._api else []
+        )
         errors: list[dict[str, str]] = []
         stopped = False
         for index, handler in enumerate(handlers):
@@ -284,11 +305,17 @@ class WorkerRuntime:
                 cwd=ctx.cwd,
                 cancel=cancel,
                 on_update=on_update,
-                **{k: v for k, v in limits.items() if k in ("default_timeout_s", "max_output_bytes", "max_output_lines")},
+                **{
+                    k: v
+                    for k, v in limits.items()
+                    if k in ("default_timeout_s", "max_output_bytes", "max_output_lines")
+                },
             )
         tool = self._api._tools.get(name) if self._api else None
         if tool is None:
-            raise _RequestError(methods.ERROR_METHOD_NOT_FOUND, f"this extension has no tool {name!r}")
+            raise _RequestError(
+                methods.ERROR_METHOD_NOT_FOUND, f"this extension has no tool {name!r}"
+            )
         try:
             return _normalise_tool_result(_resolve(tool.execute(arguments, ctx)))
         except Exception as exc:
@@ -318,7 +345,9 @@ def _load_extension(path: str) -> ExtensionAPI:
         raise ImportError(f"no extension file at {path}")
     stem = os.path.basename(os.path.normpath(path)).removesuffix(".py")
     module_name = "pi_extension_" + "".join(c if c.isalnum() else "_" for c in stem)
-    spec = importlib.util.spec_from_file_location(module_name, target, submodule_search_locations=search)
+    spec = importlib.util.spec_from_file_location(
+        module_name, target, submodule_search_locations=search
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(spec)
