@@ -271,3 +271,20 @@ async def test_closing_the_pool_reaps_every_worker(open_pool, ext):
         except ProcessLookupError:
             continue
         raise AssertionError(f"worker {pid} still exists")
+
+
+async def test_a_bash_call_that_kills_the_tool_worker_fails_and_the_next_call_gets_a_new_worker(
+    open_pool, workspace
+):
+    async with open_pool() as pool:
+        first = pool.tool_worker
+        pipeline = pipeline_for(pool, workspace)
+        with trio.fail_after(20):
+            [killed] = await pipeline.run(
+                [ToolCall("c1", "bash", {"command": "kill -9 $PPID; sleep 5"})]
+            )
+            assert killed.result["is_error"]
+            await first.exited.wait()
+            [after] = await pipeline.run([ToolCall("c2", "bash", {"command": "echo back"})])
+        assert text(after) == "back"
+        assert pool.tool_worker is not first and pool.tool_worker.generation == 2

@@ -275,6 +275,8 @@ class ToolPipeline:
         }
         worker = item.tool.worker
         try:
+            if item.tool.source == "builtin" and not worker.alive:
+                worker = await self.pool.ensure_tool_worker()
             raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
             return ToolResultWire.model_validate(raw).model_dump()
         except WorkerTimeoutError:

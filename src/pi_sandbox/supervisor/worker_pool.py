@@ -168,6 +168,8 @@ class WorkerPool:
         self._bwrap: str | None = None
         self._log_dir = Path(tempfile.mkdtemp(prefix="pi-workers-"))
         self._counter = 0
+        self._nursery: trio.Nursery | None = None
+        self._respawn_lock = trio.Lock()
 
     @property
     def log_dir(self) -> Path:
@@ -289,7 +291,34 @@ class WorkerPool:
 
     async def _start_tool_worker(self, nursery: trio.Nursery) -> None:
         assert self.tool_worker is not None
+        self._nursery = nursery
         await self.tool_worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
+
+    async def ensure_tool_worker(self) -> WorkerProcess:
+        """The tool worker, respawned (next generation) if it died.
+
+        A ``bash`` call may kill its own worker (``kill -9 $PPID``); built-in tools
+        must keep working for the rest of the session. Concurrent callers share one
+        respawn.
+
+        Raises:
+            WorkerStartError: the replacement could not start.
+        """
+        assert self.tool_worker is not None and self._nursery is not None
+        async with self._respawn_lock:
+            old = self.tool_worker
+            if old.alive:
+                return old
+            await old.aclose()
+            self.generation += 1
+            replacement = WorkerProcess(old.spec, generation=self.generation)
+            replacement.tool_updates = old.tool_updates
+            await replacement.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
+            self.tool_worker = replacement
+            for name, tool in list(self.tools.items()):
+                if tool.worker is old:
+                    self.tools[name] = RegisteredTool(tool.definition, replacement, tool.source)
+            return replacement
 
     def _build_registry(self) -> None:
         assert self.tool_worker is not None and self.tool_worker.registrations is not None
