@@ -10,8 +10,9 @@ It shows the three things most extensions do:
 2. a ``tool_result`` handler that patches a result (a plain ``def``),
 3. a tool of its own, ``word_count``.
 
-Like every extension, it runs in its own sandboxed worker process: it sees only
-what the supervisor sends it (the event and a context snapshot), never the host.
+Like every extension, it runs in its own worker process and sees only what the
+supervisor sends it (the event and a context snapshot); under ``--sandbox`` that
+process is also confined by bubblewrap (read-only workspace, no network).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Tree::
     ├── WorkerError
     │   ├── WorkerStartError     the worker process could not be spawned or failed its handshake
     │   ├── WorkerCrashedError   the worker process exited or its channel broke mid-request
-    │   ├── WorkerTimeoutError   a request passed its deadline (the worker is killed)
+    │   ├── WorkerTimeoutError   a request passed its deadline ($/cancel is sent; the answer is dropped)
     │   └── RemoteError          the worker answered with an error; carries the remote traceback text
     ├── StaleContextError        a message from an invalidated worker generation
     ├── SandboxError
@@ -62,7 +62,7 @@ class WorkerCrashedError(WorkerError):
 
 
 class WorkerTimeoutError(WorkerError):
-    """A request to a worker passed its deadline; the worker is killed."""
+    """A request to a worker passed its deadline; ``$/cancel`` was sent and a late answer is dropped."""
 
 
 class RemoteError(WorkerError):

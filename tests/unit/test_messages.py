@@ -47,6 +47,7 @@ def test_initialize_result_rejects_a_tool_name_providers_cannot_take():
         InitializeResult.model_validate(
             {
                 "protocol_version": 1,
+                "generation": 1,
                 "pid": 1,
                 "tools": [{"name": "bad name!", "description": "", "parameters": {}}],
             }

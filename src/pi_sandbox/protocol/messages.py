@@ -101,6 +101,7 @@ class InitializeResult(_Strict):
     """The handshake answer: what the worker registered."""
 
     protocol_version: int
+    generation: int
     pid: int
     tools: list[ToolDefinitionWire] = Field(default_factory=list)
     events: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)

@@ -116,7 +116,7 @@ class SandboxProfile(BaseModel):
             is validated (see `deny_masks`); paths that do not exist then are skipped.
         env: ``(name, value)`` pairs, the only environment inside the sandbox.
         cwd: the working directory inside.
-        network: ``"none"``: a private network namespace with only a down loopback.
+        network: ``"none"``: a private network namespace whose only interface is its own loopback (nothing outside is reachable).
         tmp_size_bytes: size cap of the private ``/tmp`` tmpfs in bytes, or ``None``
             for the kernel default (half of RAM).
         symlinks: ``(target, linkpath)`` pairs created before any bind, for hosts

@@ -8,12 +8,12 @@ reaped, even when the run fails.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import trio
 
 from pi_sandbox.errors import (
@@ -79,7 +79,11 @@ def run_print_session(options: RunOptions) -> int:
     try:
         return trio.run(_run, options, provider, policy, output)
     except SandboxUnavailableError as exc:
-        return fail(f"--sandbox: bubblewrap cannot run here: {exc}", 3)
+        return fail(
+            f"a sandbox is required (--sandbox, or --trust sandboxed with project extensions) "
+            f"but bubblewrap cannot run here: {exc}",
+            3,
+        )
     except KeyboardInterrupt:
         return fail("interrupted", 130)
     except BrokenPipeError:
@@ -91,19 +95,30 @@ def run_print_session(options: RunOptions) -> int:
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
 
 
+def _forbid_ptrace_and_proc_reads() -> None:
+    """Make the supervisor non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``).
+
+    Its ``/proc/<pid>/environ`` and memory then stop being readable by other
+    processes of the same (non-root) user — defence in depth for ``--no-sandbox``
+    runs, where workers share the user's identity. Best effort: failures are ignored.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
 async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
+    from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
-    writer = SessionWriter.create(options.agent_dir, options.cwd) if options.session else None
-    header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
-    if writer is not None:
-        header.update(id=writer.header.id, timestamp=writer.header.timestamp, path=str(writer.path))
-    if options.mode == "json":
-        await output(header)
-
+    _forbid_ptrace_and_proc_reads()
     sources, notices = discover_extensions(
         cwd=options.cwd,
         agent_dir=options.agent_dir,
@@ -111,8 +126,6 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
         no_extensions=options.no_extensions,
         project_trust=options.trust,
     )
-    for notice in notices:
-        await output({"type": "notice", "message": notice})
     config = PoolConfig(
         cwd=options.cwd,
         agent_dir=options.agent_dir,
@@ -122,13 +135,45 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
         mode=options.mode,
         has_ui=False,
     )
+
+    async def on_tool_update(message: NotificationMessage) -> None:
+        try:
+            update = ToolUpdateParams.model_validate(message.params)
+        except pydantic.ValidationError:
+            return  # progress is cosmetic; a malformed update is dropped, not fatal
+        await output(
+            {
+                "type": "tool_execution_update",
+                "toolCallId": update.tool_call_id,
+                "partialResult": update.update,
+            }
+        )
+
     pool = WorkerPool(config)
+    writer: SessionWriter | None = None
     status = 0
-    failed_workers = False
+    keep_logs = False
     try:
         async with trio.open_nursery() as nursery:
             try:
-                await pool.start(nursery, sources)
+                # Workers first: a run that cannot start its sandbox leaves no session file.
+                await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                writer = (
+                    SessionWriter.create(options.agent_dir, options.cwd)
+                    if options.session
+                    else None
+                )
+                header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
+                if writer is not None:
+                    header.update(
+                        id=writer.header.id,
+                        timestamp=writer.header.timestamp,
+                        path=str(writer.path),
+                    )
+                if options.mode == "json":
+                    await output(header)
+                for notice in notices:
+                    await output({"type": "notice", "message": notice})
                 for source, worker in pool.extensions:
                     where = (
                         "in a sandbox" if worker.spec.sandbox is not None else "without a sandbox"
@@ -140,7 +185,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                         }
                     )
                 for error in pool.load_errors:
-                    failed_workers = True
+                    keep_logs = True
                     await output(
                         {
                             "type": "extension_error",
@@ -174,11 +219,14 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                 print(f"pi: provider error: {exc}", file=sys.stderr, flush=True)
                 status = 1
             except (WorkerError, PolicyError) as exc:
+                keep_logs = True
                 await output({"type": "error", "error": str(exc)})
                 print(f"pi: {exc}", file=sys.stderr, flush=True)
                 status = 1
             finally:
-                await pool.aclose()
+                await pool.aclose(keep_logs=keep_logs)
+                if keep_logs:
+                    print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()
     except* PiSandboxError as group:
         # SandboxUnavailableError and friends raised inside the nursery arrive grouped.
@@ -186,6 +234,4 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
     finally:
         if writer is not None:
             writer.close()
-        if not failed_workers:
-            shutil.rmtree(pool.log_dir, ignore_errors=True)
     return status

@@ -163,6 +163,7 @@ class ToolPipeline:
                 "rule": decision.rule,
                 "reason": decision.reason,
                 "tier": decision.tier,
+                "source": str(decision.source) if decision.source else None,
                 "commands": decision.commands,
             }
         )
@@ -200,6 +201,7 @@ class ToolPipeline:
             changed = f"A tool_call hook changed the input to {json.dumps(new_input, ensure_ascii=False)[:500]}"
             if problem := self._validate(item.tool, new_input):
                 item.early = _error_result(f"{changed}; {problem}", blocked_by="validation")
+                item.blocked = True
                 return item
             if denial := await self._gate(call, new_input):
                 item.early = _error_result(

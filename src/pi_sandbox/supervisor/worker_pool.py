@@ -9,6 +9,7 @@ the workers that subscribed to them, combining results with ``protocol.hook_kind
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -282,11 +283,21 @@ class WorkerPool:
                 return
             slots[index] = (source, worker)
 
+        tool_worker_failure: list[WorkerError] = []
+
+        async def start_tool_worker() -> None:
+            try:
+                await self._start_tool_worker(nursery)
+            except WorkerError as exc:
+                tool_worker_failure.append(exc)
+
         async with trio.open_nursery() as starters:
-            starters.start_soon(self._start_tool_worker, nursery)
+            starters.start_soon(start_tool_worker)
             for index, source in enumerate(sources):
                 starters.start_soon(start_extension, index, source)
         self.extensions = [slot for slot in slots if slot is not None]
+        if tool_worker_failure:
+            raise tool_worker_failure[0]
         self._build_registry()
 
     async def _start_tool_worker(self, nursery: trio.Nursery) -> None:
@@ -386,14 +397,20 @@ class WorkerPool:
         outcome.state = state
         return outcome
 
-    async def aclose(self) -> None:
-        """Stop every worker (escalating shutdown, always reaped)."""
+    async def aclose(self, *, keep_logs: bool = False) -> None:
+        """Stop every worker (escalating shutdown, always reaped).
+
+        The per-worker logs are removed unless ``keep_logs`` (the caller shows their
+        path when something failed).
+        """
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
                 for _, worker in self.extensions:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
+        if not keep_logs:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
 
 
 def _unsandboxed_env(home: Path) -> dict[str, str]:

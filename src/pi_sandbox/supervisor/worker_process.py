@@ -44,8 +44,12 @@ _LOG_TAIL_BYTES = 4000
 
 
 def worker_command() -> list[str]:
-    """The argv that starts a worker with this interpreter (isolated mode, no user site)."""
-    return [sys.executable, "-I", "-m", "pi_sandbox.worker"]
+    """The argv that starts a worker with this interpreter.
+
+    ``-I``: isolated mode (no user site, ``PYTHON*`` variables ignored — so ``-B`` is
+    needed to keep extensions from leaving ``__pycache__`` beside their files).
+    """
+    return [sys.executable, "-I", "-B", "-m", "pi_sandbox.worker"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,17 @@ class WorkerProcess:
         except pydantic.ValidationError as exc:
             await self.aclose()
             raise WorkerStartError(f"{self.name}: invalid initialize result: {exc}") from exc
+        if self.registrations.protocol_version != methods.PROTOCOL_VERSION:
+            await self.aclose()
+            raise WorkerStartError(
+                f"{self.name}: speaks protocol {self.registrations.protocol_version}, "
+                f"the supervisor {methods.PROTOCOL_VERSION}"
+            )
+        if self.registrations.generation != self.generation:
+            await self.aclose()
+            raise WorkerStartError(
+                f"{self.name}: answered for generation {self.registrations.generation}, expected {self.generation}"
+            )
         return self.registrations
 
     def _spawn(self, child_sock: socket.socket) -> int:

@@ -227,6 +227,7 @@ class WorkerRuntime:
             self._kind = "tools"
             return {
                 "protocol_version": methods.PROTOCOL_VERSION,
+                "generation": params.get("generation"),
                 "pid": os.getpid(),
                 "tools": [dict(d) for d in TOOL_DEFINITIONS.values()],
                 "events": [],
@@ -251,6 +252,7 @@ class WorkerRuntime:
         self._kind = "extension"
         return {
             "protocol_version": methods.PROTOCOL_VERSION,
+            "generation": params.get("generation"),
             "pid": os.getpid(),
             **api._registrations(),
         }

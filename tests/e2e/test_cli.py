@@ -1,0 +1,188 @@
+"""The ``pi`` command as a user runs it: arguments, exit codes, stdin, session files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = """
+- text: looking
+  tool_calls:
+    - {id: t1, name: bash, arguments: {command: "echo out-$((20+22))"}}
+    - {id: t2, name: write, arguments: {path: notes/a.txt, content: "hi"}}
+- text: all done
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
+    }
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.yaml"
+    path.write_text(SCRIPT)
+    return path
+
+
+def pi(*args: str, env: dict[str, str], stdin: str | None = None, cwd: Path | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "pi_sandbox.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def sessions(env: dict[str, str]) -> list[Path]:
+    return sorted(Path(env["PI_CODING_AGENT_DIR"]).glob("sessions/*/*.jsonl"))
+
+
+def test_a_run_writes_a_pi_format_session_file_with_a_linked_entry_chain(tmp_path, env, script):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = pi("-p", "--script", str(script), "-C", str(work), "do it", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "all done\n"
+    assert (work / "notes" / "a.txt").read_text() == "hi"
+    [path] = sessions(env)
+    assert path.parent.name == "--" + str(work).lstrip("/").replace("/", "-") + "--"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    header, entries = lines[0], lines[1:]
+    assert header["type"] == "session" and header["version"] == 3 and header["cwd"] == str(work)
+    assert [e["parentId"] for e in entries] == [None] + [e["id"] for e in entries[:-1]]
+    messages = [e["message"] for e in entries if e["type"] == "message"]
+    assert [m["role"] for m in messages] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "toolResult",
+        "assistant",
+    ]
+    bash_result = messages[2]
+    assert bash_result["toolCallId"] == "t1" and bash_result["toolName"] == "bash"
+    assert bash_result["isError"] is False and bash_result["content"][0]["text"].strip() == "out-42"
+    assert messages[1]["content"][1] == {
+        "type": "toolCall",
+        "id": "t1",
+        "name": "bash",
+        "arguments": {"command": "echo out-$((20+22))"},
+    }
+
+
+def test_no_session_writes_no_file_and_the_message_can_come_from_stdin(tmp_path, env, script):
+    proc = pi(
+        "-p",
+        "--no-session",
+        "--script",
+        str(script),
+        "-C",
+        str(tmp_path),
+        env=env,
+        stdin="from stdin\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sessions(env) == []
+
+
+def test_json_mode_streams_tool_execution_events_with_pi_field_names(tmp_path, env, script):
+    proc = pi("--mode", "json", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[0]["type"] == "session"
+    end = next(e for e in events if e["type"] == "tool_execution_end" and e["toolCallId"] == "t1")
+    assert end["toolName"] == "bash" and end["isError"] is False
+    assert end["result"]["content"][0]["text"].strip() == "out-42"
+    assert [e["type"] for e in events][-1] == "agent_end"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--mode", "xml", "hi"], "--mode"),
+        (["--trust", "maybe", "hi"], "--trust"),
+        (["-C", "/does/not/exist", "hi"], "-C"),
+        (["--script", "/does/not/exist.yaml", "hi"], "--script"),
+        (["-e", "/does/not/exist.py", "hi"], "--extension"),
+        (["--policy", "/does/not/exist.yaml", "hi"], "--policy"),
+        (["--model", "nosuch/model", "hi"], "--model"),
+        (["--bogus-flag", "hi"], "--bogus-flag"),
+    ],
+)
+def test_usage_errors_exit_2_naming_the_argument(env, args, named):
+    proc = pi(*args, env=env, stdin="")
+    assert proc.returncode == 2
+    assert named in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_malformed_policy_is_fatal_and_names_file_line_and_key(tmp_path, env, script):
+    policy = tmp_path / "bad.yaml"
+    policy.write_text(
+        "version: 1\ntool_call:\n  default: allow\n  rules:\n    - id: x\n      tool: bash\n      decison: deny\n"
+    )
+    proc = pi(
+        "-p", "--policy", str(policy), "--script", str(script), "-C", str(tmp_path), "go", env=env
+    )
+    assert proc.returncode == 2
+    assert "bad.yaml:7" in proc.stderr and "decison" in proc.stderr
+    assert sessions(env) == []
+
+
+def test_running_out_of_script_turns_is_a_clear_provider_error_exit_1(tmp_path, env):
+    short = tmp_path / "short.yaml"
+    short.write_text("- tool_calls: [{name: ls, arguments: {}}]\n")
+    proc = pi("-p", "--script", str(short), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 1
+    assert "no turn left" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sandbox_without_a_working_bwrap_exits_3_and_never_runs_unsandboxed(tmp_path, env, script):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    marker = tmp_path / "ran"
+    script.write_text(
+        f"- tool_calls: [{{name: bash, arguments: {{command: 'touch {marker}'}}}}]\n- text: x\n"
+    )
+    env = {**env, "PATH": f"{fake}:{env['PATH']}"}
+    proc = pi("--sandbox", "-p", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 3
+    assert "bubblewrap cannot run here" in proc.stderr and "No permissions" in proc.stderr
+    assert not marker.exists()
+    assert sessions(env) == []
+
+
+def test_project_extensions_are_skipped_with_a_notice_without_a_trust_decision(
+    tmp_path, env, script
+):
+    project = tmp_path / "project"
+    (project / ".pi" / "extensions").mkdir(parents=True)
+    marker = tmp_path / "loaded"
+    (project / ".pi" / "extensions" / "x.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\ndef extension(pi):\n    pass\n"
+    )
+    proc = pi("-p", "--script", str(script), "-C", str(project), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Skipped 1 project extension" in proc.stderr and "--trust" in proc.stderr
+    assert not marker.exists()
+    proc = pi("-p", "--trust", "yes", "--script", str(script), "-C", str(project), "go", env=env)
+    assert proc.returncode == 0 and marker.exists()
