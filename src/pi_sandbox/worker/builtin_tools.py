@@ -822,6 +822,7 @@ def _pump_output(proc, tail: _OutputTail, ctx: _Context, deadline: float) -> tup
         children kept the pipe open past the drain grace.
     """
     import selectors
+    import subprocess
 
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     fd = proc.stdout.fileno()
@@ -846,8 +847,13 @@ def _pump_output(proc, tail: _OutputTail, ctx: _Context, deadline: float) -> tup
                         eof = True
                         selector.unregister(fd)
             elif proc.poll() is None:
-                # The shell closed its output but is still running.
-                ctx.cancel.wait(_POLL_S)
+                # The shell closed its output but is still running. Popen.wait polls with
+                # a backoff that starts below a millisecond, so a shell that is about to
+                # exit is reaped at once instead of after a whole _POLL_S.
+                try:
+                    proc.wait(timeout=_POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
             now = time.monotonic()
             stopped = "aborted" if ctx.cancel.is_set() else "timed_out" if now >= deadline else None
             if stopped:
