@@ -259,23 +259,10 @@ def machine_info(bwrap: str | None) -> dict[str, Any]:
 
 
 def base_env(home: Path) -> dict[str, str]:
-    """The small environment an unsandboxed worker gets (as in WorkerPool)."""
-    keep = (
-        "PATH",
-        "LANG",
-        "LC_ALL",
-        "LC_CTYPE",
-        "TERM",
-        "TZ",
-        "TMPDIR",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-    )
-    env = {name: os.environ[name] for name in keep if name in os.environ}
-    env["HOME"] = str(home)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    """The small environment an unsandboxed worker gets (WorkerPool's own allowlist)."""
+    from pi_sandbox.supervisor.worker_pool import unsandboxed_env
+
+    return unsandboxed_env(home)
 
 
 def spawn_wait_ns(argv: Sequence[str], env: dict[str, str]) -> int:

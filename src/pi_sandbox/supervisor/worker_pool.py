@@ -38,6 +38,7 @@ __all__ = [
     "RegisteredTool",
     "WorkerPool",
     "discover_extensions",
+    "unsandboxed_env",
 ]
 
 Origin = Literal["cli", "user", "project"]
@@ -201,7 +202,7 @@ class WorkerPool:
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
             )
-        env = _unsandboxed_env(self.config.home)
+        env = unsandboxed_env(self.config.home)
         return WorkerSpec(
             name=name,
             init_params=init_params,
@@ -413,7 +414,7 @@ class WorkerPool:
             shutil.rmtree(self._log_dir, ignore_errors=True)
 
 
-def _unsandboxed_env(home: Path) -> dict[str, str]:
+def unsandboxed_env(home: Path) -> dict[str, str]:
     """The environment of a worker without bwrap: an allowlist, never the supervisor's own.
 
     Provider keys, tokens and ``SSH_AUTH_SOCK`` never reach a worker (DESIGN §1).
