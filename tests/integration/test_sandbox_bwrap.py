@@ -273,3 +273,33 @@ def test_probe_of_a_missing_binary_is_unavailable(tmp_path: Path):
 def test_probe_of_a_working_bwrap_passes_every_time(bwrap):
     probe_bwrap(bwrap)
     probe_bwrap(bwrap)
+
+
+def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(tmp_path):
+    """The .git swap attack: rename .git away and plant a new one with a hook and fsmonitor."""
+    try:
+        bwrap = find_bwrap()
+        probe_bwrap(bwrap)
+    except SandboxUnavailableError as exc:
+        pytest.skip(f"bwrap cannot run here: {exc}")
+    workspace = tmp_path / "ws"
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    profile = worker_profile(
+        "tool", workspace=workspace, home=tmp_path / "home", agent_dir=tmp_path / "agent"
+    )
+    attack = (
+        "mv .git .git-orig; echo mv=$?; "
+        "echo '[core]\\n fsmonitor = touch PWNED' >> .git/config; echo config=$?; "
+        "echo x > .git/commondir; echo commondir=$?; "
+        "rm -rf .git; echo rm=$?; true"
+    )
+    argv = build_bwrap_argv(profile, ["/bin/sh", "-c", attack], bwrap=bwrap)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "mv=0" not in out.stdout and "config=0" not in out.stdout
+    assert "commondir=0" not in out.stdout
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+    assert not (workspace / ".git" / "commondir").exists()
+    assert not (workspace / ".git-orig").exists()
+    assert (workspace / ".git" / "HEAD").exists()

@@ -298,8 +298,8 @@ def test_tool_worker_profile_writes_the_workspace_and_protects_persistence_paths
 
     assert profile.rw_binds == (str(ws),)
     assert str(ws) not in profile.ro_binds
-    # .pi does not exist in the workspace, so only the git paths are protected
-    assert profile.protected == (str(ws / ".git/config"), str(ws / ".git/hooks"))
+    # .pi does not exist in the workspace, so only .git (all of it) is protected
+    assert profile.protected == (str(ws / ".git"),)
     assert profile.cwd == str(ws)
     assert profile.network == "none"
     assert profile.tmp_size_bytes == 256 * 1024 * 1024
@@ -432,3 +432,21 @@ def test_worker_profile_recreates_symlinks_on_the_way_to_exposed_paths(layout):
     assert ("real", str(root / "alias")) in profile.symlinks
     assert str(root / "real" / "tools") in profile.ro_binds
     assert not any("does-not-exist" in path for path in profile.ro_binds)
+
+
+def test_a_workspace_that_contains_home_protects_the_shell_and_git_start_up_files(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    for name in (".bashrc", ".profile", ".gitconfig"):
+        (home / name).write_text("# rc\n")
+    profile = worker_profile("tool", workspace=home, home=home, agent_dir=home / ".pi" / "agent")
+    for rel in (".bashrc", ".profile", ".gitconfig", ".config/git"):
+        assert str(home / rel) in profile.protected
+    assert str(home / ".zshrc") not in profile.protected  # absent: nothing to bind
+
+
+def test_a_workspace_inside_home_does_not_protect_home_files_it_cannot_reach(layout):
+    profile = worker_profile(
+        "tool", workspace=layout["workspace"], home=layout["home"], agent_dir=layout["agent_dir"]
+    )
+    assert all(p.startswith(str(layout["workspace"])) for p in profile.protected)

@@ -53,17 +53,70 @@ _ETC_ENTRIES = (
 # Paths inside the workspace whose modification would outlive the sandbox: git runs
 # hooks and honours core.* settings (core.fsmonitor, core.hooksPath) outside it, and
 # .pi holds the project's extensions and settings that the next session loads.
-_PROTECTED_IN_WORKSPACE = (".git/hooks", ".git/config", ".pi")
+# The whole of .git, not just hooks/ and config: a writable .git lets a tool swap in
+# a replacement (`mv .git x; mkdir .git`) or point `commondir` elsewhere, and git then
+# runs the planted hooks and core.fsmonitor on the host. A mount point cannot be
+# renamed (EBUSY), so binding .git itself also pins it in place. The cost: git
+# commands that write (commit, add, checkout) fail inside the sandbox.
+# .envrc is run by direnv; .vscode/.idea hold tasks an IDE runs; .agents, .mcp.json
+# and .claude are other agents' configuration an extension could consume.
+_PROTECTED_IN_WORKSPACE = (
+    ".git",
+    ".pi",
+    ".agents",
+    ".vscode",
+    ".idea",
+    ".envrc",
+    ".mcp.json",
+    ".claude",
+)
 
-# Credentials conventionally kept under HOME (DESIGN §6 default deny-read).
+# Start-up files under HOME that a shell, git or the agent runs later: protected when
+# a writable root contains HOME (`pi --sandbox` started in ~).
+_PROTECTED_IN_HOME = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".gitconfig",
+    ".config/git",
+    ".config/fish",
+    ".config/autostart",
+    ".config/systemd",
+    ".local/bin",
+    ".pi",
+    ".agents",
+)
+
+# Credentials and histories conventionally kept under HOME (DESIGN §6 default
+# deny-read, extended with other tools' token stores).
 _DENY_IN_HOME = (
     ".ssh",
     ".aws",
+    ".azure",
     ".gnupg",
     ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".kube",
     ".docker",
     ".netrc",
     ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
 )
 
 # The agent's own secrets and records in its agent directory.
@@ -308,11 +361,19 @@ def worker_profile(
     if role == "tool":
         rw = (workspace_str,)
         ro.discard(workspace_real)
-        for rel in _PROTECTED_IN_WORKSPACE:
-            candidate = os.path.join(workspace_real, rel)
+        home_real = os.path.realpath(os.path.abspath(home))
+        candidates = [os.path.join(workspace_real, rel) for rel in _PROTECTED_IN_WORKSPACE]
+        if is_within(home_real, workspace_real):
+            candidates += [os.path.join(home_real, rel) for rel in _PROTECTED_IN_HOME]
+        for candidate in candidates:
             # A symlink that leads out of the workspace points at something that is
             # not writable here anyway; binding its target would only expose it.
-            if os.path.exists(candidate) and is_within(os.path.realpath(candidate), workspace_real):
+            exists = os.path.lexists(candidate)
+            if (
+                exists
+                and candidate not in protected
+                and is_within(os.path.realpath(candidate), workspace_real)
+            ):
                 protected.append(candidate)
     else:
         ro.add(workspace_real)
