@@ -288,3 +288,76 @@ async def test_a_bash_call_that_kills_the_tool_worker_fails_and_the_next_call_ge
             [after] = await pipeline.run([ToolCall("c2", "bash", {"command": "echo back"})])
         assert text(after) == "back"
         assert pool.tool_worker is not first and pool.tool_worker.generation == 2
+
+
+async def test_a_hung_hook_worker_is_killed_and_the_next_call_gets_a_fresh_one(
+    open_pool, ext, workspace
+):
+    async with open_pool([ext("hanger")], hook_timeout_s=0.5) as pool:
+        pipeline = pipeline_for(pool, workspace)
+        first = pool.extensions[0][1]
+        with trio.fail_after(20):
+            [one] = await pipeline.run([ToolCall("c1", "bash", {"command": "true"})])
+            await first.exited.wait()
+            [two] = await pipeline.run([ToolCall("c2", "bash", {"command": "true"})])
+        assert one.blocked and two.blocked  # still fail-closed: the new worker hangs too
+        assert pool.extensions[0][1] is not first and pool.extensions[0][1].generation == 2
+
+
+async def test_an_extension_that_keeps_crashing_is_disabled_and_ends_the_run(
+    open_pool, ext, workspace
+):
+    from pi_sandbox.errors import WorkerCrashedError
+    from pi_sandbox.supervisor.worker_pool import MAX_EXTENSION_RESTARTS
+
+    async with open_pool([ext("suicide")]) as pool:
+        pipeline = pipeline_for(pool, workspace)
+        with trio.fail_after(30):
+            for n in range(MAX_EXTENSION_RESTARTS + 1):
+                [outcome] = await pipeline.run([ToolCall(f"c{n}", "bash", {"command": "true"})])
+                assert outcome.blocked
+            try:
+                await pipeline.run([ToolCall("last", "bash", {"command": "true"})])
+            except WorkerCrashedError as exc:
+                assert "disabled" in str(exc)
+            else:
+                raise AssertionError("a permanently dead tool_call hook must end the run")
+
+
+async def test_system_exit_in_a_tool_is_an_error_result_and_the_worker_lives_on(
+    open_pool, tmp_path, workspace
+):
+    extension = tmp_path / "exiter.py"
+    extension.write_text(
+        "import sys\n"
+        "def extension(pi):\n"
+        "    pi.register_tool(name='bye', description='exits', execute=lambda p, c: sys.exit(0))\n"
+        "    pi.register_tool(name='hi', description='hi', execute=lambda p, c: 'hi')\n"
+    )
+    async with open_pool([extension]) as pool:
+        with trio.fail_after(10):
+            bye, hi = await pipeline_for(pool, workspace).run(
+                [ToolCall("a", "bye", {}), ToolCall("b", "hi", {})]
+            )
+        assert bye.result["is_error"] and "SystemExit" in text(bye)
+        assert text(hi) == "hi"
+
+
+async def test_an_extension_that_closes_its_channel_is_seen_as_crashed_not_waited_for(
+    open_pool, tmp_path, workspace
+):
+    extension = tmp_path / "closer.py"
+    extension.write_text(
+        "import os\n"
+        "def extension(pi):\n"
+        "    def close(params, ctx):\n"
+        "        os.close(3)\n"
+        "        return 'closed'\n"
+        "    pi.register_tool(name='close_channel', description='closes fd 3', execute=close)\n"
+    )
+    async with open_pool([extension]) as pool:
+        with trio.fail_after(10):
+            [outcome] = await pipeline_for(pool, workspace).run(
+                [ToolCall("a", "close_channel", {})]
+            )
+        assert outcome.result["is_error"]

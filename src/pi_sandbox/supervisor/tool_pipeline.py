@@ -30,12 +30,13 @@ import jsonschema
 import pydantic
 import trio
 
-from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerTimeoutError
+from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from pi_sandbox.policies import Policy, evaluate_tool_call
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import ToolResultWire
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
+from pi_sandbox.supervisor.worker_process import WorkerProcess
 
 __all__ = ["EmitFn", "ToolOutcome", "ToolPipeline"]
 
@@ -189,6 +190,8 @@ class ToolPipeline:
             "tool_call", {"tool_name": call.name, "tool_call_id": call.id, "input": item.arguments}
         )
         await self._report(outcome.errors, "tool_call")
+        if outcome.fatal:
+            raise WorkerCrashedError(f"cannot run tool_call hooks: {outcome.fatal}")
         if outcome.state.get("block"):
             item.early = _error_result(
                 str(outcome.state.get("reason") or "Blocked"), blocked_by="extension"
@@ -277,8 +280,8 @@ class ToolPipeline:
         }
         worker = item.tool.worker
         try:
-            if item.tool.source == "builtin" and not worker.alive:
-                worker = await self.pool.ensure_tool_worker()
+            if not worker.alive:
+                worker = await self._revive(item.tool)
             raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
             return ToolResultWire.model_validate(raw).model_dump()
         except WorkerTimeoutError:
@@ -293,6 +296,20 @@ class ToolPipeline:
             return _error_result(
                 f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
             )
+
+    async def _revive(self, tool: RegisteredTool) -> WorkerProcess:
+        """The live worker for ``tool``: respawned if it died (see ``WorkerPool``)."""
+        if tool.source == "builtin":
+            return await self.pool.ensure_tool_worker()
+        for index, (_, worker) in enumerate(self.pool.extensions):
+            if worker is tool.worker:
+                revived = await self.pool.ensure_extension_worker(index)
+                if revived is not None:
+                    return revived
+                break
+        raise WorkerCrashedError(
+            f"the extension that provides {tool.definition.name} is not running"
+        )
 
     async def _transform(self, item: _Prepared, result: dict[str, Any]) -> dict[str, Any]:
         payload = {

@@ -32,6 +32,7 @@ from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
 
 __all__ = [
+    "MAX_EXTENSION_RESTARTS",
     "DispatchOutcome",
     "ExtensionSource",
     "PoolConfig",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 Origin = Literal["cli", "user", "project"]
+
+MAX_EXTENSION_RESTARTS = 2
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,13 @@ class DispatchOutcome:
     Attributes:
         state: the final ``hook_kinds`` state.
         errors: one message per failed handler or worker (for ``extension_error``).
+        fatal: set when a fail-closed event (``tool_call``) met a disabled extension:
+            every later call would be blocked, so the session should end.
     """
 
     state: dict[str, Any]
     errors: list[dict[str, str]] = field(default_factory=list)
+    fatal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,12 @@ def discover_extensions(
 
 
 class WorkerPool:
-    """Starts, addresses and stops the workers of one session (generation ``generation``)."""
+    """Starts, addresses and stops the workers of one session.
+
+    Workers start at generation ``generation``; a respawned worker gets its
+    predecessor's generation plus one, so a late message is never mistaken for the
+    new instance's (each generation has its own channel).
+    """
 
     def __init__(self, config: PoolConfig, *, generation: int = 1) -> None:
         self.config = config
@@ -172,6 +183,8 @@ class WorkerPool:
         self._counter = 0
         self._nursery: trio.Nursery | None = None
         self._respawn_lock = trio.Lock()
+        self._restarts: dict[Path, int] = {}
+        self.disabled: dict[Path, str] = {}
 
     @property
     def log_dir(self) -> Path:
@@ -310,27 +323,54 @@ class WorkerPool:
         """The tool worker, respawned (next generation) if it died.
 
         A ``bash`` call may kill its own worker (``kill -9 $PPID``); built-in tools
-        must keep working for the rest of the session. Concurrent callers share one
-        respawn.
+        must keep working for the rest of the session, so the tool worker has no
+        restart budget.
 
         Raises:
             WorkerStartError: the replacement could not start.
         """
-        assert self.tool_worker is not None and self._nursery is not None
+        assert self.tool_worker is not None
         async with self._respawn_lock:
-            old = self.tool_worker
-            if old.alive:
-                return old
-            await old.aclose()
-            self.generation += 1
-            replacement = WorkerProcess(old.spec, generation=self.generation)
-            replacement.tool_updates = old.tool_updates
-            await replacement.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
-            self.tool_worker = replacement
-            for name, tool in list(self.tools.items()):
-                if tool.worker is old:
-                    self.tools[name] = RegisteredTool(tool.definition, replacement, tool.source)
+            if not self.tool_worker.alive:
+                self.tool_worker = await self._respawn(self.tool_worker)
+            return self.tool_worker
+
+    async def ensure_extension_worker(self, index: int) -> WorkerProcess | None:
+        """Extension ``index``'s worker, respawned if it died; ``None`` once disabled.
+
+        A crashed or hung extension is restarted (its factory runs again, in a new
+        generation) at most ``MAX_EXTENSION_RESTARTS`` times per session; after that,
+        or when the restart fails to load, it is disabled and ``None`` is returned.
+        """
+        async with self._respawn_lock:
+            source, worker = self.extensions[index]
+            if worker.alive:
+                return worker
+            if source.path in self.disabled:
+                return None
+            used = self._restarts.get(source.path, 0)
+            if used >= MAX_EXTENSION_RESTARTS:
+                self.disabled[source.path] = f"it stopped {used + 1} times"
+                return None
+            self._restarts[source.path] = used + 1
+            try:
+                replacement = await self._respawn(worker)
+            except (RemoteError, WorkerError) as exc:
+                self.disabled[source.path] = f"its restart failed: {exc}"
+                return None
+            self.extensions[index] = (source, replacement)
             return replacement
+
+    async def _respawn(self, old: WorkerProcess) -> WorkerProcess:
+        assert self._nursery is not None
+        await old.aclose()
+        replacement = WorkerProcess(old.spec, generation=old.generation + 1)
+        replacement.tool_updates = old.tool_updates
+        await replacement.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
+        for name, tool in list(self.tools.items()):
+            if tool.worker is old:
+                self.tools[name] = RegisteredTool(tool.definition, replacement, tool.source)
+        return replacement
 
     def _build_registry(self) -> None:
         assert self.tool_worker is not None and self.tool_worker.registrations is not None
@@ -369,7 +409,25 @@ class WorkerPool:
         """
         state = hook_kinds.initial_state(event, payload)
         outcome = DispatchOutcome(state)
-        for source, worker in self.subscribers(event):
+        indices = [
+            i
+            for i, (_, worker) in enumerate(self.extensions)
+            if worker.registrations is not None and event in worker.registrations.events
+        ]
+        for index in indices:
+            source = self.extensions[index][0]
+            worker = await self.ensure_extension_worker(index)
+            if worker is None:
+                message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
+                if hook_kinds.apply_error(event, state, message)[1]:
+                    # A fail-closed hook that can never run again would block every
+                    # call for the rest of the session: the caller ends the run.
+                    outcome.fatal = message
+                state, stop = hook_kinds.apply_error(event, state, message)
+                outcome.errors.append({"path": str(source.path), "message": message})
+                if stop:
+                    break
+                continue
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
             try:
                 raw = await worker.request(
@@ -380,6 +438,9 @@ class WorkerPool:
                     raise ProtocolError(f"{worker.name}: tool_call state without an input object")
             except (PiSandboxError, pydantic.ValidationError) as exc:
                 if isinstance(exc, WorkerTimeoutError):
+                    # The hung handler's thread cannot be pre-empted: kill the worker so
+                    # the next event gets a fresh one instead of another full timeout.
+                    worker.kill()
                     message = f"{event} handler in {source.path} timed out after {self.config.hook_timeout_s:g} s"
                 else:
                     message = f"{event} handler in {source.path} failed: {exc}"

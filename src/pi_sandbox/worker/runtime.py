@@ -121,7 +121,10 @@ class WorkerRuntime:
             try:
                 self._sock.sendall(frame)
             except OSError:
-                pass
+                # The channel is gone (the supervisor died, or extension code closed or
+                # broke fd 3). A worker that cannot answer must not linger: exiting is
+                # what lets the supervisor see the crash instead of waiting on a deadline.
+                os._exit(3)
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         """Send a notification (no reply expected)."""
@@ -188,7 +191,9 @@ class WorkerRuntime:
             if exc.data is not None:
                 error["data"] = exc.data
             response = {"jsonrpc": "2.0", "id": request_id, "error": error}
-        except Exception as exc:
+        except BaseException as exc:
+            # SystemExit and KeyboardInterrupt raised by extension code in a request
+            # thread would end the thread silently and leave the request unanswered.
             response = {
                 "jsonrpc": "2.0",
                 "id": request_id,
@@ -285,7 +290,7 @@ class WorkerRuntime:
             try:
                 result = _resolve(handler(view, ctx))
                 state, stopped = hook_kinds.apply_result(event, state, view, result)
-            except Exception as exc:
+            except BaseException as exc:
                 name = getattr(handler, "__qualname__", f"handler #{index + 1}")
                 message = f"{event} handler {name} in {self._extension_path} failed: {type(exc).__name__}: {exc}"
                 errors.append({"message": message, "traceback": _format_exception(exc)})
@@ -325,7 +330,7 @@ class WorkerRuntime:
             )
         try:
             return _normalise_tool_result(_resolve(tool.execute(arguments, ctx)))
-        except Exception as exc:
+        except BaseException as exc:
             # The issue's contract: an exception becomes an error result carrying the message.
             return {
                 "content": [{"type": "text", "text": f"{type(exc).__name__}: {exc}"}],
