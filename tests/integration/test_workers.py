@@ -174,7 +174,10 @@ async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_poo
         )
         assert text(outcome) == "echo: ok" and not outcome.result["is_error"]
         worker = pool.tools["echo"].worker
-        assert "tool noise" in worker.log_tail() and worker.alive
+        with trio.fail_after(5):  # the log is drained asynchronously
+            while "tool noise" not in worker.log_tail():
+                await trio.sleep(0.01)
+        assert worker.alive
 
 
 async def test_a_malformed_frame_from_a_worker_kills_it_and_is_reported(open_pool, ext, workspace):
@@ -361,3 +364,25 @@ async def test_an_extension_that_closes_its_channel_is_seen_as_crashed_not_waite
                 [ToolCall("a", "close_channel", {})]
             )
         assert outcome.result["is_error"]
+
+
+async def test_a_worker_that_prints_without_end_gets_a_capped_log(open_pool, tmp_path, workspace):
+    extension = tmp_path / "flood.py"
+    extension.write_text(
+        "import os\n"
+        "def extension(pi):\n"
+        "    def flood(params, ctx):\n"
+        "        block = b'x' * 65536\n"
+        "        for _ in range(160):  # 10 MiB\n"
+        "            os.write(1, block)\n"
+        "        return 'flooded'\n"
+        "    pi.register_tool(name='flood', description='prints 10 MiB', execute=flood)\n"
+    )
+    async with open_pool([extension]) as pool:
+        worker = pool.tools["flood"].worker
+        with trio.fail_after(20):
+            [outcome] = await pipeline_for(pool, workspace).run([ToolCall("a", "flood", {})])
+            while "log truncated" not in worker.log_tail(200):
+                await trio.sleep(0.01)
+        assert text(outcome) == "flooded"
+        assert worker.spec.log_path.stat().st_size < worker.spec.max_log_bytes + 200

@@ -59,7 +59,7 @@ class WorkerSpec:
     Attributes:
         name: for messages, e.g. ``"tool worker"`` or ``"extension /x/guard.py"``.
         init_params: the ``initialize`` parameters (``kind``, ``path``, ``ctx``).
-        log_path: where the worker's stdout and stderr go.
+        log_path: where the worker's stdout and stderr go (at most ``max_log_bytes``).
         env: the worker's environment when unsandboxed (an allowlist, never ours).
         sandbox: the profile to run under, or ``None`` for no bwrap.
         bwrap: the bwrap binary (required with ``sandbox``).
@@ -71,6 +71,7 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     sandbox: SandboxProfile | None = None
     bwrap: str | None = None
+    max_log_bytes: int = 4 * 1024 * 1024
 
 
 class WorkerProcess:
@@ -88,6 +89,7 @@ class WorkerProcess:
         self.tool_updates: NotificationHandler | None = None
         self._channel: RpcChannel | None = None
         self._pidfd: int | None = None
+        self._log_pipe: int | None = None
 
     @property
     def name(self) -> str:
@@ -135,6 +137,7 @@ class WorkerProcess:
         self._channel = RpcChannel(stream, name=self.name, on_notification=self._on_notification)
         nursery.start_soon(self._watch_exit)
         nursery.start_soon(self._read_channel)
+        nursery.start_soon(self._drain_log)
         params = {**self.spec.init_params, "generation": self.generation}
         try:
             raw = await self._channel.request(methods.INITIALIZE, params, timeout_s=timeout_s)
@@ -172,17 +175,16 @@ class WorkerProcess:
                 raise OSError("a sandbox profile needs a bwrap binary")
             argv = build_bwrap_argv(self.spec.sandbox, argv, bwrap=self.spec.bwrap)
             env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
-        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_fd = os.open(
-            self.spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-        )
+        # stdout/stderr go through a pipe the supervisor drains into the log file, so
+        # the log is capped: a worker that prints forever cannot fill the host's disk.
+        read_fd, log_fd = os.pipe2(os.O_CLOEXEC)
         channel_fd = child_sock.fileno()
         extra: int | None = None
         if channel_fd == methods.WORKER_FD:
             # dup2(3, 3) would leave close-on-exec set; move it off fd 3 first.
             extra = channel_fd = os.dup(channel_fd)
         try:
-            return os.posix_spawn(
+            pid = os.posix_spawn(
                 argv[0],
                 argv,
                 env,
@@ -194,10 +196,15 @@ class WorkerProcess:
                 ],
                 setsid=True,
             )
+        except BaseException:
+            os.close(read_fd)
+            raise
         finally:
             os.close(log_fd)
             if extra is not None:
                 os.close(extra)
+        self._log_pipe = read_fd
+        return pid
 
     async def _watch_exit(self) -> None:
         assert self._pidfd is not None and self.pid is not None
@@ -212,6 +219,31 @@ class WorkerProcess:
             if self._channel is not None and not self._channel.closed:
                 with trio.CancelScope(shield=True):
                     await self._channel.aclose()
+
+    async def _drain_log(self) -> None:
+        assert self._log_pipe is not None
+        limit = self.spec.max_log_bytes
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        written = 0
+        async with trio.lowlevel.FdStream(self._log_pipe) as pipe:
+            with open(self.spec.log_path, "ab") as log:
+                while True:
+                    try:
+                        data = await pipe.receive_some(65536)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return
+                    if not data:
+                        return
+                    if written >= limit:
+                        continue  # keep draining so the worker never blocks on a full pipe
+                    chunk = data[: limit - written]
+                    log.write(chunk)
+                    written += len(chunk)
+                    if written >= limit:
+                        log.write(
+                            b"\n[pi: log truncated at %d bytes; further output discarded]\n" % limit
+                        )
+                    log.flush()
 
     async def _read_channel(self) -> None:
         assert self._channel is not None
