@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import trio
 
@@ -386,3 +387,37 @@ async def test_a_worker_that_prints_without_end_gets_a_capped_log(open_pool, tmp
                 await trio.sleep(0.01)
         assert text(outcome) == "flooded"
         assert worker.spec.log_path.stat().st_size < worker.spec.max_log_bytes + 200
+
+
+async def test_a_project_extension_cannot_take_over_a_tool_of_a_user_extension(
+    open_pool, tmp_path, workspace
+):
+    from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+
+    def tool_ext(name: str, answer: str) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(
+            "def extension(pi):\n"
+            f"    pi.register_tool(name='canary', description='d', execute=lambda p, c: {answer!r})\n"
+        )
+        return path
+
+    project, user = tool_ext("project_ext", "PROJECT"), tool_ext("user_ext", "USER")
+    config = PoolConfig(
+        cwd=workspace, agent_dir=tmp_path / "agent", home=tmp_path / "home", sandbox=False
+    )
+    pool = WorkerPool(config)
+    async with trio.open_nursery() as nursery:
+        try:
+            # Load order puts the project first (as in pi); the tool still belongs to the user.
+            await pool.start(
+                nursery, [ExtensionSource(project, "project"), ExtensionSource(user, "user")]
+            )
+            [outcome] = await pipeline_for(pool, workspace).run([ToolCall("a", "canary", {})])
+            assert text(outcome) == "USER"
+            assert any(
+                "project_ext.py" in e["path"] and "canary" in e["message"] for e in pool.load_errors
+            )
+        finally:
+            await pool.aclose()
+            nursery.cancel_scope.cancel()

@@ -12,7 +12,23 @@ import json
 import sys
 from typing import Any, TextIO
 
-__all__ = ["JsonOutput", "PrintOutput"]
+__all__ = ["JsonOutput", "PrintOutput", "printable"]
+
+# C0 controls except tab and newline, DEL, and C1 controls: the bytes that make a
+# terminal clear the screen, move the cursor, set the title or the clipboard (OSC 52).
+_CONTROL = {
+    c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters shown as ``\\xNN`` escapes.
+
+    Tool output, block reasons and model text are untrusted: printed raw, an escape
+    sequence could overwrite the line that says a call was blocked.
+    """
+    return text.translate(_CONTROL)
+
 
 _PREVIEW_CHARS = 200
 _PREVIEW_LINES = 4
@@ -53,8 +69,8 @@ class PrintOutput:
         self._denied: dict[str, str] = {}
 
     def line(self, text: str) -> None:
-        """Write one progress line."""
-        print(text, file=self.stderr, flush=True)
+        """Write one progress line (control characters escaped)."""
+        print(printable(text), file=self.stderr, flush=True)
 
     async def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("type")

@@ -86,6 +86,11 @@ def run_print_session(options: RunOptions) -> int:
         )
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except BaseExceptionGroup as group:
+        # Ctrl-C can arrive while several tasks run: trio then groups the interrupts.
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return fail("interrupted", 130)
+        raise
     except BrokenPipeError:
         return 0 if options.mode == "json" else 1
     except Exception as exc:  # the last line of defence: a clear message, never a bare traceback
@@ -114,6 +119,7 @@ def _forbid_ptrace_and_proc_reads() -> None:
 async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.supervisor.agent_session import AgentSession
+    from pi_sandbox.supervisor.output_modes import printable
     from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
@@ -211,7 +217,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     await session.shutdown()
                 if options.mode != "json":
                     try:
-                        print(final_text, flush=True)
+                        print(printable(final_text), flush=True)
                     except BrokenPipeError:
                         status = 1
             except ProviderError as exc:

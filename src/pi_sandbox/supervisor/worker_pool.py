@@ -376,7 +376,10 @@ class WorkerPool:
         assert self.tool_worker is not None and self.tool_worker.registrations is not None
         for definition in self.tool_worker.registrations.tools:
             self.tools[definition.name] = RegisteredTool(definition, self.tool_worker, "builtin")
-        for source, worker in self.extensions:
+        # Tool names are claimed in trust order, not load order: a project extension
+        # (trusted or only sandboxed) must never take over a tool the user installed.
+        rank = {"cli": 0, "user": 1, "project": 2}
+        for source, worker in sorted(self.extensions, key=lambda item: rank[item[0].origin]):
             assert worker.registrations is not None
             for definition in worker.registrations.tools:
                 existing = self.tools.get(definition.name)
