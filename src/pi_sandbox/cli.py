@@ -113,9 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"argument -e/--extension: no such file or directory: {path}")
     for path in args.policy:
         if not path.is_file():
-            parser.error(f"argument --policy: no such file: {path}")
+            what = "not a file" if path.exists() else "no such file"
+            parser.error(f"argument --policy: {what}: {path}")
     if args.script is not None and not args.script.is_file():
-        parser.error(f"argument --script: no such file: {args.script}")
+        what = "not a file" if args.script.exists() else "no such file"
+        parser.error(f"argument --script: {what}: {args.script}")
+    if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
+        parser.error(f"argument --base-url: not an http(s) URL: {args.base_url}")
     options = RunOptions(
         message=message,
         cwd=cwd,

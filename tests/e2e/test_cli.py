@@ -122,6 +122,8 @@ def test_json_mode_streams_tool_execution_events_with_pi_field_names(tmp_path, e
         (["--policy", "/does/not/exist.yaml", "hi"], "--policy"),
         (["--model", "nosuch/model", "hi"], "--model"),
         (["--bogus-flag", "hi"], "--bogus-flag"),
+        (["--script", "/tmp", "hi"], "--script"),
+        (["--base-url", "notaurl", "--model", "openai/x", "hi"], "--base-url"),
     ],
 )
 def test_usage_errors_exit_2_naming_the_argument(env, args, named):
