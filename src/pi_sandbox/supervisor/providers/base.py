@@ -86,4 +86,3 @@ class Provider(Protocol):
         ``pi_sandbox.errors.ProviderError`` on any failure (HTTP status, malformed
         stream, exhausted script); cancellation propagates as ``trio.Cancelled``.
         """
-        ...
