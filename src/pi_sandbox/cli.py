@@ -1,8 +1,9 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
 ``pi [options] [message…]``. Exit status: 0 success; 1 the agent or provider failed;
-2 bad usage or configuration (names the argument or file); 3 ``--sandbox`` was asked
-for and bubblewrap cannot run here.
+2 bad usage or configuration (names the argument or file); 3 a sandbox was required
+(``--sandbox``, or ``--trust sandboxed`` with project extensions) and bubblewrap cannot
+run here; 130 interrupted.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Tree::
     │   └── RemoteError          the worker answered with an error; carries the remote traceback text
     ├── StaleContextError        a message from an invalidated worker generation
     ├── SandboxError
-    │   └── SandboxUnavailableError  --sandbox was asked for and bwrap cannot run here
+    │   └── SandboxUnavailableError  a sandbox is required and bwrap cannot run here
     ├── PolicyError
     │   └── PolicyFileError      a policy file is malformed (names file, line and key)
     ├── ProviderError            the model provider failed (HTTP status, stream error, script exhausted)
@@ -88,7 +88,7 @@ class SandboxError(PiSandboxError):
 
 
 class SandboxUnavailableError(SandboxError):
-    """``--sandbox`` was requested but bubblewrap cannot create namespaces here."""
+    """A sandbox is required (``--sandbox``, or ``--trust sandboxed``) but bubblewrap cannot run here."""
 
 
 class PolicyError(PiSandboxError):

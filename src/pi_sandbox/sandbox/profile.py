@@ -297,8 +297,10 @@ def worker_profile(
     directory of `sys.executable`; only those subtrees, never the HOME they may live
     in), the directory holding the ``pi_sandbox`` package, ``extra_ro`` and the
     workspace: read-write for the tool worker, read-only for extension workers. In
-    the tool role ``.git/hooks``, ``.git/config`` and ``.pi`` in the workspace are
-    re-bound read-only when they exist. Credentials under ``home`` and the agent's
+    the tool role the persistence paths in the workspace (``_PROTECTED_IN_WORKSPACE``:
+    all of ``.git``, ``.pi``, ``.agents``, IDE and direnv files), and HOME's start-up
+    files when the workspace contains HOME (``_PROTECTED_IN_HOME``), are re-bound
+    read-only when they exist. Credentials under ``home`` and the agent's
     ``auth.json``, ``trust.json`` and ``sessions`` in ``agent_dir`` are masked, which
     matters when the workspace is (inside) HOME.
 

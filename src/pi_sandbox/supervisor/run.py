@@ -56,11 +56,11 @@ def run_print_session(options: RunOptions) -> int:
     file, provider arguments); 3: a sandbox was required and bwrap cannot run.
     """
     from pi_sandbox.policies import load_policies
-    from pi_sandbox.supervisor.output_modes import JsonOutput, PrintOutput
+    from pi_sandbox.supervisor.output_modes import JsonOutput, PrintOutput, printable
     from pi_sandbox.supervisor.providers import create_provider
 
     def fail(text: str, code: int) -> int:
-        print(f"pi: {text}", file=sys.stderr, flush=True)
+        print(printable(f"pi: {text}"), file=sys.stderr, flush=True)
         return code
 
     try:
@@ -222,12 +222,12 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                         status = 1
             except ProviderError as exc:
                 await output({"type": "error", "error": f"provider error: {exc}"})
-                print(f"pi: provider error: {exc}", file=sys.stderr, flush=True)
+                print(printable(f"pi: provider error: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             except (WorkerError, PolicyError) as exc:
                 keep_logs = True
                 await output({"type": "error", "error": str(exc)})
-                print(f"pi: {exc}", file=sys.stderr, flush=True)
+                print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             finally:
                 await pool.aclose(keep_logs=keep_logs)

@@ -301,8 +301,13 @@ class ToolPipeline:
         """The live worker for ``tool``: respawned if it died (see ``WorkerPool``)."""
         if tool.source == "builtin":
             return await self.pool.ensure_tool_worker()
-        for index, (_, worker) in enumerate(self.pool.extensions):
-            if worker is tool.worker:
+        # The registry entry may already point at a replacement (a tool_call dispatch
+        # or a sibling call respawned the extension since this call was prepared).
+        current = self.pool.tools.get(tool.definition.name)
+        if current is not None and current.worker.alive:
+            return current.worker
+        for index, (source, _) in enumerate(self.pool.extensions):
+            if str(source.path) == tool.source:
                 revived = await self.pool.ensure_extension_worker(index)
                 if revived is not None:
                     return revived

@@ -1,8 +1,8 @@
 """Spawning, handshaking and stopping one worker process (DESIGN §1, §3).
 
 A worker is spawned with ``os.posix_spawn`` so that its channel lands on exactly fd 3
-(``POSIX_SPAWN_DUP2``), stdin is ``/dev/null`` and stdout/stderr go to a per-worker
-log file; every other descriptor of the supervisor is close-on-exec (PEP 446), so
+(``POSIX_SPAWN_DUP2``), stdin is ``/dev/null`` and stdout/stderr go to a pipe that
+the supervisor drains into a capped per-worker log file; every other descriptor of the supervisor is close-on-exec (PEP 446), so
 nothing else is inherited. The worker runs in a new session; under ``--sandbox`` the
 command is wrapped in bwrap (``sandbox.build_bwrap_argv``).
 
@@ -63,6 +63,7 @@ class WorkerSpec:
         env: the worker's environment when unsandboxed (an allowlist, never ours).
         sandbox: the profile to run under, or ``None`` for no bwrap.
         bwrap: the bwrap binary (required with ``sandbox``).
+        max_log_bytes: the cap on the log file (bytes); later output is discarded.
     """
 
     name: str
@@ -224,7 +225,8 @@ class WorkerProcess:
         assert self._log_pipe is not None
         limit = self.spec.max_log_bytes
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        written = 0
+        # A respawned worker appends to its predecessor's log: the cap is per file.
+        written = self.spec.log_path.stat().st_size if self.spec.log_path.exists() else 0
         async with trio.lowlevel.FdStream(self._log_pipe) as pipe:
             with open(self.spec.log_path, "ab") as log:
                 while True:

@@ -1,4 +1,4 @@
-"""Entry point: ``python -I -m pi_sandbox.worker`` (the channel is fd 3)."""
+"""Entry point: ``python -I -B -m pi_sandbox.worker`` (the channel is fd 3)."""
 
 from pi_sandbox.worker.runtime import main
 
