@@ -165,6 +165,7 @@ def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
     assert KEY not in sessions
     # What the server saw: the key only as the bearer token, tools offered, the tool result sent back.
     (headers1, body1), (headers2, body2) = server.requests
+    assert headers2["authorization"] == f"Bearer {KEY}"
     assert headers1["authorization"] == f"Bearer {KEY}" and body1["model"] == "test-model"
     assert {t["function"]["name"] for t in body1["tools"]} >= {
         "bash",
