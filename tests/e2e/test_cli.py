@@ -188,3 +188,14 @@ def test_project_extensions_are_skipped_with_a_notice_without_a_trust_decision(
     assert not marker.exists()
     proc = pi("-p", "--trust", "yes", "--script", str(script), "-C", str(project), "go", env=env)
     assert proc.returncode == 0 and marker.exists()
+
+
+def test_a_persistence_path_created_during_the_run_is_reported(tmp_path, env, script):
+    work = tmp_path / "work"
+    work.mkdir()
+    script.write_text(
+        "- tool_calls: [{name: write, arguments: {path: .pi/extensions/x.py, content: 'x'}}]\n- text: ok\n"
+    )
+    proc = pi("-p", "--script", str(script), "-C", str(work), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{work / '.pi'} did not exist when the run started" in proc.stderr

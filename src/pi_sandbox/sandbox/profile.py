@@ -60,7 +60,7 @@ _ETC_ENTRIES = (
 # commands that write (commit, add, checkout) fail inside the sandbox.
 # .envrc is run by direnv; .vscode/.idea hold tasks an IDE runs; .agents, .mcp.json
 # and .claude are other agents' configuration an extension could consume.
-_PROTECTED_IN_WORKSPACE = (
+PROTECTED_IN_WORKSPACE = (
     ".git",
     ".pi",
     ".agents",
@@ -297,7 +297,7 @@ def worker_profile(
     directory of `sys.executable`; only those subtrees, never the HOME they may live
     in), the directory holding the ``pi_sandbox`` package, ``extra_ro`` and the
     workspace: read-write for the tool worker, read-only for extension workers. In
-    the tool role the persistence paths in the workspace (``_PROTECTED_IN_WORKSPACE``:
+    the tool role the persistence paths in the workspace (``PROTECTED_IN_WORKSPACE``:
     all of ``.git``, ``.pi``, ``.agents``, IDE and direnv files), and HOME's start-up
     files when the workspace contains HOME (``_PROTECTED_IN_HOME``), are re-bound
     read-only when they exist. Credentials under ``home`` and the agent's
@@ -364,7 +364,7 @@ def worker_profile(
         rw = (workspace_str,)
         ro.discard(workspace_real)
         home_real = os.path.realpath(os.path.abspath(home))
-        candidates = [os.path.join(workspace_real, rel) for rel in _PROTECTED_IN_WORKSPACE]
+        candidates = [os.path.join(workspace_real, rel) for rel in PROTECTED_IN_WORKSPACE]
         if is_within(home_real, workspace_real):
             candidates += [os.path.join(home_real, rel) for rel in _PROTECTED_IN_HOME]
         for candidate in candidates:

@@ -97,6 +97,8 @@ class PrintOutput:
             )
         elif kind == "notice":
             self.line(f"ℹ {event.get('message')}")
+        elif kind == "warning":
+            self.line(f"⚠ {event.get('message')}")
 
 
 class JsonOutput:

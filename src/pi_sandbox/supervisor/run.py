@@ -8,6 +8,7 @@ reaped, even when the run fails.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,6 +156,14 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
             }
         )
 
+    from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
+
+    # Persistence paths that do not exist yet cannot be bind-mounted read-only (the
+    # sandbox-hardening issue closes that); until then a run at least says when a
+    # tool created one, so nobody trusts a planted .pi/ or .git unawares.
+    absent_at_start = [
+        rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
+    ]
     pool = WorkerPool(config)
     writer: SessionWriter | None = None
     status = 0
@@ -230,6 +239,15 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             finally:
+                for rel in absent_at_start:
+                    if os.path.lexists(options.cwd / rel):
+                        await output(
+                            {
+                                "type": "warning",
+                                "message": f"{options.cwd / rel} did not exist when the run started and a "
+                                "tool created it; review it before you trust this project",
+                            }
+                        )
                 await pool.aclose(keep_logs=keep_logs)
                 if keep_logs:
                     print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)
