@@ -963,3 +963,16 @@ def test_baseline_denies_pipe_to_shell_and_rm_root_and_asks_on_force_push(tmp_pa
     assert (result.decision, result.rule) == ("ask", "force-push")
     assert decide(policy, "bash", tmp_path, command="git push").decision == "allow"
     assert decide(policy, "bash", tmp_path, command="echo $(date)").decision == "allow"
+
+
+def test_a_backtracking_policy_regex_on_a_long_command_is_bounded_and_fails_closed(tmp_path):
+    import time
+
+    from pi_sandbox.policies import evaluate_tool_call, load_policies
+
+    repo = Path(__file__).resolve().parents[2]
+    policy = load_policies([repo / "policies" / "untrusted-repo.yaml"])
+    start = time.monotonic()
+    decision = evaluate_tool_call(policy, "bash", {"command": "curl|" * 2000}, workspace=tmp_path)
+    assert time.monotonic() - start < 5
+    assert decision.decision in ("ask", "deny")  # never allow when a check could not finish

@@ -25,10 +25,10 @@ Only the ``tool_call`` section exists in version 1 of this implementation::
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import regex
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -74,8 +74,8 @@ def _one_or_many(value: Any) -> Any:
 
 def _valid_regex(pattern: str) -> str:
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        regex.compile(pattern)
+    except regex.error as exc:
         raise PydanticCustomError(
             "invalid_regex",
             "invalid regular expression {pattern}: {error}",

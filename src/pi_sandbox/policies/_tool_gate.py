@@ -21,6 +21,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+import regex
+
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell import UnparseableCommand, simple_commands
@@ -43,6 +45,19 @@ _SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 _EXAMPLE_WORKSPACE = "/workspace"
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+
+# Bound on one search of a policy regex (seconds); past it the rule cannot be decided.
+REGEX_TIMEOUT_S = 0.25
+
+
+def _search(pattern: regex.Pattern[str], text: str) -> bool | None:
+    """``pattern.search(text)`` with a time bound; None when it ran out of time."""
+    try:
+        return pattern.search(text, timeout=REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        return None
+
+
 _BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
@@ -137,9 +152,9 @@ class PolicyRule:
     source: Path | None = None
     tier: Tier = "managed"
     command: tuple[str, ...] | None = None
-    command_regex: re.Pattern[str] | None = None
+    command_regex: regex.Pattern[str] | None = None
     path_globs: tuple[str, ...] = ()
-    arguments: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    arguments: tuple[tuple[str, regex.Pattern[str]], ...] = ()
     _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -159,9 +174,11 @@ class PolicyRule:
             source=source,
             tier=tier,
             command=rule.command,
-            command_regex=re.compile(rule.command_regex) if rule.command_regex else None,
+            command_regex=regex.compile(rule.command_regex) if rule.command_regex else None,
             path_globs=rule.path or (),
-            arguments=tuple((name, re.compile(rx)) for name, rx in (rule.arguments or {}).items()),
+            arguments=tuple(
+                (name, regex.compile(rx)) for name, rx in (rule.arguments or {}).items()
+            ),
         )
 
     def applies_to(self, tool_name: str) -> bool:
@@ -205,8 +222,13 @@ class PolicyRule:
         return names
 
     def _match(self, call: _Call) -> _Outcome:
-        if not self._other_matchers_hold(call):
+        held = self._other_matchers_hold(call)
+        if held is False:
             return _NO
+        if held is None:
+            return _Outcome(
+                _Verdict.UNKNOWN, f"a regex check took longer than {REGEX_TIMEOUT_S:g} s"
+            )
         if self.command is None:
             return _YES
         if call.command_text is None:
@@ -216,23 +238,36 @@ class PolicyRule:
             return _Outcome(_Verdict.UNKNOWN, argvs.why)
         return _Outcome.combine([self._match_argv(argv) for argv in argvs])
 
-    def _other_matchers_hold(self, call: _Call) -> bool:
-        """The matchers besides ``command``, which never depend on shell parsing."""
-        if self.command_regex is not None and (
-            call.command_text is None or not self.command_regex.search(call.command_text)
-        ):
-            return False
+    def _other_matchers_hold(self, call: _Call) -> bool | None:
+        """The matchers besides ``command``, which never depend on shell parsing.
+
+        Returns None when no matcher failed but a regex search timed out: a policy's
+        regexes are user input, and a backtracking one on a long command must not
+        freeze the supervisor (the caller treats None as unparseable, fail-closed).
+        """
+        timed_out = False
+        if self.command_regex is not None:
+            if call.command_text is None:
+                return False
+            found = _search(self.command_regex, call.command_text)
+            if found is False:
+                return False
+            timed_out |= found is None
         if self._path_regexes:
             paths = call.paths
             if paths is None or not any(
-                regex.fullmatch(path) for regex in self._path_regexes for path in paths
+                pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
             ):
                 return False
-        for name, regex in self.arguments:
+        for name, pattern in self.arguments:
             value = call.arguments.get(name)
-            if not isinstance(value, str) or not regex.search(value):
+            if not isinstance(value, str):
                 return False
-        return True
+            found = _search(pattern, value)
+            if found is False:
+                return False
+            timed_out |= found is None
+        return None if timed_out else True
 
     def _match_argv(self, argv: Sequence[str]) -> _Outcome:
         """Compare the ``command`` prefix with one argv, word by word.
