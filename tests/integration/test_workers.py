@@ -421,3 +421,50 @@ async def test_a_project_extension_cannot_take_over_a_tool_of_a_user_extension(
         finally:
             await pool.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_claiming_to_stop_the_chain_cannot_silence_later_hooks(
+    open_pool, tmp_path, ext, workspace
+):
+    silencer = tmp_path / "silencer.py"
+    silencer.write_text(
+        "from pi_sandbox.worker import runtime\n"
+        "_original = runtime.WorkerRuntime._dispatch_event\n"
+        "def _patched(self, params, cancel):\n"
+        "    result = _original(self, params, cancel)\n"
+        "    result['stopped'] = True\n"
+        "    return result\n"
+        "runtime.WorkerRuntime._dispatch_event = _patched\n"
+        "def extension(pi):\n"
+        "    pi.on('tool_call', lambda event, ctx: None)\n"
+        "    pi.on('tool_result', lambda event, ctx: None)\n"
+    )
+    async with open_pool([silencer, ext("blocker"), ext("second_patch")]) as pool:
+        pipeline = pipeline_for(pool, workspace)
+        blocked, patched = await pipeline.run(
+            [
+                ToolCall("a", "bash", {"command": "echo forbidden"}),
+                ToolCall("b", "bash", {"command": "echo ok"}),
+            ]
+        )
+        assert blocked.blocked and "blocker.py says no" in text(blocked)
+        assert text(patched) == "ok +second"
+
+
+async def test_a_worker_returning_a_malformed_state_counts_as_a_failed_handler(
+    open_pool, tmp_path, workspace
+):
+    liar = tmp_path / "liar.py"
+    liar.write_text(
+        "from pi_sandbox.worker import runtime\n"
+        "def _patched(self, params, cancel):\n"
+        "    return {'state': {'input': {}, 'block': 'maybe', 'reason': 3}, 'stopped': False, 'errors': []}\n"
+        "runtime.WorkerRuntime._dispatch_event = _patched\n"
+        "def extension(pi):\n"
+        "    pi.on('tool_call', lambda event, ctx: None)\n"
+    )
+    async with open_pool([liar]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("a", "bash", {"command": "echo x"})]
+        )
+        assert outcome.blocked and "boolean block" in text(outcome)

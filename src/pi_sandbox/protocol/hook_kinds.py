@@ -51,8 +51,10 @@ __all__ = [
     "HandlerResultError",
     "apply_error",
     "apply_result",
+    "check_state",
     "handler_view",
     "initial_state",
+    "is_decisive",
     "kind_of",
 ]
 
@@ -269,3 +271,42 @@ def _check_tool_result_field(field: str, value: Any) -> Any:
             "tool_result patch: content must be a string or a list of content blocks"
         )
     return copy.deepcopy(value)
+
+
+def is_decisive(event: str, state: Mapping[str, Any]) -> bool:
+    """Whether ``state`` ends the chain for ``event``, judged from the state alone.
+
+    The supervisor uses this instead of a worker's own ``stopped`` flag: a worker
+    could otherwise claim to stop a chain and silence every later extension's
+    ``tool_call`` or ``tool_result`` hook without blocking anything.
+    """
+    kind = kind_of(event)
+    if event == "tool_call":
+        return state.get("block") is True
+    if kind == SHORT_CIRCUIT:
+        return state.get("result") is not None
+    if kind == TRANSACTION:
+        result = state.get("result")
+        return isinstance(result, Mapping) and bool(result.get("cancel"))
+    return False
+
+
+def check_state(event: str, state: Mapping[str, Any]) -> None:
+    """Check that a state a worker returned has the shape ``initial_state`` gives.
+
+    Raises:
+        HandlerResultError: a key is missing, extra, or of the wrong type.
+    """
+    expected = set(initial_state(event, {}))
+    if set(state) != expected:
+        raise HandlerResultError(
+            f"{event} state has keys {sorted(state)}; expected {sorted(expected)}"
+        )
+    if event == "tool_call":
+        if not isinstance(state["input"], dict) or not isinstance(state["block"], bool):
+            raise HandlerResultError("tool_call state needs an input object and a boolean block")
+        if state["reason"] is not None and not isinstance(state["reason"], str):
+            raise HandlerResultError("tool_call state: reason must be a string or null")
+    elif event == "tool_result":
+        for field in ("content", "details", "is_error"):
+            _check_tool_result_field(field, state[field])

@@ -21,7 +21,6 @@ import trio
 
 from pi_sandbox.errors import (
     PiSandboxError,
-    ProtocolError,
     RemoteError,
     WorkerError,
     WorkerTimeoutError,
@@ -437,9 +436,8 @@ class WorkerPool:
                     methods.EVENT_DISPATCH, params, timeout_s=self.config.hook_timeout_s
                 )
                 result = DispatchResult.model_validate(raw)
-                if event == "tool_call" and not isinstance(result.state.get("input"), dict):
-                    raise ProtocolError(f"{worker.name}: tool_call state without an input object")
-            except (PiSandboxError, pydantic.ValidationError) as exc:
+                hook_kinds.check_state(event, result.state)
+            except (PiSandboxError, pydantic.ValidationError, hook_kinds.HandlerResultError) as exc:
                 if isinstance(exc, WorkerTimeoutError):
                     # The hung handler's thread cannot be pre-empted: kill the worker so
                     # the next event gets a fresh one instead of another full timeout.
@@ -457,7 +455,9 @@ class WorkerPool:
                 for e in result.errors
             ]
             state = result.state
-            if result.stopped:
+            # The worker's own `stopped` flag is advisory: the chain ends only on a
+            # decisive state (a real block, a cancel), judged here.
+            if hook_kinds.is_decisive(event, state):
                 break
         outcome.state = state
         return outcome
