@@ -77,6 +77,11 @@ class PrintOutput:
         if kind == "tool_execution_start":
             args = json.dumps(event.get("args", {}), ensure_ascii=False)
             self.line(f"→ {event['toolName']} {_one_line(args)}")
+            if "originalArgs" in event:
+                original = json.dumps(event["originalArgs"], ensure_ascii=False)
+                self.line(
+                    f"  ⚠ input changed by a tool_call hook; the model asked for {_one_line(original)}"
+                )
         elif kind == "tool_execution_end":
             # Denials are shown here, with the call they belong to (the result text names
             # the rule or hook and the reason); policy_decision events are json-mode only.

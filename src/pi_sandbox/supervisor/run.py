@@ -189,6 +189,18 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     await output(header)
                 for notice in notices:
                     await output({"type": "notice", "message": notice})
+                if (
+                    not options.sandbox
+                    and pool.tool_worker
+                    and pool.tool_worker.spec.sandbox is not None
+                ):
+                    await output(
+                        {
+                            "type": "notice",
+                            "message": "Tools run in the sandbox too: project extensions loaded with "
+                            "--trust sandboxed can steer tool calls",
+                        }
+                    )
                 for source, worker in pool.extensions:
                     where = (
                         "in a sandbox" if worker.spec.sandbox is not None else "without a sandbox"

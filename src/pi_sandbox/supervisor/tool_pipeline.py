@@ -83,6 +83,7 @@ class _Prepared:
     tool: RegisteredTool | None = None
     early: dict[str, Any] | None = None
     blocked: bool = False
+    original: dict[str, Any] | None = None  # the model's input, when a hook changed it
 
 
 @dataclass
@@ -212,7 +213,7 @@ class ToolPipeline:
                 )
                 item.blocked = True
                 return item
-            item.arguments = new_input
+            item.original, item.arguments = item.arguments, new_input
         return item
 
     async def _report(self, errors: list[dict[str, str]], event: str) -> None:
@@ -230,14 +231,15 @@ class ToolPipeline:
 
     async def _execute(self, item: _Prepared) -> ToolOutcome:
         call = item.call
-        await self.emit(
-            {
-                "type": "tool_execution_start",
-                "toolCallId": call.id,
-                "toolName": call.name,
-                "args": item.arguments,
-            }
-        )
+        start: dict[str, Any] = {
+            "type": "tool_execution_start",
+            "toolCallId": call.id,
+            "toolName": call.name,
+            "args": item.arguments,
+        }
+        if item.original is not None:
+            start["originalArgs"] = item.original  # a tool_call hook changed the input
+        await self.emit(start)
         if item.early is not None:
             result = item.early
         else:

@@ -252,7 +252,9 @@ class WorkerPool:
             "tool worker",
             {"kind": "tools", "ctx": self._ctx()},
             role="tool",
-            sandboxed=self.config.sandbox,
+            # A sandboxed-trust project extension steers tool calls (its tool_call hook
+            # may rewrite the input), so the tools it steers must run sandboxed too.
+            sandboxed=self._needs_bwrap(sources),
         )
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
         self.tool_worker.tool_updates = on_tool_update
