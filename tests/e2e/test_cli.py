@@ -199,3 +199,38 @@ def test_a_persistence_path_created_during_the_run_is_reported(tmp_path, env, sc
     proc = pi("-p", "--script", str(script), "-C", str(work), "go", env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"{work / '.pi'} did not exist when the run started" in proc.stderr
+
+
+def test_a_lone_surrogate_in_a_tool_result_is_recorded_without_crashing(tmp_path, env):
+    extension = tmp_path / "surrogate.py"
+    extension.write_text(
+        "def extension(pi):\n"
+        "    pi.register_tool(name='odd', description='odd text', execute=lambda p, c: 'a\\ud800b')\n"
+    )
+    script = tmp_path / "s.yaml"
+    script.write_text("- tool_calls: [{name: odd, arguments: {}}]\n- text: fine\n")
+    for mode in (["-p"], ["--mode", "json"]):
+        proc = pi(
+            *mode, "-e", str(extension), "--script", str(script), "-C", str(tmp_path), "go", env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+    for path in sessions(env):
+        for line in path.read_text().splitlines():
+            json.loads(line)
+
+
+def test_an_unwritable_agent_directory_is_a_clear_error_not_a_traceback(tmp_path, env, script):
+    agent = tmp_path / "agent-file"
+    agent.write_text("not a directory")
+    proc = pi(
+        "-p",
+        "--script",
+        str(script),
+        "-C",
+        str(tmp_path),
+        "go",
+        env={**env, "PI_CODING_AGENT_DIR": str(agent)},
+    )
+    assert proc.returncode == 2
+    assert "cannot write the session file" in proc.stderr and "Traceback" not in proc.stderr

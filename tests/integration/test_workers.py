@@ -468,3 +468,11 @@ async def test_a_worker_returning_a_malformed_state_counts_as_a_failed_handler(
             [ToolCall("a", "bash", {"command": "echo x"})]
         )
         assert outcome.blocked and "boolean block" in text(outcome)
+
+
+async def test_non_finite_tool_arguments_are_rejected_before_any_hook(open_pool, ext, workspace):
+    async with open_pool([ext("raiser")]) as pool:
+        [outcome] = await pipeline_for(pool, workspace).run(
+            [ToolCall("a", "bash", {"command": "x", "timeout": float("inf")})]
+        )
+        assert outcome.result["is_error"] and "infinite" in text(outcome) and not outcome.blocked

@@ -65,3 +65,19 @@ def test_encoding_refuses_a_frame_over_the_limit_and_nan():
         encode_frame({"x": "y" * 100}, max_frame_bytes=50)
     with pytest.raises(ValueError):
         encode_frame({"x": float("nan")})
+
+
+def test_an_integer_past_the_digit_limit_is_a_frame_error_not_a_crash():
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(b'{"n": ' + b"9" * 5000 + b"}\n")
+
+
+def test_nesting_deeper_than_the_stack_is_a_frame_error_not_a_crash():
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
+
+
+def test_a_lone_surrogate_round_trips_as_a_json_escape():
+    frame = encode_frame({"text": "a\ud800b"})
+    assert b"\\ud800" in frame
+    assert FrameDecoder().feed(frame) == [{"text": "a\ud800b"}]

@@ -33,7 +33,11 @@ def encode_frame(
         FrameError: the encoded frame exceeds ``max_frame_bytes`` bytes.
         TypeError / ValueError: ``message`` is not JSON-serialisable (NaN is refused).
     """
-    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    # A lone surrogate (from a "\\ud800" escape a peer sent) is not encodable as UTF-8;
+    # backslashreplace writes it back as the same JSON escape.
+    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8", "backslashreplace"
+    )
     if len(data) + 1 > max_frame_bytes:
         raise FrameError(
             f"frame of {len(data) + 1} bytes exceeds the limit of {max_frame_bytes} bytes"
@@ -92,7 +96,9 @@ class FrameDecoder:
 def _decode_line(line: bytes) -> dict[str, Any]:
     try:
         value = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError, bad UTF-8 and integers past the
+        # int-to-str digit limit; RecursionError, nesting deeper than the stack.
         preview = line[:80].decode("utf-8", "replace")
         raise FrameError(f"frame is not valid JSON ({exc}): {preview!r}") from exc
     if not isinstance(value, dict):

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from pi_sandbox.supervisor.json_lines import dumps_line
+
 __all__ = ["JsonOutput", "PrintOutput", "printable"]
 
 # C0 controls except tab and newline, DEL, and C1 controls: the bytes that make a
@@ -117,7 +119,7 @@ class JsonOutput:
         if self.closed:
             return
         try:
-            self.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+            self.stdout.write(dumps_line(event) + "\n")
             self.stdout.flush()
         except BrokenPipeError:
             # The reader went away (`pi --mode json | head`): the run goes on, and its

@@ -79,6 +79,8 @@ def run_print_session(options: RunOptions) -> int:
     output = JsonOutput() if options.mode == "json" else PrintOutput()
     try:
         return trio.run(_run, options, provider, policy, output)
+    except UsageError as exc:
+        return fail(str(exc), 2)
     except SandboxUnavailableError as exc:
         return fail(
             f"a sandbox is required (--sandbox, or --trust sandboxed with project extensions) "
@@ -91,7 +93,10 @@ def run_print_session(options: RunOptions) -> int:
         # Ctrl-C can arrive while several tasks run: trio then groups the interrupts.
         if group.subgroup(KeyboardInterrupt) is not None:
             return fail("interrupted", 130)
-        raise
+        import traceback
+
+        traceback.print_exception(group, file=sys.stderr)
+        return fail(f"internal error: {group!r}", 1)
     except BrokenPipeError:
         return 0 if options.mode == "json" else 1
     except Exception as exc:  # the last line of defence: a clear message, never a bare traceback
@@ -173,11 +178,17 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
             try:
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 await pool.start(nursery, sources, on_tool_update=on_tool_update)
-                writer = (
-                    SessionWriter.create(options.agent_dir, options.cwd)
-                    if options.session
-                    else None
-                )
+                try:
+                    writer = (
+                        SessionWriter.create(options.agent_dir, options.cwd)
+                        if options.session
+                        else None
+                    )
+                except OSError as exc:
+                    raise UsageError(
+                        f"cannot write the session file under {options.agent_dir / 'sessions'}: "
+                        f"{exc} (use --no-session, or set PI_CODING_AGENT_DIR)"
+                    ) from exc
                 header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
                 if writer is not None:
                     header.update(

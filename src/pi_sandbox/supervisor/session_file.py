@@ -25,6 +25,8 @@ from typing import Any
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from pi_sandbox.supervisor.json_lines import dumps_line
+
 __all__ = [
     "MessageEntry",
     "ModelChangeEntry",
@@ -113,8 +115,7 @@ class SessionWriter:
         return cls(session_dir_for(agent_dir, cwd) / f"{stamp}_{session_id}.jsonl", header)
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        os.write(self._fd, line.encode())
+        os.write(self._fd, (dumps_line(record) + "\n").encode())
 
     def _next_id(self) -> str:
         return secrets.token_hex(4)

@@ -34,6 +34,7 @@ from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerCrashedError, W
 from pi_sandbox.policies import Policy, evaluate_tool_call
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import ToolResultWire
+from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
@@ -180,6 +181,11 @@ class ToolPipeline:
         item.tool = self.pool.tools.get(call.name)
         if item.tool is None:
             item.early = _error_result(f"Tool {call.name} not found")
+            return item
+        if has_non_finite(item.arguments):
+            item.early = _error_result(
+                f"Invalid arguments for tool {call.name}: NaN or an infinite number"
+            )
             return item
         if problem := self._validate(item.tool, item.arguments):
             item.early = _error_result(problem)
