@@ -166,7 +166,9 @@ def test_sandbox_without_a_working_bwrap_exits_3_and_never_runs_unsandboxed(tmp_
         f"- tool_calls: [{{name: bash, arguments: {{command: 'touch {marker}'}}}}]\n- text: x\n"
     )
     env = {**env, "PATH": f"{fake}:{env['PATH']}"}
-    proc = pi("--sandbox", "-p", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = pi("--sandbox", "-p", "--script", str(script), "-C", str(work), "go", env=env)
     assert proc.returncode == 3
     assert "bubblewrap cannot run here" in proc.stderr and "No permissions" in proc.stderr
     assert not marker.exists()
@@ -234,3 +236,12 @@ def test_an_unwritable_agent_directory_is_a_clear_error_not_a_traceback(tmp_path
     )
     assert proc.returncode == 2
     assert "cannot write the session file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sandbox_refuses_a_workspace_that_contains_home(tmp_path, env, script):
+    home = Path(env["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    for workspace in (home, home.parent):
+        proc = pi("--sandbox", "-p", "--script", str(script), "-C", str(workspace), "go", env=env)
+        assert proc.returncode == 2
+        assert "contains your home directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -127,7 +127,7 @@ def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
             pytest.skip(f"bwrap cannot run here: {exc}")
     env = {
         **os.environ,
-        "HOME": str(tmp_path),
+        "HOME": str(tmp_path / "home"),
         "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
         "OPENAI_API_KEY": KEY,
     }

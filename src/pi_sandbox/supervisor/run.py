@@ -21,6 +21,7 @@ from pi_sandbox.errors import (
     PiSandboxError,
     PolicyError,
     ProviderError,
+    SandboxError,
     SandboxUnavailableError,
     UsageError,
     WorkerError,
@@ -87,6 +88,8 @@ def run_print_session(options: RunOptions) -> int:
             f"but bubblewrap cannot run here: {exc}",
             3,
         )
+    except SandboxError as exc:
+        return fail(str(exc), 2)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
     except BaseExceptionGroup as group:

@@ -22,6 +22,7 @@ import trio
 from pi_sandbox.errors import (
     PiSandboxError,
     RemoteError,
+    SandboxError,
     WorkerError,
     WorkerTimeoutError,
 )
@@ -246,6 +247,16 @@ class WorkerPool:
             WorkerStartError: the tool worker could not start.
         """
         if self._needs_bwrap(sources):
+            home = os.path.realpath(self.config.home)
+            workspace = os.path.realpath(self.config.cwd)
+            if os.path.commonpath([home, workspace]) == workspace:
+                # A workspace that contains HOME puts every dotfile, start-up file and
+                # token store under the sandbox's writable root, where masks cannot
+                # cover what they do not name and a renamed parent defeats protection.
+                raise SandboxError(
+                    f"refusing to sandbox a workspace that contains your home directory ({workspace}); "
+                    "run pi in a project directory (-C DIR)"
+                )
             self._bwrap = find_bwrap()
             await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
         tool_spec = self._spec(
