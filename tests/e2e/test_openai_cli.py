@@ -125,6 +125,8 @@ def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
             probe_bwrap(find_bwrap())
         except SandboxUnavailableError as exc:
             pytest.skip(f"bwrap cannot run here: {exc}")
+    work = tmp_path / "work"
+    work.mkdir()
     env = {
         **os.environ,
         "HOME": str(tmp_path / "home"),
@@ -144,7 +146,7 @@ def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
             "--base-url",
             server.url,
             "-C",
-            str(tmp_path),
+            str(work),
             "what is the answer?",
         ],
         env=env,
