@@ -597,3 +597,20 @@ async def test_cancellation_propagates_and_is_not_a_provider_error(
         await server.provider().complete(system_prompt="", messages=[], tools=[])
 
     assert scope.cancelled_caught
+
+
+async def test_a_key_echoed_past_the_excerpt_limit_is_redacted_even_when_cut(
+    server: FakeOpenAIServer,
+) -> None:
+    body = {"error": {"message": "x" * 480 + " Bearer " + API_KEY}}  # the cut falls inside the key
+    server.replies.append(
+        Reply(
+            status=400,
+            headers={"Content-Type": "application/json"},
+            chunks=[json.dumps(body).encode()],
+        )
+    )
+
+    message = await fails(server.provider())
+
+    assert API_KEY[:8] not in message

@@ -86,9 +86,14 @@ class OpenAIProvider:
         return f"{self.base_url}/chat/completions"
 
     def _error(self, message: str) -> ProviderError:
-        # Servers and proxies sometimes echo request headers in error bodies.
-        if self._api_key:
-            message = message.replace(self._api_key, "<redacted>")
+        # Servers and proxies sometimes echo request headers in error bodies. The text
+        # may already be cut to an excerpt, so a key cut short is redacted too (any
+        # prefix of 8 or more characters).
+        key = self._api_key
+        if key:
+            for length in range(len(key), min(8, len(key)) - 1, -1):
+                if key[:length] in message:
+                    message = message.replace(key[:length], "<redacted>")
         return ProviderError(f"openai/{self.model}: {message}")
 
     async def complete(
