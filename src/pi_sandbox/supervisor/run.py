@@ -151,11 +151,13 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
         has_ui=False,
     )
 
-    async def on_tool_update(message: NotificationMessage) -> None:
+    async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
         try:
             update = ToolUpdateParams.model_validate(message.params)
         except pydantic.ValidationError:
             return  # progress is cosmetic; a malformed update is dropped, not fatal
+        if pool.running_calls.get(update.tool_call_id or "") is not worker:
+            return  # only the worker executing a call may report progress for it
         await output(
             {
                 "type": "tool_execution_update",

@@ -290,7 +290,11 @@ class ToolPipeline:
         try:
             if not worker.alive:
                 worker = await self._revive(item.tool)
-            raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
+            self.pool.running_calls[item.call.id] = worker
+            try:
+                raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
+            finally:
+                self.pool.running_calls.pop(item.call.id, None)
             return ToolResultWire.model_validate(raw).model_dump()
         except WorkerTimeoutError:
             return _error_result(f"Tool {item.call.name} timed out after {timeout:g} s")
@@ -320,8 +324,9 @@ class ToolPipeline:
                 if revived is not None:
                     return revived
                 break
+        reason = self.pool.disabled.get(Path(tool.source), "it stopped")
         raise WorkerCrashedError(
-            f"the extension that provides {tool.definition.name} is not running"
+            f"the extension {tool.source} that provides {tool.definition.name} is not running: {reason}"
         )
 
     async def _transform(self, item: _Prepared, result: dict[str, Any]) -> dict[str, Any]:

@@ -185,6 +185,8 @@ class WorkerPool:
         self._respawn_lock = trio.Lock()
         self._restarts: dict[Path, int] = {}
         self.disabled: dict[Path, str] = {}
+        # tool call id → the worker executing it (set by the tool pipeline).
+        self.running_calls: dict[str, WorkerProcess] = {}
 
     @property
     def log_dir(self) -> Path:
@@ -369,6 +371,12 @@ class WorkerPool:
                 replacement = await self._respawn(worker)
             except (RemoteError, WorkerError) as exc:
                 self.disabled[source.path] = f"its restart failed: {exc}"
+                self.load_errors.append(
+                    {
+                        "path": str(source.path),
+                        "message": f"Extension {source.path} disabled: {exc}",
+                    }
+                )
                 return None
             self.extensions[index] = (source, replacement)
             return replacement

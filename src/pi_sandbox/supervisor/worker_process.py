@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,12 @@ from pi_sandbox.errors import (
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import InitializeResult, LogParams, NotificationMessage
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
-from pi_sandbox.supervisor.rpc_channel import NotificationHandler, RpcChannel
+from pi_sandbox.supervisor.rpc_channel import RpcChannel
 
 __all__ = ["WorkerProcess", "WorkerSpec", "worker_command"]
 
 _LOG_TAIL_BYTES = 4000
+_MAX_KEPT_LOGS = 100
 
 
 def worker_command() -> list[str]:
@@ -87,7 +89,10 @@ class WorkerProcess:
         self.failure: BaseException | None = None
         self.exited = trio.Event()
         self.logs: list[LogParams] = []
-        self.tool_updates: NotificationHandler | None = None
+        # Called with (this worker, the tool/update notification).
+        self.tool_updates: (
+            Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
+        ) = None
         self._channel: RpcChannel | None = None
         self._pidfd: int | None = None
         self._log_pipe: int | None = None
@@ -258,12 +263,15 @@ class WorkerProcess:
     async def _on_notification(self, message: NotificationMessage) -> None:
         if message.method == methods.LOG:
             try:
+                # Keep the newest few: a worker that logs without end must not grow the
+                # supervisor's memory (the log file keeps everything up to its cap).
                 self.logs.append(LogParams.model_validate(message.params))
+                del self.logs[:-_MAX_KEPT_LOGS]
             except pydantic.ValidationError as exc:
                 raise ProtocolError(f"{self.name}: invalid log notification: {exc}") from exc
         elif message.method == methods.TOOL_UPDATE:
             if self.tool_updates is not None:
-                await self.tool_updates(message)
+                await self.tool_updates(self, message)
         else:
             raise ProtocolError(f"{self.name}: unknown notification {message.method!r}")
 
