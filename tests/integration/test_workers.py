@@ -476,3 +476,25 @@ async def test_non_finite_tool_arguments_are_rejected_before_any_hook(open_pool,
             [ToolCall("a", "bash", {"command": "x", "timeout": float("inf")})]
         )
         assert outcome.result["is_error"] and "infinite" in text(outcome) and not outcome.blocked
+
+
+async def test_closing_the_pool_mid_command_leaves_no_bash_process_behind(open_pool, workspace):
+    marker = f"pi-orphan-check-{os.getpid()}"
+    async with open_pool() as pool:
+        pipeline = pipeline_for(pool, workspace)
+        with trio.move_on_after(1.0):
+            await pipeline.run([ToolCall("a", "bash", {"command": f"exec -a {marker} sleep 60"})])
+    with trio.fail_after(5):
+        while True:
+            alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, marker)]
+            if not alive:
+                break
+            await trio.sleep(0.05)
+
+
+def _cmdline_has(pid: str, marker: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return marker.encode() in handle.read()
+    except OSError:
+        return False

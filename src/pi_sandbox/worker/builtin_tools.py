@@ -30,7 +30,24 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
-__all__ = ["TOOL_DEFINITIONS", "execute_tool"]
+__all__ = ["TOOL_DEFINITIONS", "execute_tool", "kill_running_commands"]
+
+# Process groups of bash commands still running (their shells are session leaders,
+# so pgid == pid). The worker kills them when it exits: without bwrap's PID
+# namespace nothing else would, and a command could outlive the session.
+_RUNNING_GROUPS: set[int] = set()
+
+
+def kill_running_commands() -> None:
+    """SIGKILL the process group of every bash command still running (worker exit)."""
+    import signal
+
+    for pgid in list(_RUNNING_GROUPS):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
 
 _DEFAULT_MAX_BYTES = 50_000
 _DEFAULT_MAX_LINES = 2000
@@ -767,6 +784,7 @@ def _bash(params: dict, ctx: _Context) -> dict:
     except OSError as exc:
         raise _ToolError(f"Could not start {shell}: {_describe_os_error(exc)}", details)
 
+    _RUNNING_GROUPS.add(proc.pid)
     tail = _OutputTail(ctx.max_bytes, ctx.max_lines)
     try:
         outcome, pipe_abandoned = _pump_output(proc, tail, ctx, time.monotonic() + timeout)
@@ -775,6 +793,7 @@ def _bash(params: dict, ctx: _Context) -> dict:
             # Only reached when on_update (or something below it) raised.
             _kill_process_group(proc)
         proc.stdout.close()
+        _RUNNING_GROUPS.discard(proc.pid)
 
     output, notice = tail.finish()
     details["truncated"] = notice is not None

@@ -382,6 +382,21 @@ def main() -> int:
     except OSError as exc:
         print(f"pi worker: no channel on fd {methods.WORKER_FD}: {exc}", file=sys.stderr)
         return 2
-    # Extension code that prints must not reach the channel: stdout is the log already,
-    # but rebinding keeps even a replaced sys.stdout away from fd 3.
-    return WorkerRuntime(sock).serve()
+    import signal
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        _kill_commands()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return WorkerRuntime(sock).serve()
+    finally:
+        _kill_commands()
+
+
+def _kill_commands() -> None:
+    """Take running bash commands down with the worker (they run in their own sessions)."""
+    tools = sys.modules.get("pi_sandbox.worker.builtin_tools")
+    if tools is not None:
+        tools.kill_running_commands()
