@@ -3,7 +3,7 @@
 What goes into these lines comes partly from untrusted sources (model output, tool
 results, extension patches). Two things in valid Python data are not valid strict
 JSON or UTF-8: non-finite floats (a model may send ``1e999``) and lone surrogates (a
-``"\\ud800"`` escape). They are written as ``null`` and as the same ``\\uXXXX``
+``"\\ud800"`` escape). They are written as ``null`` and as the same ``\\u`` JSON
 escape, so every line stays parseable by strict JSON readers.
 """
 
