@@ -8,6 +8,7 @@ reaped, even when the run fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -134,6 +135,11 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
     _forbid_ptrace_and_proc_reads()
+    if options.session:
+        # Before any profile is built: a masked path must exist to be masked, and the
+        # session store is masked from every worker (it may lie inside a workspace).
+        with contextlib.suppress(OSError):
+            (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
     sources, notices = discover_extensions(
         cwd=options.cwd,
         agent_dir=options.agent_dir,
