@@ -81,3 +81,9 @@ def test_a_lone_surrogate_round_trips_as_a_json_escape():
     frame = encode_frame({"text": "a\ud800b"})
     assert b"\\ud800" in frame
     assert FrameDecoder().feed(frame) == [{"text": "a\ud800b"}]
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_non_finite_numbers_are_a_frame_error(number):
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(b'{"n": ' + number + b"}\n")

@@ -93,9 +93,24 @@ class FrameDecoder:
         return messages
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
 def _decode_line(line: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(line.decode("utf-8"))
+        # NaN, Infinity and out-of-range numbers are refused: passed on to another peer
+        # they would make its strict encoder fail far from the frame that carried them.
+        value = json.loads(
+            line.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float
+        )
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError, bad UTF-8 and integers past the
         # int-to-str digit limit; RecursionError, nesting deeper than the stack.

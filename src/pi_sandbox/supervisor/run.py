@@ -282,6 +282,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                                 "tool created it; review it before you trust this project",
                             }
                         )
+                keep_logs = keep_logs or bool(pool.disabled)
                 await pool.aclose(keep_logs=keep_logs)
                 if keep_logs:
                     print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)

@@ -124,6 +124,7 @@ class WorkerRuntime:
                 # The channel is gone (the supervisor died, or extension code closed or
                 # broke fd 3). A worker that cannot answer must not linger: exiting is
                 # what lets the supervisor see the crash instead of waiting on a deadline.
+                _kill_commands()
                 os._exit(3)
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
