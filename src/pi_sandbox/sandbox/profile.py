@@ -302,7 +302,9 @@ def worker_profile(
     files when the workspace contains HOME (``_PROTECTED_IN_HOME``), are re-bound
     read-only when they exist. Credentials under ``home`` and the agent's
     ``auth.json``, ``trust.json`` and ``sessions`` in ``agent_dir`` are masked, which
-    matters when the workspace is (inside) HOME.
+    matters when a bound path (workspace, Python prefix) lies inside HOME. (The CLI
+    refuses a sandboxed workspace that contains HOME; the HOME protections here are
+    defence in depth for callers of this function.)
 
     Args:
         role: ``"tool"`` (built-in tools; writes the workspace) or ``"extension"``.
