@@ -36,6 +36,7 @@ from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import ToolResultWire
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
+from pi_sandbox.supervisor.schema_validation import validator_for
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
@@ -132,13 +133,9 @@ class ToolPipeline:
         if validator is None:
             schema = tool.definition.parameters
             try:
-                cls = jsonschema.validators.validator_for(
-                    schema, default=jsonschema.Draft202012Validator
-                )
-                cls.check_schema(schema)
+                validator = self._validators[name] = validator_for(schema)
             except jsonschema.SchemaError as exc:
                 return f"Tool {name} has an invalid parameter schema: {exc.message}"
-            validator = self._validators[name] = cls(schema)
         if not isinstance(arguments, dict):
             return f"Invalid arguments for tool {name}: expected an object"
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
