@@ -286,3 +286,38 @@ def test_only_the_worker_running_a_call_can_report_its_progress(tmp_path, env):
         u["toolCallId"] == "victim" and "real" in u["partialResult"]["text"] for u in updates
     )
     assert not any("FORGED" in json.dumps(u) for u in updates)
+
+
+def test_a_full_disk_on_stdout_is_a_one_line_error(tmp_path, env, script):
+    with open("/dev/full", "w") as full:
+        for mode in (["-p"], ["--mode", "json"]):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pi_sandbox.cli",
+                    *mode,
+                    "--script",
+                    str(script),
+                    "-C",
+                    str(tmp_path),
+                    "go",
+                ],
+                env=env,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 1
+            assert "cannot write output" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_worker_log_directories_of_dead_runs_are_removed_by_the_next_run(tmp_path, env, script):
+    import tempfile
+
+    stale = Path(tempfile.gettempdir()) / "pi-workers-999999999-stale"
+    stale.mkdir(exist_ok=True)
+    proc = pi("-p", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not stale.exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_sandbox.errors import ProviderError
-from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolDefinition
+from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
 from pi_sandbox.supervisor.session_file import SessionWriter
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline
 from pi_sandbox.supervisor.worker_pool import WorkerPool
@@ -23,6 +23,28 @@ __all__ = ["AgentSession", "build_system_prompt"]
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
+    """Give every tool call of a turn a distinct, non-empty id.
+
+    Results, progress and hook decisions are addressed by id; a provider that repeats
+    one (or sends none) would make them ambiguous. Repeats become ``<id>_2``, ``<id>_3``.
+    """
+    seen: set[str] = set()
+    calls = []
+    for index, call in enumerate(turn.tool_calls):
+        base = call.id or f"call_{index}"
+        candidate, n = base, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{base}_{n}"
+        seen.add(candidate)
+        calls.append(
+            call if candidate == call.id else ToolCall(candidate, call.name, call.arguments)
+        )
+    turn.tool_calls = calls
+    return turn
 
 
 def build_system_prompt(cwd: Path, tools: list[ToolDefinition]) -> str:
@@ -127,7 +149,7 @@ class AgentSession:
             for _ in range(self.max_turns):
                 await self.emit({"type": "turn_start"})
                 await self._notify("turn_start", {})
-                turn = await self._request()
+                turn = _with_unique_call_ids(await self._request())
                 assistant = self._assistant_message(turn)
                 self._record(assistant)
                 new_messages.append(assistant)

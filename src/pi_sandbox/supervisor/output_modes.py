@@ -23,13 +23,18 @@ _CONTROL = {
 }
 
 
-def printable(text: str) -> str:
+_CONTROL_AND_NEWLINES = {**_CONTROL, 0x0A: "\\n"}
+
+
+def printable(text: str, *, newlines: bool = True) -> str:
     """``text`` with terminal control characters shown as ``\\xNN`` escapes.
 
-    Tool output, block reasons and model text are untrusted: printed raw, an escape
-    sequence could overwrite the line that says a call was blocked.
+    Tool output, block reasons, file names and model text are untrusted: printed raw,
+    an escape sequence could overwrite the line that says a call was blocked. With
+    ``newlines=False`` a newline is escaped too, so one line of progress cannot pose
+    as two (an extension file name with a newline in it, say).
     """
-    return text.translate(_CONTROL)
+    return text.translate(_CONTROL if newlines else _CONTROL_AND_NEWLINES)
 
 
 _PREVIEW_CHARS = 200
@@ -71,8 +76,11 @@ class PrintOutput:
         self._denied: dict[str, str] = {}
 
     def line(self, text: str) -> None:
-        """Write one progress line (control characters escaped)."""
-        print(printable(text), file=self.stderr, flush=True)
+        """Write one progress line (control characters and newlines escaped)."""
+        try:
+            print(printable(text, newlines=False), file=self.stderr, flush=True)
+        except OSError:
+            pass  # stderr is gone or full: progress is lost, the run and its session go on
 
     async def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -114,6 +122,7 @@ class JsonOutput:
     def __init__(self, stdout: TextIO | None = None) -> None:
         self.stdout = stdout or sys.stdout
         self.closed = False
+        self.failed = False  # a write failed for a reason other than the reader leaving
 
     async def __call__(self, event: dict[str, Any]) -> None:
         if self.closed:
@@ -121,8 +130,18 @@ class JsonOutput:
         try:
             self.stdout.write(dumps_line(event) + "\n")
             self.stdout.flush()
-        except BrokenPipeError:
-            # The reader went away (`pi --mode json | head`): the run goes on, and its
-            # session file is still written; only the stream stops.
+        except OSError as exc:
+            # The reader went away (`pi --mode json | head`) or the disk is full: the
+            # run goes on, and its session file is still written; only the stream stops.
             self.closed = True
             _silence_stdout()
+            if not isinstance(exc, BrokenPipeError):
+                self.failed = True
+                try:
+                    print(
+                        f"pi: cannot write output: {exc.strerror or exc}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                except OSError:
+                    pass

@@ -101,13 +101,26 @@ def run_print_session(options: RunOptions) -> int:
 
         traceback.print_exception(group, file=sys.stderr)
         return fail(f"internal error: {group!r}", 1)
-    except BrokenPipeError:
+    except OSError as exc:
+        # Output could not be written (broken pipe, full disk) outside the run's own
+        # handling: a one-line message, not a traceback.
+        _silence_stdout_quietly()
+        if not isinstance(exc, BrokenPipeError):
+            return fail(f"cannot write output: {exc.strerror or exc}", 1)
         return 0 if options.mode == "json" else 1
     except Exception as exc:  # the last line of defence: a clear message, never a bare traceback
         import traceback
 
         traceback.print_exc(file=sys.stderr)
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
+
+
+def _silence_stdout_quietly() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
 
 def _forbid_ptrace_and_proc_reads() -> None:
@@ -261,7 +274,14 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                 if options.mode != "json":
                     try:
                         print(printable(final_text), flush=True)
-                    except BrokenPipeError:
+                    except OSError as exc:
+                        _silence_stdout_quietly()
+                        if not isinstance(exc, BrokenPipeError):
+                            print(
+                                f"pi: cannot write output: {exc.strerror or exc}",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                         status = 1
             except ProviderError as exc:
                 await output({"type": "error", "error": f"provider error: {exc}"})
@@ -293,4 +313,6 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
     finally:
         if writer is not None:
             writer.close()
+    if getattr(output, "failed", False):
+        status = status or 1
     return status

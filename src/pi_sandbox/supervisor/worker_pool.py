@@ -179,7 +179,8 @@ class WorkerPool:
         self.tools: dict[str, RegisteredTool] = {}
         self.load_errors: list[dict[str, str]] = []
         self._bwrap: str | None = None
-        self._log_dir = Path(tempfile.mkdtemp(prefix="pi-workers-"))
+        _remove_stale_log_dirs()
+        self._log_dir = Path(tempfile.mkdtemp(prefix=f"pi-workers-{os.getpid()}-"))
         self._counter = 0
         self._nursery: trio.Nursery | None = None
         self._respawn_lock = trio.Lock()
@@ -497,6 +498,23 @@ class WorkerPool:
                     nursery.start_soon(self.tool_worker.aclose)
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
+
+
+def _remove_stale_log_dirs() -> None:
+    """Remove worker-log directories of ``pi`` processes that no longer exist.
+
+    A run killed by a signal cannot clean up after itself; the next run does.
+    """
+    for entry in Path(tempfile.gettempdir()).glob("pi-workers-*-*"):
+        pid = entry.name.split("-")[2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's pi: alive, and not ours
 
 
 def unsandboxed_env(home: Path) -> dict[str, str]:
