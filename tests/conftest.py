@@ -55,3 +55,17 @@ def open_pool(tmp_path: Path, workspace: Path):
                 nursery.cancel_scope.cancel()
 
     return opener
+
+
+@pytest.fixture(scope="session")
+def require_bwrap() -> str:
+    """The bwrap binary, or skip with the reason it cannot create namespaces here."""
+    from pi_sandbox.errors import SandboxUnavailableError
+    from pi_sandbox.sandbox import find_bwrap, probe_bwrap
+
+    try:
+        bwrap = find_bwrap()
+        probe_bwrap(bwrap)
+    except SandboxUnavailableError as exc:
+        pytest.skip(f"bwrap cannot create namespaces here: {exc}")
+    return bwrap

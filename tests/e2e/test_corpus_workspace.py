@@ -22,14 +22,7 @@ CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "age
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the shared corpus is not at {CORPUS}")
-def test_a_sandboxed_session_reads_pages_of_and_edits_real_corpus_files(tmp_path):
-    from pi_sandbox.errors import SandboxUnavailableError
-    from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-
-    try:
-        probe_bwrap(find_bwrap())
-    except SandboxUnavailableError as exc:
-        pytest.skip(f"bwrap cannot run here: {exc}")
+def test_a_sandboxed_session_reads_pages_of_and_edits_real_corpus_files(tmp_path, require_bwrap):
     work = tmp_path / "skills"
     # shared/ is laid out without write bits; copytree keeps the modes. Inside the
     # sandbox even root has no CAP_DAC_OVERRIDE, so the copy must be made writable.

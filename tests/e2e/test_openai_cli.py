@@ -115,16 +115,10 @@ def server():
 
 @pytest.mark.parametrize("sandbox", ["--no-sandbox", "--sandbox"])
 def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
-    server, tmp_path, sandbox
+    server, tmp_path, sandbox, request
 ):
     if sandbox == "--sandbox":
-        from pi_sandbox.errors import SandboxUnavailableError
-        from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-
-        try:
-            probe_bwrap(find_bwrap())
-        except SandboxUnavailableError as exc:
-            pytest.skip(f"bwrap cannot run here: {exc}")
+        request.getfixturevalue("require_bwrap")
     work = tmp_path / "work"
     work.mkdir()
     env = {

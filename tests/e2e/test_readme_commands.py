@@ -42,17 +42,6 @@ def _pi_executable() -> str:
     return str(candidate) if candidate.exists() else shutil.which("pi") or "pi"
 
 
-def _bwrap_works() -> bool:
-    from pi_sandbox.errors import SandboxUnavailableError
-    from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-
-    try:
-        probe_bwrap(find_bwrap())
-    except SandboxUnavailableError:
-        return False
-    return True
-
-
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
@@ -80,7 +69,7 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert test_command in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
 
 
-@pytest.mark.skipif(not _bwrap_works(), reason="bwrap cannot create namespaces on this machine")
+@pytest.mark.usefixtures("require_bwrap")
 def test_readme_main_command_reviews_the_example_and_blocks_the_hostile_parts(
     user_env, clean_review, tmp_path
 ):
@@ -104,7 +93,7 @@ def test_readme_main_command_reviews_the_example_and_blocks_the_hostile_parts(
     assert len(sessions) == 1 and SENTINEL not in sessions[0].read_text()
 
 
-@pytest.mark.skipif(not _bwrap_works(), reason="bwrap cannot create namespaces on this machine")
+@pytest.mark.usefixtures("require_bwrap")
 def test_json_mode_of_the_main_command_reports_the_blocked_curl_as_a_policy_decision(
     user_env, clean_review, tmp_path
 ):

@@ -23,23 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from pi_sandbox.errors import SandboxUnavailableError
-from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-
 SENTINEL = "SENTINEL-7f3a9c1e-do-not-leak"
-
-
-def _bwrap_reason() -> str | None:
-    try:
-        probe_bwrap(find_bwrap())
-    except SandboxUnavailableError as exc:
-        return f"bwrap cannot create namespaces here: {exc}"
-    return None
 
 
 pytestmark = [
     pytest.mark.security,
-    pytest.mark.skipif(_bwrap_reason() is not None, reason=str(_bwrap_reason())),
+    pytest.mark.usefixtures("require_bwrap"),
 ]
 
 HOSTILE = """

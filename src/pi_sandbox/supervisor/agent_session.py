@@ -7,22 +7,17 @@ extensions and tools are reached through the ``WorkerPool``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pi_sandbox.errors import ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
-from pi_sandbox.supervisor.session_file import SessionWriter
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline
+from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
+from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
 
 __all__ = ["AgentSession", "build_system_prompt"]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
@@ -110,15 +105,7 @@ class AgentSession:
 
     async def _notify(self, event: str, payload: dict[str, Any]) -> None:
         outcome = await self.pool.dispatch(event, payload)
-        for error in outcome.errors:
-            await self.emit(
-                {
-                    "type": "extension_error",
-                    "extensionPath": error.get("path"),
-                    "event": event,
-                    "error": error["message"],
-                }
-            )
+        await report_extension_errors(self.emit, outcome.errors, event)
 
     async def start(self) -> None:
         """Announce the session to extensions (``session_start``)."""
@@ -139,7 +126,7 @@ class AgentSession:
         Raises:
             ProviderError: the provider failed, or ``max_turns`` was exceeded.
         """
-        user = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": _now_ms()}
+        user = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
         self._record(user)
         await self.emit({"type": "agent_start"})
         await self.emit({"type": "message_end", "message": user})
@@ -199,5 +186,5 @@ class AgentSession:
             "model": turn.model or self.provider.model,
             "usage": turn.usage,
             "stopReason": turn.stop_reason,
-            "timestamp": _now_ms(),
+            "timestamp": now_ms(),
         }

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from pi_sandbox.supervisor.json_lines import dumps_line
 
-__all__ = ["JsonOutput", "PrintOutput", "printable"]
+__all__ = ["JsonOutput", "PrintOutput", "printable", "silence_stdout"]
 
 # C0 controls except tab and newline, DEL, and C1 controls: the bytes that make a
 # terminal clear the screen, move the cursor, set the title or the clipboard (OSC 52).
@@ -50,12 +50,17 @@ def _one_line(text: str, limit: int = _PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so later writes and the interpreter's final flush
+    cannot fail again after stdout broke (best effort)."""
     import os
 
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 def _preview_lines(
@@ -134,7 +139,7 @@ class JsonOutput:
             # The reader went away (`pi --mode json | head`) or the disk is full: the
             # run goes on, and its session file is still written; only the stream stops.
             self.closed = True
-            _silence_stdout()
+            silence_stdout()
             if not isinstance(exc, BrokenPipeError):
                 self.failed = True
                 try:

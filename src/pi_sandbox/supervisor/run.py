@@ -59,7 +59,12 @@ def run_print_session(options: RunOptions) -> int:
     file, provider arguments); 3: a sandbox was required and bwrap cannot run.
     """
     from pi_sandbox.policies import load_policies
-    from pi_sandbox.supervisor.output_modes import JsonOutput, PrintOutput, printable
+    from pi_sandbox.supervisor.output_modes import (
+        JsonOutput,
+        PrintOutput,
+        printable,
+        silence_stdout,
+    )
     from pi_sandbox.supervisor.providers import create_provider
 
     def fail(text: str, code: int) -> int:
@@ -104,7 +109,7 @@ def run_print_session(options: RunOptions) -> int:
     except OSError as exc:
         # Output could not be written (broken pipe, full disk) outside the run's own
         # handling: a one-line message, not a traceback.
-        _silence_stdout_quietly()
+        silence_stdout()
         if not isinstance(exc, BrokenPipeError):
             return fail(f"cannot write output: {exc.strerror or exc}", 1)
         return 0 if options.mode == "json" else 1
@@ -113,14 +118,6 @@ def run_print_session(options: RunOptions) -> int:
 
         traceback.print_exc(file=sys.stderr)
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
-
-
-def _silence_stdout_quietly() -> None:
-    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
 
 
 def _forbid_ptrace_and_proc_reads() -> None:
@@ -142,9 +139,9 @@ def _forbid_ptrace_and_proc_reads() -> None:
 async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.supervisor.agent_session import AgentSession
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.session_file import SessionWriter
-    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
+    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline, report_extension_errors
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
     _forbid_ptrace_and_proc_reads()
@@ -246,17 +243,8 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                             "message": f"Loaded {source.origin} extension {source.path} ({where})",
                         }
                     )
-                for error in pool.load_errors:
-                    keep_logs = True
-                    await output(
-                        {
-                            "type": "extension_error",
-                            "extensionPath": error.get("path"),
-                            "event": "load",
-                            "error": error["message"],
-                            "traceback": error.get("traceback", ""),
-                        }
-                    )
+                keep_logs = bool(pool.load_errors)
+                await report_extension_errors(output, pool.load_errors, "load")
                 pipeline = ToolPipeline(pool=pool, policy=policy, cwd=options.cwd, emit=output)
                 session = AgentSession(
                     provider=provider,
@@ -275,7 +263,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     try:
                         print(printable(final_text), flush=True)
                     except OSError as exc:
-                        _silence_stdout_quietly()
+                        silence_stdout()
                         if not isinstance(exc, BrokenPipeError):
                             print(
                                 f"pi: cannot write output: {exc.strerror or exc}",

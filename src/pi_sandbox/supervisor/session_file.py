@@ -33,10 +33,16 @@ __all__ = [
     "SessionHeader",
     "SessionWriter",
     "load_session",
+    "now_ms",
     "session_dir_for",
 ]
 
 SESSION_VERSION = 3
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch: pi's ``timestamp`` inside messages."""
+    return int(datetime.now(UTC).timestamp() * 1000)
 
 
 def _now_iso() -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +36,11 @@ from pi_sandbox.protocol.messages import ToolResultWire
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.schema_validation import validator_for
+from pi_sandbox.supervisor.session_file import now_ms
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["EmitFn", "ToolOutcome", "ToolPipeline"]
+__all__ = ["EmitFn", "ToolOutcome", "ToolPipeline", "report_extension_errors"]
 
 EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -48,12 +48,27 @@ EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
 _WRITING_TOOLS = {"write", "edit"}
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _error_result(text: str, **details: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "details": details, "is_error": True}
+
+
+async def report_extension_errors(emit: EmitFn, errors: list[dict[str, str]], event: str) -> None:
+    """Emit one ``extension_error`` event per failure.
+
+    Args:
+        errors: dicts with ``message`` and optionally ``path`` and ``traceback``.
+        event: the event the handler failed in, or ``"load"``.
+    """
+    for error in errors:
+        record = {
+            "type": "extension_error",
+            "extensionPath": error.get("path"),
+            "event": event,
+            "error": error["message"],
+        }
+        if error.get("traceback"):
+            record["traceback"] = error["traceback"]
+        await emit(record)
 
 
 @dataclass
@@ -74,7 +89,7 @@ class ToolOutcome:
             "content": self.result["content"],
             "details": self.result.get("details") or {},
             "isError": bool(self.result.get("is_error")),
-            "timestamp": _now_ms(),
+            "timestamp": now_ms(),
         }
 
 
@@ -220,15 +235,7 @@ class ToolPipeline:
         return item
 
     async def _report(self, errors: list[dict[str, str]], event: str) -> None:
-        for error in errors:
-            await self.emit(
-                {
-                    "type": "extension_error",
-                    "extensionPath": error.get("path"),
-                    "event": event,
-                    "error": error["message"],
-                }
-            )
+        await report_extension_errors(self.emit, errors, event)
 
     # --- execution (steps 5-6) -------------------------------------------------------------
 
