@@ -416,14 +416,6 @@ class WorkerPool:
                     continue
                 self.tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
 
-    def subscribers(self, event: str) -> list[tuple[ExtensionSource, WorkerProcess]]:
-        """Extension workers that registered a handler for ``event``, in load order."""
-        return [
-            (source, worker)
-            for source, worker in self.extensions
-            if worker.registrations is not None and event in worker.registrations.events
-        ]
-
     async def dispatch(self, event: str, payload: dict[str, Any]) -> DispatchOutcome:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
@@ -443,13 +435,12 @@ class WorkerPool:
             worker = await self.ensure_extension_worker(index)
             if worker is None:
                 message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
-                if hook_kinds.apply_error(event, state, message)[1]:
-                    # A fail-closed hook that can never run again would block every
-                    # call for the rest of the session: the caller ends the run.
-                    outcome.fatal = message
                 state, stop = hook_kinds.apply_error(event, state, message)
                 outcome.errors.append({"path": str(source.path), "message": message})
                 if stop:
+                    # A fail-closed hook that can never run again would block every
+                    # call for the rest of the session: the caller ends the run.
+                    outcome.fatal = message
                     break
                 continue
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
