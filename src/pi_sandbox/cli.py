@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project"
     )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
+    parser.add_argument(
+        "--audit-log", type=Path, metavar="FILE", help="append audit records (JSON lines) to FILE"
+    )
     parser.add_argument("--version", action="version", version=f"pi-sandbox {__version__}")
     return parser
 
@@ -138,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extensions=[p.resolve() for p in args.extension],
         no_extensions=args.no_extensions,
         sandbox=args.sandbox,
+        audit_log=args.audit_log.absolute() if args.audit_log else None,
         policies=[p.resolve() for p in args.policy],
         trust=args.trust,
         session=not args.no_session,

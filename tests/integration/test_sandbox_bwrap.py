@@ -17,6 +17,7 @@ import pytest
 
 from pi_sandbox.errors import SandboxUnavailableError
 from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
+from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
 
 SENTINEL = "PI-SANDBOX-SENTINEL-5d1f0c7e"
 
@@ -83,9 +84,24 @@ def host(tmp_path: Path) -> dict[str, Path]:
 
 
 def run_in_sandbox(bwrap: str, profile, ops: list) -> list[dict]:
-    argv = build_bwrap_argv(profile, ["python3", "-c", PROBE, json.dumps(ops)], bwrap=bwrap)
-    result = subprocess.run(
+    seccomp_fd = seccomp_memfd()
+    argv = build_bwrap_argv(
+        profile, ["python3", "-c", PROBE, json.dumps(ops)], bwrap=bwrap, seccomp_fd=seccomp_fd
+    )
+    try:
+        result = _run(argv, seccomp_fd)
+    finally:
+        os.close(seccomp_fd)
+    assert SENTINEL not in result.stdout
+    assert SENTINEL not in result.stderr
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _run(argv: list[str], seccomp_fd: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         argv,
+        pass_fds=(seccomp_fd,),
         env={**os.environ, "PI_SANDBOX_TEST_SECRET": SENTINEL},
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -93,10 +109,6 @@ def run_in_sandbox(bwrap: str, profile, ops: list) -> list[dict]:
         timeout=60,
         check=False,
     )
-    assert SENTINEL not in result.stdout
-    assert SENTINEL not in result.stderr
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def make_profile(role: str, host: dict[str, Path], workspace: Path):
@@ -295,8 +307,12 @@ def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(
         "echo x > .git/commondir; echo commondir=$?; "
         "rm -rf .git; echo rm=$?; true"
     )
-    argv = build_bwrap_argv(profile, ["/bin/sh", "-c", attack], bwrap=bwrap)
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    seccomp_fd = seccomp_memfd()
+    argv = build_bwrap_argv(profile, ["/bin/sh", "-c", attack], bwrap=bwrap, seccomp_fd=seccomp_fd)
+    try:
+        out = _run(argv, seccomp_fd)
+    finally:
+        os.close(seccomp_fd)
     assert "mv=0" not in out.stdout and "config=0" not in out.stdout
     assert "commondir=0" not in out.stdout
     assert (workspace / ".git" / "config").read_text() == "[core]\n"

@@ -14,6 +14,8 @@ import pi_sandbox.sandbox
 from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv, worker_profile
 from pi_sandbox.sandbox.bwrap_args import BASELINE_FLAGS
+from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
+from pi_sandbox.sandbox.settings import SandboxLimits
 
 BWRAP = "/opt/bwrap/bwrap"
 
@@ -52,7 +54,7 @@ def test_minimal_profile_builds_exact_argv():
         cwd=f"{FAKE}/work space",
     )
 
-    assert build_bwrap_argv(profile, ["true"], bwrap=BWRAP) == [
+    assert build_bwrap_argv(profile, ["true"], bwrap=BWRAP, seccomp_fd=5, status_fd=4) == [
         BWRAP,
         "--unshare-all",
         "--unshare-user",
@@ -76,6 +78,10 @@ def test_minimal_profile_builds_exact_argv():
         f"{FAKE}/work space",
         "--remount-ro",
         "/",
+        "--seccomp",
+        "5",
+        "--json-status-fd",
+        "4",
         "--setenv",
         "PATH",
         "/usr/bin",
@@ -111,7 +117,7 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         symlinks=(("usr/bin", "/bin"),),
     )
 
-    argv = build_bwrap_argv(profile, ["-weird", "arg with space"], bwrap=BWRAP)
+    argv = build_bwrap_argv(profile, ["-weird", "arg with space"], bwrap=BWRAP, seccomp_fd=9)
 
     assert argv == [
         BWRAP,
@@ -158,6 +164,8 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         f"{ws}/.ssh",
         "--remount-ro",
         "/",
+        "--seccomp",
+        "9",
         "--setenv",
         "PATH",
         "/usr/bin",
@@ -187,9 +195,9 @@ def test_redundant_binds_and_masks_of_unexposed_paths_are_dropped(tmp_path: Path
         cwd=f"{root}/ws",
     )
 
-    argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP)
+    argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP, seccomp_fd=3)
 
-    mounts = argv[len(BASELINE_FLAGS) + 7 : argv.index("--chdir")]
+    mounts = argv[len(BASELINE_FLAGS) + 7 : argv.index("--seccomp")]
     assert mounts == [
         "--bind",
         f"{root}/ws",
@@ -298,11 +306,17 @@ def test_tool_worker_profile_writes_the_workspace_and_protects_persistence_paths
 
     assert profile.rw_binds == (str(ws),)
     assert str(ws) not in profile.ro_binds
-    # .pi does not exist in the workspace, so only .git (all of it) is protected
-    assert profile.protected == (str(ws / ".git"),)
+    # every persistence path, whether it exists or not; .git whole
+    assert set(profile.protected) == {str(ws / rel) for rel in PROTECTED_IN_WORKSPACE}
+    # the existing .git is re-bound; each missing one gets a placeholder
+    assert (str(ws / ".git"), "bind") in profile.protect_mounts
+    assert (str(ws / ".pi"), "placeholder") in profile.protect_mounts
+    assert str(ws / ".pi") in profile.placeholders
+    assert str(ws / ".git") not in profile.placeholders
     assert profile.cwd == str(ws)
     assert profile.network == "none"
-    assert profile.tmp_size_bytes == 256 * 1024 * 1024
+    assert profile.seccomp is True
+    assert profile.tmp_size_bytes == SandboxLimits().tmp_size_mb * 1024 * 1024
 
 
 def test_extension_worker_profile_sees_the_workspace_read_only(layout):
@@ -395,17 +409,30 @@ def test_worker_profile_uses_an_explicit_env_verbatim(layout):
     assert profile.env == (("PATH", "/usr/bin"),)
 
 
-def test_worker_profile_skips_protected_symlinks_leading_out_of_the_workspace(layout):
+def test_worker_profile_refuses_a_symlinked_persistence_path_in_a_writable_root(layout):
+    # The link itself would stay replaceable (`rm .pi; mkdir .pi`): refuse, whether
+    # it leads out of the workspace or not.
     ws, root = layout["workspace"], layout["root"]
     (root / "elsewhere").mkdir()
     (ws / ".pi").symlink_to(root / "elsewhere")
 
+    with pytest.raises(SandboxError, match=r"\.pi is a symlink"):
+        worker_profile("tool", workspace=ws, home=layout["home"], agent_dir=layout["agent_dir"])
+    # read-only, the link is harmless
+    profile = worker_profile(
+        "extension", workspace=ws, home=layout["home"], agent_dir=layout["agent_dir"]
+    )
+    assert str(root / "elsewhere") not in profile.ro_binds
+
+
+def test_an_rc_file_symlinked_out_of_the_workspace_is_not_protected(layout):
+    ws, root = layout["workspace"], layout["root"]
+    (root / "rc").write_text("# rc\n")
+    (ws / ".bashrc").symlink_to(root / "rc")
     profile = worker_profile(
         "tool", workspace=ws, home=layout["home"], agent_dir=layout["agent_dir"]
     )
-
-    assert str(root / "elsewhere") not in profile.protected
-    assert str(root / "elsewhere") not in profile.ro_binds
+    assert str(root / "rc") not in profile.protected
 
 
 def test_worker_profile_refuses_a_symlinked_workspace_for_the_tool_role(layout):

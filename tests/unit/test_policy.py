@@ -148,8 +148,8 @@ def test_a_quoted_version_is_not_coerced(tmp_path):
 
 
 def test_an_unknown_section_is_an_unknown_key(tmp_path):
-    path = write(tmp_path, "version: 1\nsandbox: {}\n")
-    assert f"{path}:2: sandbox: unknown key" in load_error(path)
+    path = write(tmp_path, "version: 1\nsandboxes: {}\n")
+    assert f"{path}:2: sandboxes: unknown key" in load_error(path)
 
 
 RULE = "  rules:\n    - id: r\n"

@@ -19,10 +19,11 @@ import yaml
 from pydantic_core import ErrorDetails
 
 from pi_sandbox.errors import PolicyFileError
-from pi_sandbox.policies._schema import PolicyFile
+from pi_sandbox.policies._schema import PolicyFile, SandboxSection
 from pi_sandbox.policies._tool_gate import _SEVERITY, Policy, PolicyRule
+from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 
-__all__ = ["load_policies", "load_policy_file"]
+__all__ = ["load_policies", "load_policy_file", "merge_sandbox_sections"]
 
 _KeyPath = tuple[str | int, ...]
 _Problem = tuple[int, _KeyPath, str]  # line, key path, message
@@ -92,6 +93,65 @@ def load_policies(paths: Sequence[Path]) -> Policy:
         unparseable=unparseable_file.tool_call.unparseable,
         default_source=default_file.source,
         sources=tuple(file.source for file in files if file.source is not None),
+        sandbox=merge_sandbox_sections([f.sandbox for f in files if f.sandbox is not None]),
+    )
+
+
+def merge_sandbox_sections(sections: Sequence[SandboxSection]) -> SandboxSettings:
+    """Combine ``sandbox`` sections so that no file can loosen another (DESIGN §7).
+
+    Deny lists and read-only paths accumulate; ``workspace: read`` beats ``write``;
+    writable roots, network allowlists and environment allowlists intersect across
+    the files that set them (a file that does not mention one does not constrain
+    it); network ``none`` beats ``allowlist``; each limit is the smallest given,
+    else the `SandboxLimits` default.
+
+    Args:
+        sections: the files' sections, in load order.
+
+    Returns:
+        The effective settings; `SandboxSettings()` when ``sections`` is empty.
+    """
+    if not sections:
+        return SandboxSettings()
+
+    def union(values: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(item for value in values for item in value))
+
+    def intersect(field_sets: list[tuple[str, ...]]) -> tuple[str, ...]:
+        if not field_sets:
+            return ()
+        common = set(field_sets[0]).intersection(*map(set, field_sets[1:]))
+        return tuple(item for item in field_sets[0] if item in common)
+
+    fs = [s.filesystem for s in sections]
+    net = [s.network for s in sections]
+    limits: dict[str, int] = {}
+    for section in sections:
+        for name in section.limits.model_fields_set:
+            value = getattr(section.limits, name)
+            limits[name] = min(value, limits.get(name, value))
+    allowlists = [n for n in net if n.mode == "allowlist"]
+    network = (
+        "none"
+        if any(n.mode == "none" and "mode" in n.model_fields_set for n in net)
+        else ("allowlist" if allowlists else "none")
+    )
+    return SandboxSettings(
+        workspace_writable=all(f.workspace == "write" for f in fs),
+        writable_roots=intersect(
+            [f.writable_roots for f in fs if "writable_roots" in f.model_fields_set]
+        ),
+        read_only=union(f.read_only for f in fs),
+        deny_read=union(f.deny_read for f in fs),
+        deny_write=union(f.deny_write for f in fs),
+        network=network,
+        network_allow=intersect([n.allow for n in allowlists]) if network == "allowlist" else (),
+        network_deny=union(n.deny for n in net),
+        environment_allow=intersect(
+            [s.environment.allow for s in sections if "allow" in s.environment.model_fields_set]
+        ),
+        limits=SandboxLimits(**limits),
     )
 
 

@@ -5,7 +5,7 @@ added without renaming anything here. Every model forbids unknown keys; scalars
 are not coerced (``version: "1"`` is an error, not version 1); an explicit
 ``null`` is an error wherever a value is expected.
 
-Only the ``tool_call`` section exists in version 1 of this implementation::
+Sections implemented: ``tool_call`` and ``sandbox``::
 
     version: 1
     tool_call:
@@ -21,6 +21,14 @@ Only the ``tool_call`` section exists in version 1 of this implementation::
           decision: deny
           reason: Recursive deletes are not allowed.
           examples: {match: [...], not_match: [...]}
+    sandbox:
+      filesystem: {workspace: write, writable_roots: [], read_only: [],
+                   deny_read: [], deny_write: []}
+      network: {mode: none, allow: [], deny: []}     # none | allowlist
+      limits: {address_space_mb: 16384, memory_mb: 4096, processes: 512,
+               open_files: 4096, file_size_mb: 4096, cpu_seconds: 600,
+               tmp_size_mb: 512, tool_timeout_s: 600}
+      environment: {allow: []}
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from pydantic import (
     PrivateAttr,
     StrictInt,
     StrictStr,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -47,6 +56,7 @@ __all__ = [
     "Example",
     "PolicyFile",
     "RuleExamples",
+    "SandboxSection",
     "ToolCallRule",
     "ToolCallSection",
 ]
@@ -153,17 +163,125 @@ class ToolCallSection(_Strict):
     rules: tuple[ToolCallRule, ...] = ()
 
 
+def _valid_policy_path(path: str) -> str:
+    if "\0" in path:
+        raise PydanticCustomError("nul_path", "path contains a NUL byte")
+    if any(char in path for char in "*?["):
+        raise PydanticCustomError(
+            "glob_path", "sandbox paths are plain paths, not globs: {path}", {"path": repr(path)}
+        )
+    return path
+
+
+def _valid_host_pattern(pattern: str) -> str:
+    from pi_sandbox.sandbox.network_rules import validate_host_pattern
+
+    try:
+        return validate_host_pattern(pattern)
+    except ValueError as exc:
+        raise PydanticCustomError("host_pattern", "{error}", {"error": str(exc)}) from exc
+
+
+# Host variables that must never cross into a sandbox, whatever a policy says
+# (issue 3: no provider keys, no SSH_AUTH_SOCK, no *_TOKEN).
+_SECRET_NAME = regex.compile(
+    r"(?i)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|^SSH_|^GPG_|^AWS_|^AZURE_|^GOOGLE_APPLICATION)"
+)
+
+
+def _valid_env_name(name: str) -> str:
+    if not regex.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise PydanticCustomError(
+            "env_name", "not an environment variable name: {name}", {"name": repr(name)}
+        )
+    if _SECRET_NAME.search(name):
+        raise PydanticCustomError(
+            "env_secret",
+            "{name} looks like a credential; credentials never enter the sandbox",
+            {"name": name},
+        )
+    return name
+
+
+PolicyPath = Annotated[NonEmptyStr, AfterValidator(_valid_policy_path)]
+PolicyPaths = Annotated[tuple[PolicyPath, ...], BeforeValidator(_not_null)]
+HostPattern = Annotated[NonEmptyStr, AfterValidator(_valid_host_pattern)]
+HostPatterns = Annotated[tuple[HostPattern, ...], BeforeValidator(_not_null)]
+EnvName = Annotated[NonEmptyStr, AfterValidator(_valid_env_name)]
+Positive = Annotated[StrictInt, Field(gt=0)]
+
+
+class FilesystemSection(_Strict):
+    """``sandbox.filesystem``: what the workers may see and write (DESIGN §6).
+
+    Paths are absolute, ``~/…`` or relative to the workspace."""
+
+    workspace: Literal["write", "read"] = "write"
+    writable_roots: PolicyPaths = ()
+    read_only: PolicyPaths = ()
+    deny_read: PolicyPaths = ()
+    deny_write: PolicyPaths = ()
+
+
+class NetworkSection(_Strict):
+    """``sandbox.network``: ``none`` (default) or an allowlist enforced by the
+    supervisor's egress proxy. An empty allowlist means no network."""
+
+    mode: Literal["none", "allowlist"] = "none"
+    allow: HostPatterns = ()
+    deny: HostPatterns = ()
+
+    @model_validator(mode="after")
+    def _allow_needs_allowlist(self) -> NetworkSection:
+        if self.mode == "none" and self.allow:
+            raise PydanticCustomError(
+                "network_contradiction",
+                "allow entries are given but mode is none; set mode: allowlist or remove them",
+            )
+        return self
+
+
+class LimitsSection(_Strict):
+    """``sandbox.limits``: per-worker resource limits (see ``SandboxLimits``)."""
+
+    address_space_mb: Positive | None = None
+    memory_mb: Positive | None = None
+    processes: Positive | None = None
+    open_files: Positive | None = None
+    file_size_mb: Positive | None = None
+    cpu_seconds: Positive | None = None
+    tmp_size_mb: Positive | None = None
+    tool_timeout_s: Positive | None = None
+
+
+class EnvironmentSection(_Strict):
+    """``sandbox.environment``: host variables passed into the sandbox."""
+
+    allow: Annotated[tuple[EnvName, ...], BeforeValidator(_not_null)] = ()
+
+
+class SandboxSection(_Strict):
+    """The ``sandbox`` section: the input to every worker's sandbox profile."""
+
+    filesystem: Annotated[FilesystemSection, BeforeValidator(_not_null)] = FilesystemSection()
+    network: Annotated[NetworkSection, BeforeValidator(_not_null)] = NetworkSection()
+    limits: Annotated[LimitsSection, BeforeValidator(_not_null)] = LimitsSection()
+    environment: Annotated[EnvironmentSection, BeforeValidator(_not_null)] = EnvironmentSection()
+
+
 class PolicyFile(_Strict):
     """A validated policy file. Load one with :func:`load_policy_file`.
 
     Attributes:
         version: always ``SUPPORTED_VERSION`` (1).
         tool_call: the tool-call gate section.
+        sandbox: the sandbox section, or None when the file has none.
         source: the file it was loaded from (None when validated from a dict).
     """
 
     version: Annotated[StrictInt, AfterValidator(_supported_version)]
     tool_call: ToolCallSection = ToolCallSection()
+    sandbox: Annotated[SandboxSection | None, BeforeValidator(_not_null)] = None
 
     _source: Path | None = PrivateAttr(default=None)
 

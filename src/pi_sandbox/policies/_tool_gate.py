@@ -26,6 +26,7 @@ import regex
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell import UnparseableCommand, simple_commands
+from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = [
     "Policy",
@@ -308,6 +309,7 @@ class Policy:
             cannot be parsed with confidence (the strictest of the files').
         default_source: the file whose ``default`` won (None without files).
         sources: the files, in load order.
+        sandbox: the merged ``sandbox`` sections (defaults without any).
     """
 
     rules: tuple[PolicyRule, ...] = ()
@@ -315,6 +317,7 @@ class Policy:
     unparseable: Decision = "ask"
     default_source: Path | None = None
     sources: tuple[Path, ...] = ()
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ the argv is laid out as:
    more specific mount wins whatever its mode, so a read-only path nested in a
    writable root (a ``.venv`` that is the Python prefix, the package's ``src/``)
    stays read-only;
-4. protected paths, re-bound read-only after every bind so they win;
+4. protected paths, re-bound read-only after every bind so they win; a protected
+   path that does not exist gets a read-only tmpfs placeholder at its first
+   missing ancestor (bwrap creates the mount point);
 5. deny-read masks last, so nothing can re-expose what they hide. A directory is
    covered by a tmpfs that is then remounted read-only (a writable tmpfs over a
    denied directory would hand the sandbox a private scratch space at a path the
@@ -19,7 +21,11 @@ the argv is laid out as:
 6. ``--remount-ro /``: the root is a tmpfs bwrap made to hold mount points;
    left writable it would be unbounded scratch space at paths like ``$HOME``
    (not recursive, so ``/tmp`` and writable roots stay writable);
-7. ``--setenv`` pairs after ``--clearenv``, ``--chdir``, ``--`` and the command.
+7. the egress proxy socket (network ``"proxy"``), bound read-only at
+   ``PROXY_SOCKET_IN_SANDBOX`` after the root is read-only (connecting to a Unix
+   socket does not need a writable mount);
+8. ``--seccomp FD`` and ``--json-status-fd FD`` when the caller passes them;
+9. ``--setenv`` pairs after ``--clearenv``, ``--chdir``, ``--`` and the command.
 
 Every path is its own argv element and the command follows ``--``, so paths with
 spaces or dashes and commands starting with ``-`` cannot be read as options.
@@ -32,7 +38,12 @@ import subprocess
 from collections.abc import Sequence
 
 from pi_sandbox.errors import SandboxUnavailableError
-from pi_sandbox.sandbox.profile import SandboxProfile, is_within, path_key
+from pi_sandbox.sandbox.profile import (
+    PROXY_SOCKET_IN_SANDBOX,
+    SandboxProfile,
+    is_within,
+    path_key,
+)
 
 __all__ = ["BASELINE_FLAGS", "build_bwrap_argv", "find_bwrap", "probe_bwrap"]
 
@@ -68,7 +79,14 @@ _PROBE_HINTS = (
 _probe_results: dict[str, str | None] = {}
 
 
-def build_bwrap_argv(profile: SandboxProfile, command: Sequence[str], *, bwrap: str) -> list[str]:
+def build_bwrap_argv(
+    profile: SandboxProfile,
+    command: Sequence[str],
+    *,
+    bwrap: str,
+    seccomp_fd: int | None = None,
+    status_fd: int | None = None,
+) -> list[str]:
     """Return the argv that runs ``command`` under bwrap as ``profile`` describes.
 
     Pure: reads nothing but its arguments (the profile recorded what it needed from
@@ -79,15 +97,22 @@ def build_bwrap_argv(profile: SandboxProfile, command: Sequence[str], *, bwrap: 
         command: program and arguments to run inside; ``command[0]`` is looked up
             on the profile's ``PATH`` by bwrap.
         bwrap: path of the bwrap executable, becomes ``argv[0]``.
+        seccomp_fd: the descriptor number, in bwrap, of the compiled seccomp
+            program (``--seccomp``). Required when ``profile.seccomp`` is true.
+        status_fd: the descriptor number, in bwrap, to write JSON status to
+            (``--json-status-fd``: the child's pid, then its exit code), or None.
 
     Returns:
         The complete argv, ``[bwrap, *flags, "--", *command]``.
 
     Raises:
-        ValueError: ``command`` is empty.
+        ValueError: ``command`` is empty, or the profile wants seccomp and no
+            ``seccomp_fd`` is given (never run without the filter by accident).
     """
     if not command:
         raise ValueError("command must not be empty")
+    if profile.seccomp and seccomp_fd is None:
+        raise ValueError("the profile needs a seccomp filter: pass seccomp_fd")
 
     argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", "--dev", "/dev"]
     if profile.tmp_size_bytes is not None:
@@ -101,8 +126,11 @@ def build_bwrap_argv(profile: SandboxProfile, command: Sequence[str], *, bwrap: 
     for path, writable in binds:
         argv += ["--bind" if writable else "--ro-bind", path, path]
 
-    for path in _effective_protected(profile, binds):
-        argv += ["--ro-bind", path, path]
+    for path, kind in _effective_protected(profile, binds):
+        if kind == "bind":
+            argv += ["--ro-bind", path, path]
+        else:
+            argv += ["--tmpfs", path, "--remount-ro", path]
 
     visible = [path for path, _ in binds]
     masked_dirs: list[str] = []
@@ -121,6 +149,12 @@ def build_bwrap_argv(profile: SandboxProfile, command: Sequence[str], *, bwrap: 
             argv += ["--ro-bind", "/dev/null", path]
 
     argv += ["--remount-ro", "/"]
+    if profile.proxy_socket is not None:
+        argv += ["--ro-bind", profile.proxy_socket, PROXY_SOCKET_IN_SANDBOX]
+    if profile.seccomp:
+        argv += ["--seccomp", str(seccomp_fd)]
+    if status_fd is not None:
+        argv += ["--json-status-fd", str(status_fd)]
     for name, value in profile.env:
         argv += ["--setenv", name, value]
     argv += ["--chdir", profile.cwd, "--", *command]
@@ -145,16 +179,18 @@ def _effective_binds(profile: SandboxProfile) -> list[tuple[str, bool]]:
     return kept
 
 
-def _effective_protected(profile: SandboxProfile, binds: list[tuple[str, bool]]) -> list[str]:
-    """Protected paths that are writable after the binds, outermost only."""
-    kept: list[str] = []
-    for path in profile.protected:  # already sorted parents-first
-        if any(is_within(path, p) for p in kept):
+def _effective_protected(
+    profile: SandboxProfile, binds: list[tuple[str, bool]]
+) -> list[tuple[str, str]]:
+    """Protect mounts whose path is writable after the binds, outermost only."""
+    kept: list[tuple[str, str]] = []
+    for path, kind in profile.protect_mounts:  # sorted parents-first
+        if any(is_within(path, p) for p, _ in kept):
             continue
         enclosing = _nearest_enclosing(path, binds)
         if enclosing is None or not enclosing[1]:
             continue
-        kept.append(path)
+        kept.append((path, kind))
     return kept
 
 

@@ -24,11 +24,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from pi_sandbox.errors import SandboxError
+from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
 
-__all__ = ["DEFAULT_TMP_SIZE_BYTES", "DenyKind", "SandboxProfile", "worker_profile"]
-
-DEFAULT_TMP_SIZE_BYTES = 256 * 1024 * 1024
-"""Size cap of the private ``/tmp`` tmpfs given by `worker_profile`, in bytes."""
+__all__ = [
+    "PROTECTED_IN_WORKSPACE",
+    "PROXY_SOCKET_IN_SANDBOX",
+    "DenyKind",
+    "ProtectKind",
+    "SandboxProfile",
+    "WorkerRole",
+    "resolve_policy_path",
+    "worker_profile",
+]
 
 DenyKind = Literal["file", "dir"]
 
@@ -50,7 +57,7 @@ _ETC_ENTRIES = (
     "hosts",
 )
 
-# Paths inside the workspace whose modification would outlive the sandbox: git runs
+# Paths inside a writable root whose modification would outlive the sandbox: git runs
 # hooks and honours core.* settings (core.fsmonitor, core.hooksPath) outside it, and
 # .pi holds the project's extensions and settings that the next session loads.
 # The whole of .git, not just hooks/ and config: a writable .git lets a tool swap in
@@ -60,6 +67,8 @@ _ETC_ENTRIES = (
 # commands that write (commit, add, checkout) fail inside the sandbox.
 # .envrc is run by direnv; .vscode/.idea hold tasks an IDE runs; .agents, .mcp.json
 # and .claude are other agents' configuration an extension could consume.
+# Every entry is protected in every writable root whether or not it exists: a
+# missing one gets a read-only placeholder (see SandboxProfile.protect_mounts).
 PROTECTED_IN_WORKSPACE = (
     ".git",
     ".pi",
@@ -69,6 +78,22 @@ PROTECTED_IN_WORKSPACE = (
     ".envrc",
     ".mcp.json",
     ".claude",
+)
+
+# Shell start-up files: protected in a writable root when they exist there. A missing
+# one is not given a placeholder: nothing runs a project directory's .bashrc, and
+# twelve empty directories in every project during a run would be noise (a writable
+# root that contains HOME, where they do run, is refused by the CLI).
+_SHELL_RC_FILES = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
 )
 
 # Start-up files under HOME that a shell, git or the agent runs later: protected when
@@ -120,7 +145,28 @@ _DENY_IN_HOME = (
 )
 
 # The agent's own secrets and records in its agent directory.
-_DENY_IN_AGENT_DIR = ("auth.json", "trust.json", "sessions")
+_DENY_IN_AGENT_DIR = ("auth.json", "trust.json", "policy.yaml", "settings.json", "sessions")
+
+# Directories no policy may make writable: the root, system trees, /etc.
+_NEVER_WRITABLE = (
+    "/",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/etc",
+    "/boot",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/var",
+    "/opt",
+)
+
+PROXY_SOCKET_IN_SANDBOX = "/run/pi-sandbox/egress.sock"
+"""Where the supervisor's egress proxy socket appears inside a sandbox."""
 
 
 def path_key(path: str) -> tuple[str, ...]:
@@ -146,6 +192,9 @@ def _canonical_set(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(canonical, key=path_key))
 
 
+ProtectKind = Literal["bind", "placeholder"]
+
+
 class SandboxProfile(BaseModel):
     """The complete description of one worker's sandbox (DESIGN §6).
 
@@ -158,31 +207,40 @@ class SandboxProfile(BaseModel):
     Attributes:
         ro_binds: host paths bound read-only (system dirs, the Python prefix, the
             package directory, a read-only workspace).
-        rw_binds: writable roots, bound read-write.
-        protected: paths inside writable roots that are re-bound read-only after the
-            writable roots. Each must lie inside some ``rw_binds`` entry. Only paths
-            that exist are meaningful for now: a later change handles persistence
-            paths that do not exist yet.
+        rw_binds: writable roots, bound read-write. None may be a symlink, ``/`` or a
+            system directory.
+        protected: paths inside writable roots kept read-only (deny-write). An
+            existing one is re-bound read-only after the writable roots; a missing
+            one is covered by a read-only placeholder at its first missing
+            ancestor (see `protect_mounts`). Each must lie inside some ``rw_binds``
+            entry.
         deny_read: paths masked last, so they win over every bind: an existing
             directory by a read-only tmpfs, any other existing path by ``/dev/null``.
             Whether each path exists and is a directory is recorded when the profile
             is validated (see `deny_masks`); paths that do not exist then are skipped.
         env: ``(name, value)`` pairs, the only environment inside the sandbox.
         cwd: the working directory inside.
-        network: ``"none"``: a private network namespace whose only interface is its own loopback (nothing outside is reachable).
+        network: ``"none"``: a private network namespace whose only interface is
+            its own loopback. ``"proxy"``: the same, plus the supervisor's egress
+            proxy socket ``proxy_socket`` bound at `PROXY_SOCKET_IN_SANDBOX`.
+        proxy_socket: host path of the egress proxy's Unix socket (``"proxy"`` only).
         tmp_size_bytes: size cap of the private ``/tmp`` tmpfs in bytes, or ``None``
             for the kernel default (half of RAM).
         symlinks: ``(target, linkpath)`` pairs created before any bind, for hosts
             whose ``/bin``, ``/lib``… are symlinks into ``/usr`` and for bound paths
             reached through symlinks. ``target`` is used verbatim (may be relative).
+        limits: the resource limits the worker applies to itself and its commands.
+        seccomp: whether the worker runs under the seccomp filter
+            (`pi_sandbox.sandbox.seccomp_filter`); the caller passes its fd.
 
     Raises:
         pydantic.ValidationError: a path is relative or contains NUL; a path is both
             ``ro_binds`` and ``rw_binds``; a protected path is outside every writable
             root; an env name is empty, repeated or contains ``=``; a size is not
-            positive.
+            positive; ``network`` and ``proxy_socket`` disagree.
         SandboxError: a writable root is itself a symlink (a symlinked root could be
-            retargeted between validation and mount; refuse rather than guess).
+            retargeted between validation and mount; refuse rather than guess), or
+            is ``/`` or a system directory.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -193,11 +251,15 @@ class SandboxProfile(BaseModel):
     deny_read: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = "/"
-    network: Literal["none"] = "none"
+    network: Literal["none", "proxy"] = "none"
+    proxy_socket: str | None = None
     tmp_size_bytes: int | None = None
     symlinks: tuple[tuple[str, str], ...] = ()
+    limits: SandboxLimits = SandboxLimits()
+    seccomp: bool = True
 
     _deny_masks: tuple[tuple[str, DenyKind], ...] = PrivateAttr(default=())
+    _protect_mounts: tuple[tuple[str, ProtectKind], ...] = PrivateAttr(default=())
 
     @field_validator("ro_binds", "protected", "deny_read")
     @classmethod
@@ -213,12 +275,19 @@ class SandboxProfile(BaseModel):
                     f"writable root {path!r} is a symlink to {os.path.realpath(path)!r}; "
                     "pass the real directory instead"
                 )
+            if os.path.realpath(path) in _NEVER_WRITABLE:
+                raise SandboxError(f"writable root {path!r} is a system directory")
         return _canonical_set(paths)
 
     @field_validator("cwd")
     @classmethod
     def _canonicalise_cwd(cls, path: str) -> str:
         return os.path.realpath(_check_absolute(path))
+
+    @field_validator("proxy_socket")
+    @classmethod
+    def _check_socket(cls, path: str | None) -> str | None:
+        return None if path is None else _check_absolute(path)
 
     @field_validator("env")
     @classmethod
@@ -258,6 +327,8 @@ class SandboxProfile(BaseModel):
         for path in self.protected:
             if not any(is_within(path, root) for root in self.rw_binds):
                 raise ValueError(f"protected path {path!r} is not inside any writable root")
+        if (self.network == "proxy") != (self.proxy_socket is not None):
+            raise ValueError("network 'proxy' needs proxy_socket, and only it")
         return self
 
     def model_post_init(self, context: object, /) -> None:
@@ -268,6 +339,22 @@ class SandboxProfile(BaseModel):
             elif os.path.exists(path):
                 masks.append((path, "file"))
         self._deny_masks = tuple(masks)
+        mounts: dict[str, ProtectKind] = {}
+        for path in self.protected:
+            if os.path.lexists(path):
+                mounts.setdefault(path, "bind")
+                continue
+            roots = [r for r in self.rw_binds if is_within(path, r)]
+            if not roots:
+                continue  # the "after" validator reports it
+            root = max(roots, key=len)
+            missing = path
+            while os.path.dirname(missing) != root and not os.path.lexists(
+                os.path.dirname(missing)
+            ):
+                missing = os.path.dirname(missing)
+            mounts.setdefault(missing, "placeholder")
+        self._protect_mounts = tuple(sorted(mounts.items(), key=lambda item: path_key(item[0])))
 
     @property
     def deny_masks(self) -> tuple[tuple[str, DenyKind], ...]:
@@ -278,54 +365,142 @@ class SandboxProfile(BaseModel):
         """
         return self._deny_masks
 
+    @property
+    def protect_mounts(self) -> tuple[tuple[str, ProtectKind], ...]:
+        """How each ``protected`` path is kept read-only, parents first.
+
+        ``(path, "bind")``: the path existed at validation and is re-bound
+        read-only onto itself. ``(path, "placeholder")``: ``path`` is the first
+        missing ancestor of a protected path that did not exist; bwrap creates it
+        as an empty directory (on the host too, since its parent is a writable
+        bind) and mounts a read-only tmpfs over it, so nothing can be created
+        there inside the sandbox. The caller removes placeholders once the
+        sandbox is gone (`placeholders`).
+        """
+        return self._protect_mounts
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """Host paths bwrap will create as empty directories (see `protect_mounts`)."""
+        return tuple(path for path, kind in self._protect_mounts if kind == "placeholder")
+
+
+def resolve_policy_path(path: str, *, workspace: str, home: str) -> str:
+    """Turn a policy path (absolute, ``~``/``~/…`` or workspace-relative) into a
+    normalised absolute path, without resolving symlinks.
+
+    Raises:
+        SandboxError: the path contains a NUL byte or uses ``~user``.
+    """
+    if "\0" in path:
+        raise SandboxError(f"policy path {path!r} contains a NUL byte")
+    if path == "~" or path.startswith("~/"):
+        path = home + path[1:]
+    elif path.startswith("~"):
+        raise SandboxError(f"policy path {path!r}: only ~ and ~/ are expanded")
+    return os.path.normpath(os.path.join(workspace, path))
+
+
+def _writable_grant(path: str, *, workspace: str, home: str) -> str:
+    """Check one ``writable_roots`` entry (issue 3): it must exist, be a directory,
+    not be a symlink, and resolve inside the workspace. Returns the canonical path.
+
+    Raises:
+        SandboxError: naming the entry and what is wrong with it.
+    """
+    absolute = resolve_policy_path(path, workspace=workspace, home=home)
+    if os.path.islink(absolute):
+        raise SandboxError(
+            f"sandbox.filesystem.writable_roots: {path!r} is a symlink to "
+            f"{os.path.realpath(absolute)!r}; a writable grant must be a real directory"
+        )
+    real = os.path.realpath(absolute)
+    workspace_real = os.path.realpath(workspace)
+    if not is_within(real, workspace_real):
+        raise SandboxError(
+            f"sandbox.filesystem.writable_roots: {path!r} resolves to {real!r}, "
+            f"outside the workspace {workspace_real!r}"
+        )
+    if not os.path.isdir(real):
+        raise SandboxError(
+            f"sandbox.filesystem.writable_roots: {path!r} is not an existing directory"
+        )
+    return real
+
+
+WorkerRole = Literal["tool", "extension", "sandboxed-extension"]
+
 
 def worker_profile(
-    role: Literal["tool", "extension"],
+    role: WorkerRole,
     *,
     workspace: Path,
     home: Path,
     agent_dir: Path,
     extra_ro: Sequence[Path] = (),
     env: Mapping[str, str] | None = None,
-    tmp_size_bytes: int | None = DEFAULT_TMP_SIZE_BYTES,
+    settings: SandboxSettings | None = None,
+    proxy_socket: str | None = None,
+    tmp_size_bytes: int | Literal["policy"] | None = "policy",
 ) -> SandboxProfile:
-    """Build the baseline profile for a worker (DESIGN §6).
+    """Build the profile for a worker from its role and the policy (DESIGN §6).
 
     The sandbox sees: ``/usr`` and the top-level system directories (as symlinks
     where the host has them as symlinks), a few ``/etc`` files, the Python
     installation (`sys.prefix`, `sys.base_prefix`, `sys.exec_prefix` and the
     directory of `sys.executable`; only those subtrees, never the HOME they may live
-    in), the directory holding the ``pi_sandbox`` package, ``extra_ro`` and the
-    workspace: read-write for the tool worker, read-only for extension workers. In
-    the tool role the persistence paths in the workspace (``PROTECTED_IN_WORKSPACE``:
-    all of ``.git``, ``.pi``, ``.agents``, IDE and direnv files), and HOME's start-up
-    files when the workspace contains HOME (``_PROTECTED_IN_HOME``), are re-bound
-    read-only when they exist. Credentials under ``home`` and the agent's
-    ``auth.json``, ``trust.json`` and ``sessions`` in ``agent_dir`` are masked, which
-    matters when a bound path (workspace, Python prefix) lies inside HOME. (The CLI
-    refuses a sandboxed workspace that contains HOME; the HOME protections here are
-    defence in depth for callers of this function.)
+    in), the directory holding the ``pi_sandbox`` package, ``extra_ro``, the
+    policy's ``read_only`` paths (trusted roles) and the workspace.
+
+    Roles:
+        ``"tool"``: the built-in tools. Writes the workspace when the policy says
+        ``workspace: write`` (the default), else only the policy's
+        ``writable_roots``. In every writable root the persistence paths
+        (``PROTECTED_IN_WORKSPACE``, whether they exist or not; existing shell rc
+        files) and the policy's ``deny_write`` stay read-only. Gets the policy's
+        network and environment allowlist.
+        ``"extension"``: a trusted extension. Workspace read-only; the policy's
+        network and environment allowlist.
+        ``"sandboxed-extension"``: a project extension loaded with ``sandboxed``
+        trust. Workspace read-only; no network, no environment pass-through, no
+        extra read-only paths, whatever the policy says.
+
+    Credentials under ``home`` (``_DENY_IN_HOME``), the agent's ``auth.json``,
+    ``trust.json``, ``policy.yaml``, ``settings.json`` and ``sessions``, and the
+    policy's ``deny_read`` paths are masked wherever a bound path exposes them.
 
     Args:
-        role: ``"tool"`` (built-in tools; writes the workspace) or ``"extension"``.
+        role: see above.
         workspace: the project directory; also the working directory inside. Must
-            not itself be a symlink.
+            not itself be a symlink when it is writable.
         home: the user's home directory; ``HOME`` inside is this path as given.
         agent_dir: the agent's state directory (auth and trust files, sessions).
         extra_ro: further host paths to expose read-only (missing ones skipped).
         env: the complete environment inside. ``None`` means the default allowlist:
             ``PATH`` (the directory of `sys.executable` first), ``HOME``, ``LANG``
             (the host's, else ``C.UTF-8``), ``LC_ALL`` (only if the host sets it),
-            ``TERM=dumb``, ``PYTHONDONTWRITEBYTECODE=1``, ``TMPDIR=/tmp``. Nothing
-            else crosses: no provider keys, no ``SSH_AUTH_SOCK``.
-        tmp_size_bytes: size cap of the private ``/tmp`` in bytes (``None``: no cap).
+            ``TERM=dumb``, ``PYTHONDONTWRITEBYTECODE=1``, ``TMPDIR=/tmp``, plus the
+            policy's ``environment.allow`` names the host sets (trusted roles). No
+            provider keys, no ``SSH_AUTH_SOCK``: the policy schema refuses names
+            that look like credentials.
+        settings: the policy's sandbox settings (defaults when ``None``).
+        proxy_socket: host path of the egress proxy socket; used only when the
+            policy enables network (allowlist mode with entries) and the role is
+            trusted.
+        tmp_size_bytes: size cap of ``/tmp`` in bytes (``None``: no cap);
+            ``"policy"``: ``limits.tmp_size_mb``.
 
     Returns:
         The validated profile.
 
     Raises:
-        SandboxError: role is ``"tool"`` and the workspace is itself a symlink.
+        SandboxError: the workspace is writable and is itself a symlink; a
+            writable grant is a symlink, resolves outside the workspace or does not
+            exist; a persistence path in a writable root is a symlink (its link
+            could be replaced, and mounts follow links).
     """
+    settings = settings or SandboxSettings()
+    trusted = role != "sandboxed-extension"
     ro: set[str] = set()
     links: dict[str, str] = {}
 
@@ -354,52 +529,95 @@ def worker_profile(
     for path in extra_ro:
         expose(os.path.abspath(path))
 
-    # A symlinked workspace is refused by SandboxProfile for the tool role (it is a
-    # writable root); read-only, it is exposed like any other path.
     workspace_str = os.path.abspath(workspace)
+    home_str = os.path.abspath(home)
+    if trusted:
+        for path in settings.read_only:
+            expose(resolve_policy_path(path, workspace=workspace_str, home=home_str))
+
+    # A symlinked workspace is refused by SandboxProfile when writable (it is a
+    # writable root); read-only, it is exposed like any other path.
     _record_symlinks(workspace_str, links)
     workspace_real = os.path.realpath(workspace_str)
 
-    rw: tuple[str, ...] = ()
-    protected: list[str] = []
+    rw: list[str] = []
     if role == "tool":
-        rw = (workspace_str,)
-        ro.discard(workspace_real)
-        home_real = os.path.realpath(os.path.abspath(home))
-        candidates = [os.path.join(workspace_real, rel) for rel in PROTECTED_IN_WORKSPACE]
-        if is_within(home_real, workspace_real):
-            candidates += [os.path.join(home_real, rel) for rel in _PROTECTED_IN_HOME]
-        for candidate in candidates:
-            # A symlink that leads out of the workspace points at something that is
-            # not writable here anyway; binding its target would only expose it.
-            exists = os.path.lexists(candidate)
-            if (
-                exists
-                and candidate not in protected
-                and is_within(os.path.realpath(candidate), workspace_real)
-            ):
-                protected.append(candidate)
-    else:
+        if settings.workspace_writable:
+            rw.append(workspace_str)
+        for grant in settings.writable_roots:
+            real = _writable_grant(grant, workspace=workspace_str, home=home_str)
+            if not any(is_within(real, os.path.realpath(r)) for r in rw):
+                rw.append(real)
+    rw_real = [os.path.realpath(r) for r in rw]
+    if not rw or rw_real[0] != workspace_real:
         ro.add(workspace_real)
+    for real in rw_real:
+        ro.discard(real)
 
-    home_str = os.path.abspath(home)
+    protected = _protected_paths(rw_real, settings, workspace=workspace_str, home=home_str)
+
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
     deny += [os.path.join(os.path.abspath(agent_dir), rel) for rel in _DENY_IN_AGENT_DIR]
+    deny += [
+        resolve_policy_path(p, workspace=workspace_str, home=home_str) for p in settings.deny_read
+    ]
 
     if env is None:
         env = _default_env(home_str)
+        if trusted:
+            for name in settings.environment_allow:
+                if name in os.environ and name not in env:
+                    env[name] = os.environ[name]
+
+    network_on = trusted and settings.network_enabled and proxy_socket is not None
+    if tmp_size_bytes == "policy":
+        tmp_size_bytes = settings.limits.tmp_size_mb * MIB
 
     return SandboxProfile(
         ro_binds=tuple(ro),
-        rw_binds=rw,
+        rw_binds=tuple(rw),
         protected=tuple(protected),
         deny_read=tuple(deny),
         env=tuple(env.items()),
         cwd=workspace_real,
-        network="none",
+        network="proxy" if network_on else "none",
+        proxy_socket=proxy_socket if network_on else None,
         tmp_size_bytes=tmp_size_bytes,
         symlinks=tuple((target, linkpath) for linkpath, target in sorted(links.items())),
+        limits=settings.limits,
     )
+
+
+def _protected_paths(
+    roots: Sequence[str], settings: SandboxSettings, *, workspace: str, home: str
+) -> list[str]:
+    """The deny-write paths of every writable root (canonical roots given)."""
+    home_real = os.path.realpath(home)
+    protected: list[str] = []
+    for root in roots:
+        candidates = [(os.path.join(root, rel), True) for rel in PROTECTED_IN_WORKSPACE]
+        candidates += [(os.path.join(root, rel), False) for rel in _SHELL_RC_FILES]
+        if is_within(home_real, root):
+            candidates += [(os.path.join(home_real, rel), False) for rel in _PROTECTED_IN_HOME]
+        for candidate, even_if_missing in candidates:
+            if os.path.islink(candidate):
+                # A bind over a symlink lands on its target, and the link itself stays
+                # in a writable directory: `rm .pi; mkdir .pi` would get around it.
+                target = os.path.realpath(candidate)
+                if any(is_within(target, r) for r in roots) or even_if_missing:
+                    raise SandboxError(
+                        f"{candidate} is a symlink (to {target}); pi cannot keep a symlinked "
+                        "persistence path read-only in a writable workspace. Replace the link "
+                        "with the directory, or set sandbox.filesystem.workspace: read"
+                    )
+                continue
+            if even_if_missing or os.path.lexists(candidate):
+                protected.append(candidate)
+    for path in settings.deny_write:
+        absolute = os.path.realpath(resolve_policy_path(path, workspace=workspace, home=home))
+        if any(is_within(absolute, r) for r in roots):
+            protected.append(absolute)
+    return list(dict.fromkeys(protected))
 
 
 def _record_symlinks(path: str, links: dict[str, str]) -> None:

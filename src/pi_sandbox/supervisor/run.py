@@ -27,6 +27,7 @@ from pi_sandbox.errors import (
     UsageError,
     WorkerError,
 )
+from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = ["RunOptions", "run_print_session"]
 
@@ -50,6 +51,7 @@ class RunOptions:
     trust: str | None = None
     session: bool = True
     home: Path = field(default_factory=Path.home)
+    audit_log: Path | None = None
 
 
 def run_print_session(options: RunOptions) -> int:
@@ -84,8 +86,16 @@ def run_print_session(options: RunOptions) -> int:
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
     output = JsonOutput() if options.mode == "json" else PrintOutput()
+    from pi_sandbox.supervisor.audit_log import AuditLog
+
     try:
-        return trio.run(_run, options, provider, policy, output)
+        audit = AuditLog(options.audit_log)
+    except OSError as exc:
+        return fail(
+            f"argument --audit-log: cannot open {options.audit_log}: {exc.strerror or exc}", 2
+        )
+    try:
+        return trio.run(_run, options, provider, policy, output, audit)
     except UsageError as exc:
         return fail(str(exc), 2)
     except SandboxUnavailableError as exc:
@@ -118,6 +128,17 @@ def run_print_session(options: RunOptions) -> int:
 
         traceback.print_exc(file=sys.stderr)
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
+    finally:
+        audit.close()
+
+
+def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
+    """An empty directory the sandbox made to protect a missing path (still held
+    by a concurrent run in this workspace), not something a tool created."""
+    try:
+        return str(path) in pool.placeholders and path.is_dir() and not any(path.iterdir())
+    except OSError:
+        return False
 
 
 def _forbid_ptrace_and_proc_reads() -> None:
@@ -136,7 +157,7 @@ def _forbid_ptrace_and_proc_reads() -> None:
         pass
 
 
-async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> int:
+async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, audit: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
@@ -165,6 +186,8 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
         project_trust=options.trust,
         mode=options.mode,
         has_ui=False,
+        settings=policy.sandbox if policy is not None else SandboxSettings(),
+        audit=audit.record,
     )
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
@@ -184,9 +207,9 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
 
-    # Persistence paths that do not exist yet cannot be bind-mounted read-only (the
-    # sandbox-hardening issue closes that); until then a run at least says when a
-    # tool created one, so nobody trusts a planted .pi/ or .git unawares.
+    # Sandboxed tools cannot create persistence paths (placeholders protect missing
+    # ones); unsandboxed tools can, and then the run at least says so, so nobody
+    # trusts a planted .pi/ or .git unawares.
     absent_at_start = [
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
@@ -212,6 +235,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     ) from exc
                 header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
                 if writer is not None:
+                    audit.session = writer.header.id
                     header.update(
                         id=writer.header.id,
                         timestamp=writer.header.timestamp,
@@ -245,7 +269,13 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                     )
                 keep_logs = bool(pool.load_errors)
                 await report_extension_errors(output, pool.load_errors, "load")
-                pipeline = ToolPipeline(pool=pool, policy=policy, cwd=options.cwd, emit=output)
+                pipeline = ToolPipeline(
+                    pool=pool,
+                    policy=policy,
+                    cwd=options.cwd,
+                    emit=output,
+                    tool_timeout_s=float(config.settings.limits.tool_timeout_s),
+                )
                 session = AgentSession(
                     provider=provider,
                     pool=pool,
@@ -281,17 +311,18 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any) -> 
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             finally:
+                keep_logs = keep_logs or bool(pool.disabled)
+                await pool.aclose(keep_logs=keep_logs)
                 for rel in absent_at_start:
-                    if os.path.lexists(options.cwd / rel):
+                    path = options.cwd / rel
+                    if os.path.lexists(path) and not _is_leftover_placeholder(path, pool):
                         await output(
                             {
                                 "type": "warning",
-                                "message": f"{options.cwd / rel} did not exist when the run started and a "
+                                "message": f"{path} did not exist when the run started and a "
                                 "tool created it; review it before you trust this project",
                             }
                         )
-                keep_logs = keep_logs or bool(pool.disabled)
-                await pool.aclose(keep_logs=keep_logs)
                 if keep_logs:
                     print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()

@@ -114,8 +114,10 @@ class ToolPipeline:
         emit: receives JSON-mode events (``policy_decision``, ``tool_execution_*``,
             ``extension_error``).
         has_ui: whether an ``ask`` decision can be put to a user.
-        tool_timeout_s: deadline of one ``tool/execute`` request to an extension worker;
-            built-in ``bash`` gets its own ``timeout`` argument plus this as grace.
+        tool_timeout_s: wall-clock deadline of one tool call, seconds (the policy's
+            ``limits.tool_timeout_s``). An extension worker past it is killed (it is
+            respawned for the next call); the tool worker enforces it on ``bash``
+            itself (capping the call's ``timeout``) and gets 30 s grace here.
     """
 
     pool: WorkerPool
@@ -282,8 +284,13 @@ class ToolPipeline:
     async def _call_worker(self, item: _Prepared) -> dict[str, Any]:
         assert item.tool is not None
         timeout = self.tool_timeout_s
-        if item.tool.source == "builtin" and isinstance(item.arguments.get("timeout"), int | float):
-            timeout = float(item.arguments["timeout"]) + 30.0
+        if item.tool.source == "builtin":
+            # The tool worker enforces the deadline itself (it kills the command and
+            # reports its output); ours is the backstop for a wedged worker.
+            asked = item.arguments.get("timeout")
+            if isinstance(asked, int | float):
+                timeout = min(float(asked), timeout)
+            timeout += 30.0
         params = {
             "tool_call_id": item.call.id,
             "name": item.call.name,
@@ -301,6 +308,9 @@ class ToolPipeline:
                 self.pool.running_calls.pop(item.call.id, None)
             return ToolResultWire.model_validate(raw).model_dump()
         except WorkerTimeoutError:
+            # The worker may still be spinning in the call (an infinite loop ignores
+            # $/cancel): kill it; the next call respawns it (WorkerPool budget).
+            worker.kill()
             return _error_result(f"Tool {item.call.name} timed out after {timeout:g} s")
         except RemoteError as exc:
             return _error_result(f"Tool {item.call.name} failed: {exc}")

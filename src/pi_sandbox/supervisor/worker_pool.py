@@ -8,6 +8,7 @@ the workers that subscribed to them, combining results with ``protocol.hook_kind
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -29,6 +30,9 @@ from pi_sandbox.errors import (
 from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
+from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
+from pi_sandbox.sandbox.placeholders import WorkspaceLease
+from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
 
 __all__ = [
@@ -92,6 +96,9 @@ class PoolConfig:
         project_trust: ``"yes"``, ``"no"``, ``"sandboxed"`` or ``None`` (undecided).
         mode: ``"print"`` or ``"json"``; has_ui: whether prompts can be answered.
         handshake_timeout_s / hook_timeout_s: deadlines for ``initialize`` and each event.
+        settings: the policy's ``sandbox`` section (filesystem, network, limits).
+        audit: called with one JSON-ready record per sandbox decision (the profile
+            each worker got, every egress proxy decision); None to drop them.
     """
 
     cwd: Path
@@ -103,6 +110,8 @@ class PoolConfig:
     has_ui: bool = False
     handshake_timeout_s: float = 20.0
     hook_timeout_s: float = 30.0
+    settings: SandboxSettings = field(default_factory=SandboxSettings)
+    audit: Callable[[dict[str, Any]], None] | None = None
 
 
 def _extension_entries(directory: Path) -> list[Path]:
@@ -188,6 +197,10 @@ class WorkerPool:
         self.disabled: dict[Path, str] = {}
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
+        self.cgroups: CgroupLimiter | None = None
+        self.placeholders: set[str] = set()
+        self._lease: WorkspaceLease | None = None
+        self._proxy_socket: str | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -217,6 +230,22 @@ class WorkerPool:
                 home=self.config.home,
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
+                settings=self.config.settings,
+                proxy_socket=self._proxy_socket,
+            )
+            self.placeholders.update(profile.placeholders)
+            self._audit(
+                {
+                    "event": "sandbox_profile",
+                    "worker": name,
+                    "role": role,
+                    "writable": list(profile.rw_binds),
+                    "protected": [p for p, _ in profile.protect_mounts],
+                    "network": profile.network,
+                    "seccomp": profile.seccomp,
+                    "cgroups": list(self.cgroups.controllers) if self.cgroups else [],
+                    "limits": dataclasses.asdict(profile.limits),
+                }
             )
         env = unsandboxed_env(self.config.home)
         return WorkerSpec(
@@ -226,7 +255,53 @@ class WorkerPool:
             env=env,
             sandbox=profile,
             bwrap=self._bwrap,
+            cgroups=self.cgroups,
         )
+
+    def _audit(self, record: dict[str, Any]) -> None:
+        if self.config.audit is not None:
+            self.config.audit(record)
+
+    async def _prepare_sandbox(self, nursery: trio.Nursery) -> None:
+        """Everything sandboxed workers share: bwrap, the seccomp program, cgroups,
+        the workspace lease for placeholders, and the egress proxy.
+
+        Raises:
+            SandboxError: the workspace contains HOME.
+            SandboxUnavailableError: bwrap cannot run here, or the seccomp filter
+                cannot be built (fail closed, issue 3).
+        """
+        home = os.path.realpath(self.config.home)
+        workspace = os.path.realpath(self.config.cwd)
+        if os.path.commonpath([home, workspace]) == workspace:
+            # A workspace that contains HOME puts every dotfile, start-up file and
+            # token store under the sandbox's writable root, where masks cannot
+            # cover what they do not name and a renamed parent defeats protection.
+            raise SandboxError(
+                f"refusing to sandbox a workspace that contains your home directory ({workspace}); "
+                "run pi in a project directory (-C DIR)"
+            )
+        from pi_sandbox.sandbox.seccomp_filter import seccomp_program
+
+        self._bwrap = find_bwrap()
+        await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
+        await trio.to_thread.run_sync(seccomp_program)  # built once, cached
+        remove_stale_cgroups()
+        self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
+        self._lease = WorkspaceLease.acquire(workspace)
+        settings = self.config.settings
+        if settings.network_enabled:
+            from pi_sandbox.sandbox.network_rules import NetworkRules
+            from pi_sandbox.supervisor.egress_proxy import EgressProxy
+
+            socket_path = self._log_dir / "egress.sock"
+            proxy = EgressProxy(
+                NetworkRules(allow=settings.network_allow, deny=settings.network_deny),
+                socket_path,
+                audit=self._audit,
+            )
+            await nursery.start(proxy.serve)
+            self._proxy_socket = str(socket_path)
 
     def _needs_bwrap(self, sources: Sequence[ExtensionSource]) -> bool:
         return self.config.sandbox or (
@@ -250,18 +325,7 @@ class WorkerPool:
             WorkerStartError: the tool worker could not start.
         """
         if self._needs_bwrap(sources):
-            home = os.path.realpath(self.config.home)
-            workspace = os.path.realpath(self.config.cwd)
-            if os.path.commonpath([home, workspace]) == workspace:
-                # A workspace that contains HOME puts every dotfile, start-up file and
-                # token store under the sandbox's writable root, where masks cannot
-                # cover what they do not name and a renamed parent defeats protection.
-                raise SandboxError(
-                    f"refusing to sandbox a workspace that contains your home directory ({workspace}); "
-                    "run pi in a project directory (-C DIR)"
-                )
-            self._bwrap = find_bwrap()
-            await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
+            await self._prepare_sandbox(nursery)
         tool_spec = self._spec(
             "tool worker",
             {"kind": "tools", "ctx": self._ctx()},
@@ -276,13 +340,12 @@ class WorkerPool:
 
         async def start_extension(index: int, source: ExtensionSource) -> None:
             # sandboxed trust runs project code under the strictest profile even without --sandbox.
-            sandboxed = self.config.sandbox or (
-                source.origin == "project" and self.config.project_trust == "sandboxed"
-            )
+            untrusted = source.origin == "project" and self.config.project_trust == "sandboxed"
+            sandboxed = self.config.sandbox or untrusted
             spec = self._spec(
                 f"extension {source.path}",
                 {"kind": "extension", "path": str(source.path), "ctx": self._ctx()},
-                role="extension",
+                role="sandboxed-extension" if untrusted else "extension",
                 sandboxed=sandboxed,
                 # Only the extension itself (the file, or its package directory) is
                 # bound: binding a file's parent would expose its neighbours.
@@ -487,6 +550,14 @@ class WorkerPool:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
+        if self._lease is not None:
+            # Every sandbox of this run is gone: placeholders may go unless another
+            # run in this workspace still relies on them (see placeholders.py).
+            self._lease.release(self.placeholders)
+            self._lease = None
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
 

@@ -14,6 +14,8 @@ SIGKILL and always reaps.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import signal
 import socket
@@ -37,12 +39,18 @@ from pi_sandbox.errors import (
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import InitializeResult, LogParams, NotificationMessage
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
+from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
+from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
 from pi_sandbox.supervisor.rpc_channel import RpcChannel
 
 __all__ = ["WorkerProcess", "WorkerSpec", "worker_command"]
 
 _LOG_TAIL_BYTES = 4000
 _MAX_KEPT_LOGS = 100
+
+# Descriptor numbers in the bwrap process (the channel is methods.WORKER_FD = 3).
+STATUS_FD = 4
+SECCOMP_FD = 5
 
 
 def worker_command() -> list[str]:
@@ -66,6 +74,8 @@ class WorkerSpec:
         sandbox: the profile to run under, or ``None`` for no bwrap.
         bwrap: the bwrap binary (required with ``sandbox``).
         max_log_bytes: the cap on the log file (bytes); later output is discarded.
+        cgroups: where to make the worker's pids/memory cgroup (sandboxed workers
+            only; None when the host offers none).
     """
 
     name: str
@@ -75,6 +85,7 @@ class WorkerSpec:
     sandbox: SandboxProfile | None = None
     bwrap: str | None = None
     max_log_bytes: int = 4 * 1024 * 1024
+    cgroups: CgroupLimiter | None = None
 
 
 class WorkerProcess:
@@ -96,6 +107,12 @@ class WorkerProcess:
         self._channel: RpcChannel | None = None
         self._pidfd: int | None = None
         self._log_pipe: int | None = None
+        self._status_pipe: int | None = None
+        self._cgroup: WorkerCgroup | None = None
+        # From bwrap --json-status-fd: the sandboxed child's host pid, its exit code.
+        self.sandbox_pid: int | None = None
+        self.sandbox_exit_code: int | None = None
+        self.sandbox_status = trio.Event()
 
     @property
     def name(self) -> str:
@@ -144,7 +161,17 @@ class WorkerProcess:
         nursery.start_soon(self._watch_exit)
         nursery.start_soon(self._read_channel)
         nursery.start_soon(self._drain_log)
+        if self._status_pipe is not None:
+            nursery.start_soon(self._read_status)
         params = {**self.spec.init_params, "generation": self.generation}
+        profile = self.spec.sandbox
+        if profile is not None:
+            params["sandbox"] = {
+                "rlimits": profile.limits.rlimits(),
+                "cpu_seconds": profile.limits.cpu_seconds,
+                "tool_timeout_s": profile.limits.tool_timeout_s,
+                "proxy_socket": PROXY_SOCKET_IN_SANDBOX if profile.network == "proxy" else None,
+            }
         try:
             raw = await self._channel.request(methods.INITIALIZE, params, timeout_s=timeout_s)
         except RemoteError:
@@ -176,41 +203,95 @@ class WorkerProcess:
     def _spawn(self, child_sock: socket.socket) -> int:
         argv = worker_command()
         env = dict(self.spec.env)
-        if self.spec.sandbox is not None:
+        # target fd in the child -> our fd to put there
+        passed: dict[int, int] = {methods.WORKER_FD: child_sock.fileno()}
+        ours: list[int] = []  # descriptors to close once the child has them
+        profile = self.spec.sandbox
+        status_read: int | None = None
+        if profile is not None:
             if not self.spec.bwrap:
                 raise OSError("a sandbox profile needs a bwrap binary")
-            argv = build_bwrap_argv(self.spec.sandbox, argv, bwrap=self.spec.bwrap)
+            seccomp_fd = None
+            if profile.seccomp:
+                from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
+
+                passed[SECCOMP_FD] = seccomp_memfd()
+                ours.append(passed[SECCOMP_FD])
+                seccomp_fd = SECCOMP_FD
+            status_read, status_write = os.pipe2(os.O_CLOEXEC)
+            passed[STATUS_FD] = status_write
+            ours.append(status_write)
+            argv = build_bwrap_argv(
+                profile, argv, bwrap=self.spec.bwrap, seccomp_fd=seccomp_fd, status_fd=STATUS_FD
+            )
             env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
+            if self.spec.cgroups is not None:
+                self._cgroup = self.spec.cgroups.create(
+                    pids_max=profile.limits.processes,
+                    memory_max_bytes=profile.limits.memory_mb * 1024 * 1024,
+                )
         # stdout/stderr go through a pipe the supervisor drains into the log file, so
         # the log is capped: a worker that prints forever cannot fill the host's disk.
         read_fd, log_fd = os.pipe2(os.O_CLOEXEC)
-        channel_fd = child_sock.fileno()
-        extra: int | None = None
-        if channel_fd == methods.WORKER_FD:
-            # dup2(3, 3) would leave close-on-exec set; move it off fd 3 first.
-            extra = channel_fd = os.dup(channel_fd)
+        ours.append(log_fd)
+        # dup2(n, n) would leave close-on-exec set, and a source that is another
+        # entry's target would be overwritten first: move such sources out of the way.
+        for target, source in list(passed.items()):
+            if source in passed:
+                passed[target] = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, 10)
+                ours.append(passed[target])
+        file_actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ] + [(os.POSIX_SPAWN_DUP2, source, target) for target, source in sorted(passed.items())]
         try:
-            pid = os.posix_spawn(
-                argv[0],
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
-                    (os.POSIX_SPAWN_DUP2, channel_fd, methods.WORKER_FD),
-                ],
-                setsid=True,
-            )
+            # In the worker's cgroup from its first instruction (see cgroup_limits).
+            with self._cgroup.entered() if self._cgroup else contextlib.nullcontext():
+                pid = os.posix_spawn(argv[0], argv, env, file_actions=file_actions, setsid=True)
         except BaseException:
             os.close(read_fd)
+            if status_read is not None:
+                os.close(status_read)
+            if self._cgroup is not None:
+                self._cgroup.remove()
+                self._cgroup = None
             raise
         finally:
-            os.close(log_fd)
-            if extra is not None:
-                os.close(extra)
+            for fd in ours:
+                os.close(fd)
         self._log_pipe = read_fd
+        self._status_pipe = status_read
         return pid
+
+    async def _read_status(self) -> None:
+        """Read bwrap's ``--json-status-fd`` documents: ``{"child-pid": N}`` once the
+        sandbox is built, ``{"exit-code": N}`` when its process ends."""
+        assert self._status_pipe is not None
+        buffer = b""
+        async with trio.lowlevel.FdStream(self._status_pipe) as pipe:
+            while len(buffer) < 65536:
+                try:
+                    data = await pipe.receive_some(4096)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                if not data:
+                    break
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    try:
+                        document = json.loads(line)
+                    except ValueError:
+                        continue
+                    if not isinstance(document, dict):
+                        continue
+                    if isinstance(document.get("child-pid"), int):
+                        self.sandbox_pid = document["child-pid"]
+                        self.sandbox_status.set()
+                    if isinstance(document.get("exit-code"), int):
+                        self.sandbox_exit_code = document["exit-code"]
+        self.sandbox_status.set()
 
     async def _watch_exit(self) -> None:
         assert self._pidfd is not None and self.pid is not None
@@ -219,6 +300,9 @@ class WorkerProcess:
             _, status = os.waitpid(self.pid, 0)
             self.returncode = os.waitstatus_to_exitcode(status)
         finally:
+            if self._cgroup is not None:
+                self._cgroup.remove()  # anything a fork bomb left behind goes with it
+                self._cgroup = None
             self.exited.set()
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)

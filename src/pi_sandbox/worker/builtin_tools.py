@@ -771,6 +771,20 @@ def _bash(params: dict, ctx: _Context) -> dict:
 
     import subprocess
 
+    from pi_sandbox.worker import confinement
+
+    ceiling = confinement.tool_timeout_s()
+    if ceiling is not None and timeout > ceiling:
+        timeout = ceiling  # the policy's wall-clock deadline per tool call wins
+    cpu_seconds = confinement.command_cpu_seconds()
+    preexec = None
+    if cpu_seconds is not None:
+        import resource
+
+        def preexec() -> None:
+            # Only a syscall between fork and exec: safe with other threads running.
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+
     shell = _find_shell()
     try:
         proc = subprocess.Popen(
@@ -780,6 +794,7 @@ def _bash(params: dict, ctx: _Context) -> dict:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except OSError as exc:
         raise _ToolError(f"Could not start {shell}: {_describe_os_error(exc)}", details)

@@ -232,6 +232,14 @@ class WorkerRuntime:
         if self._kind is not None:
             raise _RequestError(methods.ERROR_INVALID_REQUEST, "initialize was already called")
         kind = params.get("kind")
+        try:
+            from pi_sandbox.worker import confinement
+
+            confinement.apply(params.get("sandbox"))
+        except (ValueError, OSError) as exc:
+            raise _RequestError(
+                methods.ERROR_INVALID_PARAMS, f"cannot confine the worker: {exc}"
+            ) from exc
         if kind == "tools":
             from pi_sandbox.worker.builtin_tools import TOOL_DEFINITIONS
 
@@ -383,6 +391,10 @@ def main() -> int:
     except OSError as exc:
         print(f"pi worker: no channel on fd {methods.WORKER_FD}: {exc}", file=sys.stderr)
         return 2
+    # Only 0-2 and the channel may be open (DESIGN §6): whatever else a launcher or
+    # bwrap let through (a descriptor the supervisor's process had inheritable, the
+    # status or seccomp fds) is closed before any extension or tool code runs.
+    os.closerange(methods.WORKER_FD + 1, _max_fd())
     import signal
 
     def on_sigterm(signum: int, frame: object) -> None:
@@ -394,6 +406,13 @@ def main() -> int:
         return WorkerRuntime(sock).serve()
     finally:
         _kill_commands()
+
+
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 1024)
+    except (OSError, ValueError):
+        return 65536
 
 
 def _kill_commands() -> None:

@@ -1,0 +1,145 @@
+"""Cleaning up the empty directories that protect missing persistence paths.
+
+A protected path that does not exist (``.git`` in a fresh directory, ``.pi``) is
+kept read-only by a read-only tmpfs mounted at its first missing ancestor; bwrap
+creates that mount point, and since its parent is a writable bind, the empty
+directory appears on the host too (`SandboxProfile.protect_mounts`). It has to go
+when the run ends, but not while any sandbox still relies on it: removing a
+directory on the host detaches mounts on it in every other mount namespace, so a
+concurrent run in the same workspace would lose its protection.
+
+So every run holds a shared ``flock`` on a per-workspace lock file for its whole
+life (`WorkspaceLease`). On exit a run records its placeholders in the workspace's
+list and then tries the lock exclusively, without waiting: only the last run out
+removes the listed directories that are still empty. A run killed with SIGKILL
+drops its lock with its process; its placeholders stay listed and the next run to
+leave the workspace last removes them.
+
+Files live in ``$XDG_RUNTIME_DIR/pi-sandbox`` or ``<tmp>/pi-sandbox-<uid>``
+(mode 0700, refused if another user owns it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+
+__all__ = ["WorkspaceLease", "state_dir"]
+
+
+def state_dir() -> str:
+    """This user's private directory for sandbox bookkeeping (created 0700).
+
+    Raises:
+        OSError: it cannot be created, or exists and is not ours / is group or
+            world accessible.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        path = os.path.join(runtime, "pi-sandbox")
+    else:
+        path = os.path.join(tempfile.gettempdir(), f"pi-sandbox-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not os.path.isdir(path):
+        raise OSError(f"{path} is not a private directory owned by this user")
+    return path
+
+
+class WorkspaceLease:
+    """A run's shared claim on a workspace's placeholder directories.
+
+    Use as: ``lease = WorkspaceLease.acquire(workspace)`` at start, then
+    ``lease.release(placeholders)`` once every sandbox of the run is gone.
+    """
+
+    def __init__(self, lock_fd: int | None, list_path: str | None) -> None:
+        self._fd = lock_fd
+        self._list_path = list_path
+
+    @classmethod
+    def acquire(cls, workspace: str) -> WorkspaceLease:
+        """Take the shared lock for ``workspace`` (never blocks for long: shared
+        locks only wait for a run that is in the middle of cleaning up).
+
+        Bookkeeping failures are not fatal: the lease then removes nothing.
+        """
+        key = hashlib.sha256(os.path.realpath(workspace).encode()).hexdigest()[:32]
+        try:
+            base = state_dir()
+            fd = os.open(
+                os.path.join(base, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+        except OSError:
+            return cls(None, None)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return cls(fd, os.path.join(base, f"{key}.placeholders"))
+
+    def release(self, placeholders: Iterable[str]) -> list[str]:
+        """Record ``placeholders``; if no other run holds the workspace, remove
+        every recorded one that is still an empty directory; drop the lock.
+
+        Returns:
+            The directories removed.
+        """
+        if self._fd is None or self._list_path is None:
+            return []
+        removed: list[str] = []
+        try:
+            list_lock = os.open(
+                f"{self._list_path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            return []
+        try:
+            # The list's read-modify-write is serialised across runs by its own lock.
+            fcntl.flock(list_lock, fcntl.LOCK_EX)
+            listed = set(self._read_list()) | set(placeholders)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self._write_list(sorted(listed))  # another run is still inside
+                return []
+            for path in sorted(listed, key=len, reverse=True):
+                try:
+                    os.rmdir(path)  # only succeeds for an empty directory
+                    removed.append(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+            self._write_list([])
+        finally:
+            os.close(list_lock)
+            os.close(self._fd)
+            self._fd = None
+        return removed
+
+    def _read_list(self) -> list[str]:
+        assert self._list_path is not None
+        try:
+            with open(self._list_path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return []
+        return (
+            [p for p in data if isinstance(p, str) and os.path.isabs(p)]
+            if isinstance(data, list)
+            else []
+        )
+
+    def _write_list(self, paths: list[str]) -> None:
+        assert self._list_path is not None
+        temporary = f"{self._list_path}.{os.getpid()}.tmp"
+        with contextlib.suppress(OSError):
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(paths, handle)
+            os.replace(temporary, self._list_path)
