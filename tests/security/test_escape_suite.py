@@ -55,7 +55,7 @@ RUN_TIMEOUT_S = 90
 # Attack code shared by the extension and by `python3 -c` inside bash.
 
 PRELUDE = '''
-import ctypes, errno, json, os, signal, socket, stat, subprocess, sys, time
+import contextlib, ctypes, errno, json, os, signal, socket, stat, subprocess, sys, time
 
 
 def attempt(name, fn, *args, **kwargs):
@@ -80,7 +80,7 @@ def write_text(path, text):
     return "written"
 '''
 
-EXTENSION = '''
+EXTENSION = """
 import sys, traceback
 
 def _tool(name, code):
@@ -105,7 +105,7 @@ def _tool(name, code):
 def extension(pi):
     for name, code in TOOLS.items():
         pi.register_tool(name=name, description="hostile " + name, execute=_tool(name, code))
-'''
+"""
 
 
 def consts(**values: object) -> str:
@@ -450,9 +450,7 @@ def tree(path: Path) -> dict[str, bytes | None]:
         return result
     for entry in [path, *sorted(path.rglob("*"))]:
         rel = str(entry.relative_to(path))
-        result[rel] = (
-            entry.read_bytes() if entry.is_file() and not entry.is_symlink() else None
-        )
+        result[rel] = entry.read_bytes() if entry.is_file() and not entry.is_symlink() else None
     return result
 
 
@@ -477,7 +475,9 @@ def test_01_symlink_in_workspace_to_home_ssh(h: Harness):
         'attempt("new_link", lambda: os.symlink(HOME + "/.ssh", os.path.join(CWD, "k4"))'
         ' or read_text(os.path.join(CWD, "k4", "id_rsa")))\n'
     )
-    turns = [[tool("read", "read", path="keys/id_rsa"), bash("bash", command), tool("ext", "steal")]]
+    turns = [
+        [tool("read", "read", path="keys/id_rsa"), bash("bash", command), tool("ext", "steal")]
+    ]
 
     run = h.run(turns, tools={"steal": code})
     run.assert_finished()
@@ -527,7 +527,9 @@ def test_02_sibling_with_workspace_name_as_prefix_is_not_writable(h: Harness):
     run = h.run(turns, tools={"plant": code}, workspace=workspace)
     run.assert_finished()
     run.expect(
-        "bash", fail=("echo_rel", "echo_abs", "append_existing", "mkdir", "touch_prefix"), ok=("inside",)
+        "bash",
+        fail=("echo_rel", "echo_abs", "append_existing", "mkdir", "touch_prefix"),
+        ok=("inside",),
     )
     assert run.errors["write_abs"] and run.errors["write_rel"], run.describe()
     run.expect("ext", fail=("open_abs", "open_rel", "append", "mkdir"))
@@ -581,7 +583,16 @@ def test_03_writable_root_that_is_a_symlink_or_outside_is_refused(h: Harness):
     # Control: a real directory inside a read-only workspace is a valid grant.
     (h.workspace / "sub").mkdir()
     run = h.run(
-        [[bash("bash", lines(sh_try("sub", "echo ok > sub/ok.txt"), sh_try("top", "echo no > top.txt")))]],
+        [
+            [
+                bash(
+                    "bash",
+                    lines(
+                        sh_try("sub", "echo ok > sub/ok.txt"), sh_try("top", "echo no > top.txt")
+                    ),
+                )
+            ]
+        ],
         policy=policy(filesystem={"workspace": "read", "writable_roots": ["sub"]}),
     )
     run.assert_finished()
@@ -632,8 +643,17 @@ def test_04_read_denied_directories_are_invisible_and_not_writable(h: Harness):
     run.assert_finished()
     run.expect(
         "bash",
-        fail=("ssh_new", "ssh_mkdir", "ssh_abs", "cat_secret", "grep_secret", "write_secret")
-        + ("cp_secret", "mv_secret", "rm_secret"),
+        fail=(
+            "ssh_new",
+            "ssh_mkdir",
+            "ssh_abs",
+            "cat_secret",
+            "grep_secret",
+            "write_secret",
+            "cp_secret",
+            "mv_secret",
+            "rm_secret",
+        ),
     )
     run.expect("ext", fail=("read_secret", "write_secret", "ssh_new", "ssh_read"))
     for call_id in ("read", "write", "write_ssh"):
@@ -647,7 +667,10 @@ def test_04_read_denied_directories_are_invisible_and_not_writable(h: Harness):
     run.assert_clean()
 
     # Control: without the deny_read entry the same read obtains the secret.
-    control = h.run([[tool("read", "read", path="secrets/tokenfile"), tool("ext", "probe")]], tools={"probe": code})
+    control = h.run(
+        [[tool("read", "read", path="secrets/tokenfile"), tool("ext", "probe")]],
+        tools={"probe": code},
+    )
     assert SENTINEL in control["read"] and SENTINEL in control["ext"], control.describe()
 
 
@@ -700,7 +723,7 @@ def persistence_attempts(root: str, tag: str) -> list[str]:
     ]
 
 
-PERSISTENCE_EXT = '''
+PERSISTENCE_EXT = """
 for root in ROOTS:
     base = os.path.join(CWD, root)
     attempt(f"{root}:hook", lambda: os.makedirs(base + "/.git/hooks", exist_ok=True)
@@ -710,7 +733,7 @@ for root in ROOTS:
             or write_text(base + "/.pi/extensions/x.py", "x = 1"))
     attempt(f"{root}:git_config", lambda: subprocess.run(
         ["git", "-C", base, "config", "core.hooksPath", "/tmp/x"], check=True, capture_output=True))
-'''
+"""
 
 PERSISTENCE_NAMES = (
     "hook_echo",
@@ -773,12 +796,16 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
         run.assert_finished()
         got = outcomes(run["bash"])
         problems += [
-            f"{workspace.name}: bash {n}: {got.get(n)}" for n in PERSISTENCE_NAMES if got.get(n) != "FAIL"
+            f"{workspace.name}: bash {n}: {got.get(n)}"
+            for n in PERSISTENCE_NAMES
+            if got.get(n) != "FAIL"
         ]
         if got.get("control") != "OK":
             problems.append(f"{workspace.name}: control write in the workspace failed")
         problems += [
-            f"{workspace.name}: ext {n}: OK" for n, kind in outcomes(run["ext"]).items() if kind == "OK"
+            f"{workspace.name}: ext {n}: OK"
+            for n, kind in outcomes(run["ext"]).items()
+            if kind == "OK"
         ]
         problems += host_problems(workspace, git_before)
         run.assert_clean()
@@ -819,7 +846,9 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
             ]
             if got.get(f"{tag}control") != "OK":
                 problems.append(f"roots: control write in {tag} root failed")
-        problems += [f"roots: ext {n}: OK" for n, kind in outcomes(run["ext"]).items() if kind == "OK"]
+        problems += [
+            f"roots: ext {n}: OK" for n, kind in outcomes(run["ext"]).items() if kind == "OK"
+        ]
     problems += host_problems(root_git, before)
     problems += host_problems(root_fresh, None)
     run.assert_clean()
@@ -830,14 +859,14 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
 # 6. Network without a grant
 
 
-NETWORK_EXT = '''
+NETWORK_EXT = """
 import urllib.request
 attempt("connect_host", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=3).close())
 attempt("connect_internet", lambda: socket.create_connection(("1.1.1.1", 443), timeout=3).close())
 attempt("getaddrinfo", socket.getaddrinfo, "example.com", 443)
 attempt("urllib_host", lambda: urllib.request.urlopen(f"http://127.0.0.1:{PORT}/", timeout=5).read())
 attempt("urllib_localhost", lambda: urllib.request.urlopen(f"http://localhost:{PORT}/", timeout=5).read())
-'''
+"""
 
 
 def test_06_no_network_without_a_grant(h: Harness, listener: Listener):
@@ -859,7 +888,13 @@ def test_06_no_network_without_a_grant(h: Harness, listener: Listener):
         names.append("curl_ip")
     turns = [[bash("bash", lines(*attempts)), tool("ext", "net")]]
     tools = {"net": consts(PORT=port) + NETWORK_EXT}
-    ext_names = ("connect_host", "connect_internet", "getaddrinfo", "urllib_host", "urllib_localhost")
+    ext_names = (
+        "connect_host",
+        "connect_internet",
+        "getaddrinfo",
+        "urllib_host",
+        "urllib_localhost",
+    )
 
     for label, pol in (
         ("no policy", None),
@@ -882,7 +917,7 @@ def test_06_no_network_without_a_grant(h: Harness, listener: Listener):
 # 7. Network allowlist through the proxy
 
 
-ALLOWLIST_EXT = '''
+ALLOWLIST_EXT = """
 import os, socket, stat, urllib.parse, urllib.request
 
 def fetch(url):
@@ -946,7 +981,7 @@ attempt("relay_unlisted", relay_connect, "notlisted.example:443")
 attempt("relay_ip", relay_connect, f"127.0.0.1:{PORT}")
 for path in unix_sockets():
     attempt(f"unix_unlisted:{path}", unix_connect, path, "notlisted.example:443")
-'''
+"""
 
 
 def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
@@ -972,9 +1007,19 @@ def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
         run.expect(
             "bash",
             ok=("curl_allowed", "allowed"),
-            fail=("curl_ip", "curl_other_port", "curl_unlisted", "curl_unlisted_https")
-            + ("curl_noproxy", "ip_literal", "other_port", "unlisted", "direct", "relay_unlisted")
-            + ("relay_ip",),
+            fail=(
+                "curl_ip",
+                "curl_other_port",
+                "curl_unlisted",
+                "curl_unlisted_https",
+                "curl_noproxy",
+                "ip_literal",
+                "other_port",
+                "unlisted",
+                "direct",
+                "relay_unlisted",
+                "relay_ip",
+            ),
         )
         run.expect(
             "ext",
@@ -986,10 +1031,14 @@ def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
             assert "403" in line_with(text, "STATUS[notlisted.example:443]"), (
                 f"{call_id}: the proxy did not answer 403 to CONNECT notlisted.example:443\n{text[-3000:]}"
             )
-            leaked = [n for n, kind in outcomes(text).items() if n.startswith("unix_") and kind == "OK"]
+            leaked = [
+                n for n, kind in outcomes(text).items() if n.startswith("unix_") and kind == "OK"
+            ]
             assert not leaked, f"{call_id}: a Unix socket tunnelled to an unlisted host: {leaked}"
         assert "HOSTBODY-allowed /curl-bash" in run["bash"]
-        assert sorted(allowed.paths) == ["/allowed-bash", "/allowed-ext", "/curl-bash"], allowed.paths
+        assert sorted(allowed.paths) == ["/allowed-bash", "/allowed-ext", "/curl-bash"], (
+            allowed.paths
+        )
         assert other.paths == [], f"the unlisted port was reached: {other.paths}"
         run.assert_clean()
     finally:
@@ -1001,7 +1050,7 @@ def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
 # 8. TIOCSTI
 
 
-TIOCSTI_EXT = '''
+TIOCSTI_EXT = """
 import json, subprocess, sys
 master, slave = os.openpty()
 probe = os.path.join(CWD, "seccomp_probe.py")
@@ -1013,7 +1062,7 @@ for name, request in (("fd0", 0x5412), ("fd0_hi", 0x5412 | (1 << 32))):
     ctypes.set_errno(0)
     ret = libc.ioctl(0, ctypes.c_ulong(request), ctypes.byref(ctypes.c_char(b"x")))
     out(f"{'OK' if ret == 0 else 'FAIL'}[{name}] ret={ret} errno={ctypes.get_errno()}")
-'''
+"""
 
 
 def probe_results(text: str) -> dict:
@@ -1046,7 +1095,7 @@ def test_08_tiocsti_is_refused(h: Harness):
 
 KERNEL_CHECKS = ["ptrace", "process_vm_writev", "io_uring_setup", "unshare", "mount", "umount2"]
 
-KERNEL_EXT = '''
+KERNEL_EXT = """
 import importlib.util, json, subprocess, sys
 probe = os.path.join(CWD, "seccomp_probe.py")
 result = subprocess.run([sys.executable, probe, *CHECKS], capture_output=True, text=True, timeout=60)
@@ -1057,23 +1106,25 @@ if IN_PROCESS:
     spec.loader.exec_module(module)
     out(f"INPROCESS[{json.dumps({name: module.CHECKS[name]() for name in CHECKS})}]")
 libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
 libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
 def ptrace_attach():
     if libc.ptrace(16, 1, None, None) == 0:  # PTRACE_ATTACH
         libc.ptrace(17, 1, None, None)  # PTRACE_DETACH
         return "attached to pid 1"
     raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-attempt("ptrace_attach", ptrace_attach)
-attempt("proc1_mem", lambda: os.close(os.open("/proc/1/mem", os.O_WRONLY)))
+if IN_SANDBOX:  # PID 1 is bwrap's init there; never the host's
+    attempt("ptrace_attach", ptrace_attach)
+    attempt("proc1_mem", lambda: os.close(os.open("/proc/1/mem", os.O_WRONLY)))
 capeff = [l for l in read_text("/proc/self/status").splitlines() if l.startswith("CapEff")]
 out(f"CAPEFF[{capeff[0].split()[1]}]")
-'''
+"""
 
 
 def test_09_kernel_attack_surface_is_closed(h: Harness):
     h.install_probe()
-    code = consts(CHECKS=KERNEL_CHECKS, IN_PROCESS=True) + KERNEL_EXT
-    bash_code = consts(CHECKS=KERNEL_CHECKS, IN_PROCESS=False) + KERNEL_EXT
+    code = consts(CHECKS=KERNEL_CHECKS, IN_PROCESS=True, IN_SANDBOX=True) + KERNEL_EXT
+    bash_code = consts(CHECKS=KERNEL_CHECKS, IN_PROCESS=False, IN_SANDBOX=True) + KERNEL_EXT
     run = h.run([[bash("bash", py_c(bash_code)), tool("ext", "kernel")]], tools={"kernel": code})
     run.assert_finished()
     problems = []
@@ -1090,7 +1141,11 @@ def test_09_kernel_attack_surface_is_closed(h: Harness):
                 if not results.get(name)
             ]
         got = outcomes(text)
-        problems += [f"{call_id}: {n} {got.get(n)}" for n in ("ptrace_attach", "proc1_mem") if got.get(n) != "FAIL"]
+        problems += [
+            f"{call_id}: {n} {got.get(n)}"
+            for n in ("ptrace_attach", "proc1_mem")
+            if got.get(n) != "FAIL"
+        ]
         capeff = line_with(text, "CAPEFF[")
         if capeff != "CAPEFF[0000000000000000]":
             problems.append(f"{call_id}: {capeff or 'no CapEff line'}")
@@ -1098,7 +1153,9 @@ def test_09_kernel_attack_surface_is_closed(h: Harness):
     assert not problems, "\n".join(problems) + "\n" + run.describe()
 
     # Control: unsandboxed, a new user namespace can be created (the probe can succeed).
-    control = h.run([[bash("bash", py_c(bash_code))]], sandbox=False)
+    # Only that check: mount/umount2/ptrace must never be tried on the host.
+    control_code = consts(CHECKS=["unshare"], IN_PROCESS=False, IN_SANDBOX=False) + KERNEL_EXT
+    control = h.run([[bash("bash", py_c(control_code))]], sandbox=False)
     assert probe_results(control["bash"])["unshare"] == 0, control.describe()
 
 
@@ -1106,7 +1163,7 @@ def test_09_kernel_attack_surface_is_closed(h: Harness):
 # 10. /proc shows no host process
 
 
-PROC_EXT = '''
+PROC_EXT = """
 pidfile = os.path.join(CWD, ".supervisor_pid")
 for _ in range(100):
     if os.path.exists(pidfile) and read_text(pidfile).strip():
@@ -1116,28 +1173,40 @@ supervisor = int(read_text(pidfile))
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 out(f"PIDS[{len(pids)}] {pids}")
 out(f"SUPERVISOR_VISIBLE[{os.path.exists(f'/proc/{supervisor}')}]")
-for pid in [*pids, os.getppid(), supervisor, 1]:
-    for leaf in ("environ", "cmdline", "status"):
+# Print only what looks like the sentinel: a control run must not dump the host's environments.
+readable = 0
+for pid in [supervisor] if ONLY_SUPERVISOR else [*pids, os.getppid(), supervisor, 1]:
+    for leaf in ("environ", "cmdline"):
         try:
-            out(f"PROC[{pid}/{leaf}] " + read_text(f"/proc/{pid}/{leaf}").replace("\\0", " "))
+            data = read_text(f"/proc/{pid}/{leaf}")
         except OSError as exc:
             out(f"PROC[{pid}/{leaf}] {exc}")
-out("ENV " + repr(dict(os.environ)))
-'''
+            continue
+        readable += 1
+        for token in data.replace("\\0", " ").replace("=", " ").split():
+            if "SENTINEL-" in token:
+                out(f"FOUND[{pid}/{leaf}] {token}")
+out(f"READABLE[{readable}]")
+for value in os.environ.values():
+    if "SENTINEL-" in value:
+        out(f"FOUND[own environ] {value}")
+"""
 
 
 def test_10_proc_shows_no_host_process(h: Harness):
+    code = consts(ONLY_SUPERVISOR=False) + PROC_EXT
     command = lines(
-        py_c(PROC_EXT),
+        py_c(code),
         'P=$(cat .supervisor_pid); echo "BASH_SUPERVISOR_VISIBLE[$(test -e /proc/$P && echo yes || echo no)]"',
-        "cat /proc/[0-9]*/environ /proc/$PPID/environ /proc/$P/environ 2>&1 | tr '\\0' '\\n'",
+        "cat /proc/[0-9]*/environ /proc/$PPID/environ /proc/$P/environ 2>&1 | tr '\\0' '\\n'"
+        " | grep -a SENTINEL-",
     )
     turns = [[bash("bash", command), tool("ext", "procs")]]
 
     def publish_pid(proc: subprocess.Popen) -> None:
         (h.workspace / ".supervisor_pid").write_text(str(proc.pid))
 
-    run = h.run(turns, tools={"procs": PROC_EXT}, on_spawn=publish_pid)
+    run = h.run(turns, tools={"procs": code}, on_spawn=publish_pid)
     run.assert_finished()
     for call_id in ("bash", "ext"):
         text = run[call_id]
@@ -1149,7 +1218,8 @@ def test_10_proc_shows_no_host_process(h: Harness):
 
     # Control: unsandboxed, the supervisor's /proc entry is there (and root reads its environ).
     (h.workspace / ".supervisor_pid").unlink()
-    control = h.run([[bash("bash", py_c(PROC_EXT))]], sandbox=False, on_spawn=publish_pid)
+    control_code = consts(ONLY_SUPERVISOR=True) + PROC_EXT
+    control = h.run([[bash("bash", py_c(control_code))]], sandbox=False, on_spawn=publish_pid)
     assert "SUPERVISOR_VISIBLE[True]" in control["bash"], control.describe()
     if os.geteuid() == 0:
         assert SENTINEL in control["bash"]
@@ -1159,7 +1229,7 @@ def test_10_proc_shows_no_host_process(h: Harness):
 # 11. A descriptor the supervisor left open
 
 
-FDS_EXT = '''
+FDS_EXT = """
 import select
 for n in range(4, 41):
     try:
@@ -1182,7 +1252,7 @@ for n in range(4, 41):
             finally:
                 os.close(fd)
         attempt(f"fifo{n}", drain)
-'''
+"""
 
 
 def test_11_descriptors_left_open_by_the_supervisor_do_not_reach_workers(h: Harness):
@@ -1237,9 +1307,11 @@ class SafetyCgroup:
         for candidate in self._parents():
             with contextlib.suppress(OSError):
                 (candidate / name).mkdir()
-                (candidate / name / "pids.max").write_text(str(max_pids))
-                self.path = candidate / name
-                return
+            if (candidate / name / "pids.max").exists():
+                with contextlib.suppress(OSError):
+                    (candidate / name / "pids.max").write_text(str(max_pids))
+                    self.path = candidate / name
+                    return
             with contextlib.suppress(OSError):
                 (candidate / name).rmdir()
 
@@ -1278,7 +1350,7 @@ class SafetyCgroup:
             self.path.rmdir()
 
 
-FORK_COUNT = '''
+FORK_COUNT = """
 kids, error = [], None
 try:
     for _ in range(300):
@@ -1295,9 +1367,9 @@ finally:
     for pid in kids:
         os.waitpid(pid, 0)
 out(f"FORKED[{len(kids)}] {error!r}")
-'''
+"""
 
-MEMORY_BOMB = '''
+MEMORY_BOMB = """
 try:
     big = bytearray(64 << 30)
     out("ALLOCATED[64 GiB at once]")
@@ -1311,13 +1383,13 @@ try:
 except MemoryError:
     out(f"MEMORY_ERROR[incremental] after {len(chunks) * 64} MiB")
 del chunks
-'''
+"""
 
-TMP_FILL = '''
+TMP_FILL = """
 written, error = 0, None
 try:
     with open("/tmp/big-ext", "wb") as handle:
-        block = b"\\0" << 0 if False else bytes(1 << 20)
+        block = bytes(1 << 20)
         for _ in range(10240):
             handle.write(block)
             handle.flush()
@@ -1327,7 +1399,12 @@ except OSError as exc:
 out(f"TMP_WRITTEN[{written}] MiB {error!r}")
 with contextlib.suppress(OSError):
     os.unlink("/tmp/big-ext")
-'''
+"""
+
+# Without a safety cgroup: a fork bomb that stops by itself after 2^11 processes.
+BOUNDED_BOMB = (
+    'bomb(){ [ "$1" -lt 11 ] || return 0; bomb $(($1+1)) & bomb $(($1+1)); wait; }; bomb 0'
+)
 
 LIMITS = {
     "processes": 64,
@@ -1343,13 +1420,13 @@ def test_12_resource_bombs_are_stopped_and_the_run_stays_responsive(h: Harness):
     cgroup = SafetyCgroup(max_pids=3000)
     bombs = {
         "fork": (
-            ":(){ :|:& };:" if cgroup.path else "echo no safety cgroup; exit 1",
-            "import contextlib\n" + FORK_COUNT,
+            ":(){ :|:& };:" if cgroup.path else BOUNDED_BOMB,
+            FORK_COUNT,
         ),
         "memory": (py_c(MEMORY_BOMB), MEMORY_BOMB),
         "tmp": (
             "dd if=/dev/zero of=/tmp/big bs=1M count=10240; echo; du -m /tmp/big",
-            "import contextlib\n" + TMP_FILL.replace('b"\\\\0" << 0 if False else ', ""),
+            TMP_FILL,
         ),
         "loop": ("while :; do :; done", "while True:\n    pass\n"),
     }
@@ -1388,7 +1465,9 @@ def check_bomb(name: str, run: Run) -> list[str]:
     if run.results["alive_bash"].strip() != "alive" or run.errors["alive_bash"]:
         problems.append(f"{name}: bash is not usable afterwards: {run.results['alive_bash']!r}")
     if "alive-ext" not in run.results.get("alive_ext", ""):
-        problems.append(f"{name}: the extension is not usable afterwards: {run.results.get('alive_ext')!r}")
+        problems.append(
+            f"{name}: the extension is not usable afterwards: {run.results.get('alive_ext')!r}"
+        )
     bash_text = run.results.get(f"{name}_bash", "")
     ext_text = run.results.get(f"{name}_ext", "")
     details = run.details.get(f"{name}_bash", {})
@@ -1400,21 +1479,37 @@ def check_bomb(name: str, run: Run) -> list[str]:
         for where, text in (("bash", run.results.get("count", "")), ("ext", ext_text)):
             match = re.search(r"FORKED\[(\d+)\] (.*)", text)
             if not match or int(match.group(1)) >= LIMITS["processes"]:
-                problems.append(f"fork ({where}): the processes limit did not hold: {text[-300:]!r}")
+                problems.append(
+                    f"fork ({where}): the processes limit did not hold: {text[-300:]!r}"
+                )
     elif name == "memory":
         for where, text in (("bash", bash_text), ("ext", ext_text)):
-            if "ALLOCATED[" in text or not re.search(r"MEMORY_ERROR\[incremental\]|killed|failed", text):
-                problems.append(f"memory ({where}): the allocation was not stopped: {text[-500:]!r}")
+            if "ALLOCATED[" in text or not re.search(
+                r"MEMORY_ERROR\[incremental\]|killed|failed", text
+            ):
+                problems.append(
+                    f"memory ({where}): the allocation was not stopped: {text[-500:]!r}"
+                )
     elif name == "tmp":
         mib = re.search(r"^(\d+)\s+/tmp/big", bash_text, re.M)
-        if "No space left on device" not in bash_text or not mib or int(mib.group(1)) > LIMITS["tmp_size_mb"] + 2:
-            problems.append(f"tmp (bash): /tmp was not capped at {LIMITS['tmp_size_mb']} MiB: {bash_text[-500:]!r}")
+        if (
+            "No space left on device" not in bash_text
+            or not mib
+            or int(mib.group(1)) > LIMITS["tmp_size_mb"] + 2
+        ):
+            problems.append(
+                f"tmp (bash): /tmp was not capped at {LIMITS['tmp_size_mb']} MiB: {bash_text[-500:]!r}"
+            )
         written = re.search(r"TMP_WRITTEN\[(\d+)\]", ext_text)
         if not written or int(written.group(1)) > LIMITS["tmp_size_mb"] + 2:
-            problems.append(f"tmp (ext): /tmp was not capped at {LIMITS['tmp_size_mb']} MiB: {ext_text[-500:]!r}")
+            problems.append(
+                f"tmp (ext): /tmp was not capped at {LIMITS['tmp_size_mb']} MiB: {ext_text[-500:]!r}"
+            )
     elif name == "loop":
         if details.get("timed_out") or "SIGXCPU" not in bash_text:
-            problems.append(f"loop (bash): not stopped by cpu_seconds: {bash_text[-300:]!r} {details}")
+            problems.append(
+                f"loop (bash): not stopped by cpu_seconds: {bash_text[-300:]!r} {details}"
+            )
         if not run.errors.get("loop_ext"):
             problems.append(f"loop (ext): the tool call was not stopped: {ext_text[-300:]!r}")
     return problems
@@ -1426,7 +1521,9 @@ def check_bomb(name: str, run: Run) -> list[str]:
 
 def _cmdline(pid: str) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -1466,16 +1563,17 @@ def test_13_sigkill_of_the_supervisor_leaves_no_sandboxed_process(h: Harness):
     tag = uuid.uuid4().hex[:6]
     bash_marker, ext_marker = f"777.{int(tag, 16) % 999983}", f"778.{int(tag, 16) % 999983}"
     ext_code = consts(MARKER=ext_marker) + (
-        'child = subprocess.Popen(["sleep", MARKER])\n'
-        "time.sleep(120)\n"
-        'out("slept")\n'
+        'child = subprocess.Popen(["sleep", MARKER])\ntime.sleep(120)\nout("slept")\n'
     )
     survivors: dict[int, str | None] = {}
     report: dict[str, object] = {}
 
     def kill_when_running(proc: subprocess.Popen) -> None:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(_marked((bash_marker, ext_marker))) < 2:
+        while time.monotonic() < deadline:
+            hits = "\n".join(_marked((bash_marker, ext_marker)))
+            if bash_marker in hits and ext_marker in hits:
+                break
             time.sleep(0.1)
         report["before"] = _marked((bash_marker, ext_marker))
         tree_before = _descendants(proc.pid)
@@ -1502,6 +1600,9 @@ def test_13_sigkill_of_the_supervisor_leaves_no_sandboxed_process(h: Harness):
             if _start_time(pid) == started:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-    assert len(report["before"]) >= 2, f"the sleeps never started: {report}\n{run.describe()}"
+    before = "\n".join(report["before"])
+    assert bash_marker in before and ext_marker in before, (
+        f"the sleeps never started: {report}\n{run.describe()}"
+    )
     assert not report["after"] and not report["survivors"], f"left running: {report}"
     run.assert_clean()

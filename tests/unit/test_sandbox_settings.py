@@ -193,7 +193,10 @@ def test_a_read_only_workspace_with_a_writable_build_directory(layout):
         (lambda r: None, "missing", "not an existing directory"),
         (lambda r: (r / "proj" / "f").write_text(""), "f", "not an existing directory"),
         (
-            lambda r: ((r / "out" / "x").mkdir(parents=True), (r / "proj" / "sub").symlink_to(r / "out")),
+            lambda r: (
+                (r / "out" / "x").mkdir(parents=True),
+                (r / "proj" / "sub").symlink_to(r / "out"),
+            ),
             "sub/x",
             "outside the workspace",
         ),
@@ -239,9 +242,7 @@ def test_environment_allowlist_passes_named_host_variables_to_trusted_roles(layo
     assert tool["CI"] == "true"
     assert "UNSET_VAR" not in tool
     assert "OPENAI_API_KEY" not in tool
-    untrusted = dict(
-        profile_for(layout, role="sandboxed-extension", environment_allow=("CI",)).env
-    )
+    untrusted = dict(profile_for(layout, role="sandboxed-extension", environment_allow=("CI",)).env)
     assert "CI" not in untrusted
 
 

@@ -7,7 +7,7 @@ root is exactly who runs CI containers. A pids cgroup holds for everyone; a memo
 cgroup bounds resident memory where ``RLIMIT_AS`` only bounds each process's
 address space.
 
-How: one directory per supervisor, ``pi-sandbox-<pid>``, beside the supervisor's
+How: one directory per supervisor (per limiter), ``pi-sandbox-<pid>-<n>``, beside the supervisor's
 own cgroup in each hierarchy that has the controller (cgroup v2's unified tree, or
 v1's ``pids`` and ``memory`` trees), and one child per worker. A worker must be in
 its cgroup from its first instruction — a fork bomb at import time must not race
@@ -24,6 +24,7 @@ the rlimits alone apply; ``pi sandbox doctor`` says so.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ __all__ = ["CgroupLimiter", "WorkerCgroup", "remove_stale_cgroups"]
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
 _PREFIX = "pi-sandbox-"
+_limiters = itertools.count(1)  # several pools in one process each get their own tree
+
+
+def _tree_name() -> str:
+    return f"{_PREFIX}{os.getpid()}-{next(_limiters)}"
 
 
 @dataclass
@@ -68,6 +74,31 @@ class WorkerCgroup:
                     with contextlib.suppress(OSError):
                         _write(os.path.join(original, "cgroup.procs"), pid)
 
+    def limit_events(self) -> dict[str, int]:
+        """How often each limit has bitten so far: ``{"pids": n, "oom_kill": n}``.
+
+        ``pids``: forks refused because ``pids.max`` was reached (``pids.events``
+        ``max``). ``oom_kill``: processes the kernel killed for the memory limit
+        (``memory.events`` on v2, ``memory.oom_control`` on v1). Missing files
+        count as 0.
+        """
+        counts = {"pids": 0, "oom_kill": 0}
+        for directory, _ in self.dirs:
+            for name, key, wanted in (
+                ("pids.events", "pids", "max"),
+                ("memory.events", "oom_kill", "oom_kill"),
+                ("memory.oom_control", "oom_kill", "oom_kill"),
+            ):
+                try:
+                    with open(os.path.join(directory, name)) as handle:
+                        for line in handle:
+                            parts = line.split()
+                            if len(parts) == 2 and parts[0] == wanted:
+                                counts[key] += int(parts[1])
+                except (OSError, ValueError):
+                    continue
+        return counts
+
     def remove(self) -> None:
         """Kill anything left in the cgroups and remove them (best effort)."""
         for directory, _ in self.dirs:
@@ -96,16 +127,18 @@ class CgroupLimiter:
     def detect(cls) -> CgroupLimiter | None:
         """Find hierarchies where a pids (and, if possible, memory) cgroup can be made.
 
-        Creates (and keeps) ``pi-sandbox-<our pid>`` in each usable hierarchy.
+        Creates (and keeps, until `close`) ``pi-sandbox-<our pid>-<n>`` in each
+        usable hierarchy.
 
         Returns:
             A limiter, or None when not even a pids cgroup can be created here.
         """
         hierarchies: list[tuple[str, str, str, tuple[str, ...]]] = []
         own = _own_cgroups()
+        name = _tree_name()
         unified = own.get("")
         if unified is not None and os.path.exists(os.path.join(_CGROUP_ROOT, "cgroup.controllers")):
-            found = _prepare_v2(_CGROUP_ROOT, unified)
+            found = _prepare_v2(_CGROUP_ROOT, unified, name)
             if found is not None:
                 hierarchies.append(found)
         if not hierarchies:
@@ -114,7 +147,7 @@ class CgroupLimiter:
                 path = own.get(controller)
                 if path is None or not os.path.isdir(mount):
                     continue
-                found = _prepare_v1(mount, path, controller)
+                found = _prepare_v1(mount, path, controller, name)
                 if found is not None:
                     hierarchies.append(found)
         if not any("pids" in controllers for *_, controllers in hierarchies):
@@ -157,7 +190,7 @@ class CgroupLimiter:
 
 
 def remove_stale_cgroups() -> None:
-    """Remove ``pi-sandbox-<pid>`` trees of supervisors that are gone (SIGKILL)."""
+    """Remove ``pi-sandbox-<pid>-<n>`` trees of supervisors that are gone (SIGKILL)."""
     own = _own_cgroups()
     candidates = []
     if "" in own:
@@ -175,7 +208,7 @@ def remove_stale_cgroups() -> None:
             if not name.startswith(_PREFIX):
                 continue
             try:
-                pid = int(name[len(_PREFIX) :])
+                pid = int(name[len(_PREFIX) :].split("-")[0])
             except ValueError:
                 continue
             if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):
@@ -198,7 +231,9 @@ def _own_cgroups() -> dict[str, str]:
     return result
 
 
-def _prepare_v2(root: str, own_path: str) -> tuple[str, str, str, tuple[str, ...]] | None:
+def _prepare_v2(
+    root: str, own_path: str, name: str
+) -> tuple[str, str, str, tuple[str, ...]] | None:
     own = os.path.join(root, own_path.lstrip("/"))
     try:
         with open(os.path.join(own, "cgroup.controllers")) as handle:
@@ -211,7 +246,7 @@ def _prepare_v2(root: str, own_path: str) -> tuple[str, str, str, tuple[str, ...
     # Our tree goes beside our own cgroup's members, i.e. as a child of our cgroup;
     # enabling controllers there needs our cgroup to have no processes of its own
     # (the v2 "no internal processes" rule) unless it is the root.
-    parent = os.path.join(own, f"{_PREFIX}{os.getpid()}")
+    parent = os.path.join(own, name)
     try:
         _write(
             os.path.join(own, "cgroup.subtree_control"), " ".join("+" + c for c in wanted).encode()
@@ -229,10 +264,10 @@ def _prepare_v2(root: str, own_path: str) -> tuple[str, str, str, tuple[str, ...
 
 
 def _prepare_v1(
-    mount: str, own_path: str, controller: str
+    mount: str, own_path: str, controller: str, name: str
 ) -> tuple[str, str, str, tuple[str, ...]] | None:
     own = os.path.join(mount, own_path.lstrip("/"))
-    parent = os.path.join(own, f"{_PREFIX}{os.getpid()}")
+    parent = os.path.join(own, name)
     try:
         os.makedirs(parent, exist_ok=True)
         # Check we may move ourselves (and back) before relying on it.

@@ -302,11 +302,26 @@ class ToolPipeline:
             if not worker.alive:
                 worker = await self._revive(item.tool)
             self.pool.running_calls[item.call.id] = worker
+            before = worker.limit_events()
             try:
                 raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
             finally:
                 self.pool.running_calls.pop(item.call.id, None)
-            return ToolResultWire.model_validate(raw).model_dump()
+            result = ToolResultWire.model_validate(raw).model_dump()
+            bitten = _limits_reached(before, worker)
+            if bitten:
+                # What hit the limit (a fork bomb's processes, a runaway allocation)
+                # may still hold the sandbox; stop all of it, the next call respawns.
+                worker.kill()
+                result["content"] = [
+                    *result.get("content", []),
+                    {
+                        "type": "text",
+                        "text": f"[pi: {bitten}; every process of this sandbox was stopped]",
+                    },
+                ]
+                result["is_error"] = True
+            return result
         except WorkerTimeoutError:
             # The worker may still be spinning in the call (an infinite loop ignores
             # $/cancel): kill it; the next call respawns it (WorkerPool budget).
@@ -367,3 +382,16 @@ class ToolPipeline:
         except (pydantic.ValidationError, KeyError) as exc:
             await self._report([{"message": f"tool_result patch rejected: {exc}"}], "tool_result")
             return result
+
+
+def _limits_reached(before: dict[str, int], worker: WorkerProcess) -> str | None:
+    """Which cgroup limit bit during a call, as text for the result, or None."""
+    after = worker.limit_events()
+    limits = worker.spec.sandbox.limits if worker.spec.sandbox is not None else None
+    if limits is None:
+        return None
+    if after.get("pids", 0) > before.get("pids", 0):
+        return f"the sandbox's process limit ({limits.processes}) was reached"
+    if after.get("oom_kill", 0) > before.get("oom_kill", 0):
+        return f"the sandbox's memory limit ({limits.memory_mb} MiB) was reached"
+    return None

@@ -376,6 +376,11 @@ class WorkerProcess:
                 raise WorkerCrashedError(f"{self.name}: killed after {self.failure}") from exc
             raise
 
+    def limit_events(self) -> dict[str, int]:
+        """Counters of the worker's cgroup limits (see `WorkerCgroup.limit_events`);
+        empty when it has no cgroup."""
+        return self._cgroup.limit_events() if self._cgroup is not None else {}
+
     def kill(self) -> None:
         """SIGKILL the worker's process group at once (bwrap takes its sandbox down with it)."""
         if self.pid is None or self.exited.is_set():

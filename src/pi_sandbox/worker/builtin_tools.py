@@ -810,11 +810,21 @@ def _bash(params: dict, ctx: _Context) -> dict:
         proc.stdout.close()
         _RUNNING_GROUPS.discard(proc.pid)
 
+    limit_hit = outcome == "exited" and confinement.process_limit_nearly_reached()
+    if limit_hit:
+        # Background processes filling the sandbox's process limit (a fork bomb)
+        # would leave no room for the next command: take the command's group down.
+        _kill_process_group(proc)
     output, notice = tail.finish()
     details["truncated"] = notice is not None
     parts = [output] if output else []
     if notice:
         parts.append(notice)
+    if limit_hit:
+        parts.append(
+            "[The sandbox's process limit was reached; the command's remaining "
+            "background processes were stopped]"
+        )
     if pipe_abandoned:
         parts.append(
             "[Background processes still held the output open after the shell exited; "

@@ -16,10 +16,11 @@ import os
 import resource
 from typing import Any
 
-__all__ = ["apply", "command_cpu_seconds", "tool_timeout_s"]
+__all__ = ["apply", "command_cpu_seconds", "process_limit_nearly_reached", "tool_timeout_s"]
 
 _cpu_seconds: int | None = None
 _tool_timeout_s: int | None = None
+_applied: dict[str, int] = {}
 
 
 def _positive(name: str, value: Any) -> int:
@@ -42,6 +43,7 @@ def apply(params: dict[str, Any] | None) -> None:
         if not name.startswith("RLIMIT_") or not hasattr(resource, name):
             raise ValueError(f"unknown rlimit {name!r}")
         resource.setrlimit(getattr(resource, name), (_positive(name, value),) * 2)
+        _applied[name] = value
     if params.get("cpu_seconds") is not None:
         _cpu_seconds = _positive("cpu_seconds", params["cpu_seconds"])
     if params.get("tool_timeout_s") is not None:
@@ -62,3 +64,20 @@ def command_cpu_seconds() -> int | None:
 def tool_timeout_s() -> int | None:
     """The policy's wall-clock ceiling (seconds) on a ``bash`` call's timeout, or None."""
     return _tool_timeout_s
+
+
+def process_limit_nearly_reached() -> bool:
+    """True when the sandbox's processes come within 8 of ``RLIMIT_NPROC``.
+
+    Inside the sandbox's PID namespace ``/proc`` lists only the sandbox's own
+    processes, which is what ``RLIMIT_NPROC`` counts there. Always False outside a
+    sandbox (no limit was applied).
+    """
+    limit = _applied.get("RLIMIT_NPROC")
+    if limit is None:
+        return False
+    try:
+        count = sum(1 for name in os.listdir("/proc") if name.isdigit())
+    except OSError:
+        return False
+    return count >= limit - 8

@@ -1,0 +1,201 @@
+"""Sandboxed workers as the pool starts them: seccomp, status fd, cgroups, placeholders,
+fd hygiene and fail-closed start-up (issue 3), with real bwrap."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from pi_sandbox.errors import SandboxUnavailableError
+from pi_sandbox.protocol import methods
+from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter
+from pi_sandbox.sandbox.placeholders import WorkspaceLease
+from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
+from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+
+pytestmark = pytest.mark.usefixtures("require_bwrap")
+
+
+def make_pool(tmp_path: Path, workspace: Path, **settings) -> WorkerPool:
+    records: list[dict] = []
+    pool = WorkerPool(
+        PoolConfig(
+            cwd=workspace,
+            agent_dir=tmp_path / "agent",
+            home=tmp_path / "home",
+            sandbox=True,
+            settings=SandboxSettings(**settings),
+            audit=records.append,
+        )
+    )
+    pool.audit_records = records  # type: ignore[attr-defined]
+    return pool
+
+
+async def bash(pool: WorkerPool, command: str, timeout: float = 30) -> str:
+    worker = await pool.ensure_tool_worker()
+    raw = await worker.request(
+        methods.TOOL_EXECUTE,
+        {
+            "tool_call_id": "c1",
+            "name": "bash",
+            "params": {"command": command, "timeout": timeout},
+            "ctx": {"cwd": str(pool.config.cwd)},
+        },
+        timeout_s=timeout + 30,
+    )
+    return "".join(block.get("text", "") for block in raw["content"])
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = Path(os.path.realpath(tmp_path)) / "ws"
+    path.mkdir()
+    (tmp_path / "home").mkdir()
+    return path
+
+
+async def test_the_tool_worker_runs_under_seccomp_with_no_capabilities(tmp_path, workspace):
+    pool = make_pool(tmp_path, workspace)
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        out = await bash(pool, "grep -E '^(CapEff|Seccomp|NoNewPrivs):' /proc/self/status")
+        assert "CapEff:\t0000000000000000" in out
+        assert "Seccomp:\t2" in out
+        assert "NoNewPrivs:\t1" in out
+        # --json-status-fd told us the sandboxed child's host pid
+        worker = pool.tool_worker
+        with trio.fail_after(5):
+            await worker.sandbox_status.wait()
+        assert worker.sandbox_pid is not None and worker.sandbox_pid != worker.pid
+        assert os.path.exists(f"/proc/{worker.sandbox_pid}")
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    assert worker.sandbox_exit_code is not None
+
+
+async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, workspace):
+    pool = make_pool(tmp_path, workspace)
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        out = await bash(
+            pool,
+            "mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit; echo git=$?;"
+            "git init -q . ; echo init=$?;"
+            "mkdir -p .pi/extensions; echo 'x' > .pi/extensions/x.py; echo pi=$?;"
+            "echo ok > notes.txt; echo notes=$?",
+        )
+        assert "notes=0" in out
+        for name in ("git", "init", "pi"):
+            assert f"{name}=0" not in out
+        # while the run lasts, the host sees empty placeholder directories
+        assert (workspace / ".git").is_dir() and not any((workspace / ".git").iterdir())
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    assert (workspace / "notes.txt").read_text() == "ok\n"
+    for name in (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json", ".claude"):
+        assert not os.path.lexists(workspace / name), name
+    profile_records = [r for r in pool.audit_records if r["event"] == "sandbox_profile"]
+    assert profile_records and profile_records[0]["role"] == "tool"
+
+
+async def test_placeholders_stay_while_another_run_holds_the_workspace(tmp_path, workspace):
+    other = WorkspaceLease.acquire(str(workspace))
+    pool = make_pool(tmp_path, workspace)
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    assert (workspace / ".pi").is_dir()  # the other run may be relying on it
+    assert str(workspace / ".pi") in other.release([])  # the last one out removes it
+    assert not (workspace / ".pi").exists()
+
+
+async def test_a_descriptor_left_inheritable_in_the_supervisor_is_closed_inside(
+    tmp_path, workspace
+):
+    secret = tmp_path / "secret"
+    secret.write_text("LEAKED-FD-SENTINEL")
+    fd = os.open(secret, os.O_RDONLY)
+    os.set_inheritable(fd, True)
+    try:
+        pool = make_pool(tmp_path, workspace)
+        async with trio.open_nursery() as nursery:
+            await pool.start(nursery, [])
+            out = await bash(
+                pool,
+                f"ls /proc/self/fd; cat <&{fd}; cat /proc/$PPID/fd/{fd}; "
+                f"python3 -c 'import os; print(os.listdir(\"/proc/%d/fd\" % os.getppid()))'",
+            )
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(fd)
+    assert "LEAKED-FD-SENTINEL" not in out
+    # the worker (bash's parent) holds only 0-3 plus what Python opens for itself
+    worker_fds = json.loads(out.strip().splitlines()[-1].replace("'", '"'))
+    assert str(fd) not in worker_fds or fd <= 3
+
+
+async def test_a_sandboxed_start_fails_closed_when_seccomp_cannot_be_built(
+    tmp_path, workspace, monkeypatch
+):
+    from pi_sandbox.sandbox import seccomp_filter
+
+    def broken() -> bytes:
+        raise SandboxUnavailableError("libseccomp.so.2 cannot be loaded: install libseccomp2")
+
+    monkeypatch.setattr(seccomp_filter, "seccomp_program", broken)
+    pool = make_pool(tmp_path, workspace)
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trio.open_nursery() as nursery:
+            await pool.start(nursery, [])
+    (error,) = info.value.exceptions
+    assert isinstance(error, SandboxUnavailableError) and "libseccomp" in str(error)
+    assert pool.tool_worker is None
+
+
+async def test_rlimits_and_the_tmp_cap_follow_the_policy(tmp_path, workspace):
+    limits = SandboxLimits(open_files=200, file_size_mb=8, tmp_size_mb=4, cpu_seconds=7)
+    pool = make_pool(tmp_path, workspace, limits=limits)
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        out = await bash(
+            pool,
+            "ulimit -n; ulimit -t; ulimit -Hn; "
+            "dd if=/dev/zero of=/tmp/big bs=1M count=16 2>&1 | grep -c 'No space'; "
+            "(dd if=/dev/zero of=big bs=1M count=16 2>&1); echo dd=$?",
+        )
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    lines = out.splitlines()
+    assert lines[:3] == ["200", "7", "200"]
+    assert lines[3] == "1"  # ENOSPC from the 4 MiB /tmp
+    assert "dd=0" not in out  # SIGXFSZ at the file size limit
+    assert os.path.getsize(workspace / "big") <= 8 * 1024 * 1024
+
+
+def _have_pids_cgroup() -> bool:
+    limiter = CgroupLimiter.detect()
+    if limiter is None:
+        return False
+    limiter.close()
+    return True
+
+
+@pytest.mark.skipif(not _have_pids_cgroup(), reason="no writable pids cgroup here")
+async def test_a_fork_bomb_is_held_by_the_pids_cgroup_and_the_worker_recovers(tmp_path, workspace):
+    pool = make_pool(tmp_path, workspace, limits=SandboxLimits(processes=48))
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        with trio.fail_after(60):
+            out = await bash(pool, "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", 8)
+        assert "process limit" in out
+        with trio.fail_after(30):
+            assert "alive" in await bash(pool, "echo alive")
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
