@@ -46,6 +46,7 @@ try:
 
     import pi_sandbox
     from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
+    from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
     from pi_sandbox.supervisor.providers.base import ToolCall
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
@@ -265,15 +266,39 @@ def base_env(home: Path) -> dict[str, str]:
     return unsandboxed_env(home)
 
 
+SECCOMP_FD = 5  # where bwrap finds the seccomp program in sandbox_argv's argv
+
+
+def sandbox_argv(profile: Any, command: Sequence[str], bwrap: str) -> list[str]:
+    """bwrap argv for ``profile``; with the seccomp filter on `SECCOMP_FD` when the
+    profile wants it (spawn it with spawn_wait_ns, which puts a fresh program there)."""
+    return build_bwrap_argv(
+        profile, command, bwrap=bwrap, seccomp_fd=SECCOMP_FD if profile.seccomp else None
+    )
+
+
 def spawn_wait_ns(argv: Sequence[str], env: dict[str, str]) -> int:
-    """posix_spawn ``argv`` (stdio on /dev/null) and wait for it; returns ns, checks exit 0."""
+    """posix_spawn ``argv`` (stdio on /dev/null) and wait for it; returns ns, checks exit 0.
+
+    An argv with ``--seccomp 5`` gets a fresh memfd holding the (cached) seccomp
+    program on fd 5, created inside the timed span, as WorkerProcess does.
+    """
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
     ]
+    wants_seccomp = "--seccomp" in argv
     start = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
+    memfd = None
+    if wants_seccomp:
+        memfd = seccomp_memfd()
+        actions.append((os.POSIX_SPAWN_DUP2, memfd, SECCOMP_FD))
+    try:
+        pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
+    finally:
+        if memfd is not None:
+            os.close(memfd)
     _, status = os.waitpid(pid, 0)
     elapsed = time.perf_counter_ns() - start
     code = os.waitstatus_to_exitcode(status)
@@ -391,7 +416,7 @@ def bench_python_start(env: Env, report: Report) -> None:
 # --- (b) worker spawn to handshake ---------------------------------------------------------
 
 
-async def _handshakes(env: Env, *, sandboxed: bool, n: int) -> list[int]:
+async def _handshakes(env: Env, *, sandboxed: bool, n: int, seccomp: bool = True) -> list[int]:
     ext = env.hooks[0]
     profile = None
     if sandboxed:
@@ -403,6 +428,8 @@ async def _handshakes(env: Env, *, sandboxed: bool, n: int) -> list[int]:
             agent_dir=env.agent_dir,
             extra_ro=[ext],
         )
+        if not seccomp:
+            profile = profile.model_copy(update={"seccomp": False})
     ctx = {"cwd": str(env.workspace), "has_ui": False, "mode": "print"}
     samples: list[int] = []
     for i in range(n + 2):  # two warm-up spawns (page cache, bwrap binary)
@@ -613,8 +640,11 @@ def bench_pipeline(env: Env, report: Report) -> None:
         profile = worker_profile(
             "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
         )
-        argv = build_bwrap_argv(profile, ["bash", "-c", "true"], bwrap=env.bwrap)
+        argv = sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap)
         report.add_series("d.bwrap_bash_fresh", spawn_series(argv, {}, n))
+        plain = profile.model_copy(update={"seccomp": False})
+        argv = sandbox_argv(plain, ["bash", "-c", "true"], env.bwrap)
+        report.add_series("d.bwrap_bash_fresh_noseccomp", spawn_series(argv, {}, n))
     report.add_series(
         "d.pipeline_unsandboxed", trio.run(lambda: _pipeline_series(env, sandbox=False, n=n))
     )
@@ -647,6 +677,94 @@ def bench_pipeline(env: Env, report: Report) -> None:
         )
     else:
         report.row("(d)", "bash true via ToolPipeline, unsandboxed, p50", "d.pipeline_unsandboxed")
+
+
+# --- (g) sandbox hardening: floors and the cost of seccomp ------------------------------------
+
+
+def _seccomp_build_ns() -> tuple[int, int]:
+    """(first build in a fresh process, cached call here), in ns."""
+    code = (
+        "import time; t = time.perf_counter_ns(); "
+        "from pi_sandbox.sandbox.seccomp_filter import seccomp_program; seccomp_program(); "
+        "print(time.perf_counter_ns() - t)"
+    )
+    first = int(
+        subprocess.run(
+            [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    seccomp_program()
+    start = time.perf_counter_ns()
+    for _ in range(1000):
+        seccomp_program()
+    return first, (time.perf_counter_ns() - start) // 1000
+
+
+def bench_hardening(env: Env, report: Report) -> None:
+    if not env.bwrap:
+        report.notes.append("(g) skipped: no working bwrap")
+        return
+    n = env.sizes.pipeline
+    if "d.pipeline_sandboxed" not in report.samples:
+        report.add_series(
+            "d.pipeline_sandboxed", trio.run(lambda: _pipeline_series(env, sandbox=True, n=n))
+        )
+    profile = worker_profile(
+        "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
+    )
+    report.add_series(
+        "g.bwrap_bash",
+        spawn_series(sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap), {}, n),
+    )
+    report.add_series(
+        "g.bash_unsandboxed", spawn_series(["/bin/bash", "-c", "true"], base_env(env.home), n)
+    )
+    h = env.sizes.handshake
+    report.add_series(
+        "g.handshake_seccomp", trio.run(lambda: _handshakes(env, sandboxed=True, n=h))
+    )
+    report.add_series(
+        "g.handshake_noseccomp",
+        trio.run(lambda: _handshakes(env, sandboxed=True, n=h, seccomp=False)),
+    )
+    first, cached = _seccomp_build_ns()
+    report.series["g.seccomp_build"] = {"first_ms": round(ms(first), 3), "cached_ns": cached}
+    report.notes.append(
+        f"(g) seccomp program: first build {ms(first):.2f} ms in a fresh process "
+        f"(import pyseccomp + libseccomp + export), cached call {cached} ns"
+    )
+    floor = "bwrap <tool profile, seccomp> -- bash -c true, fresh, p50"
+    report.row(
+        "(g)",
+        "bash -c true, unsandboxed, fresh, p50",
+        "g.bash_unsandboxed",
+        base="g.bwrap_bash",
+        base_label=floor,
+    )
+    report.row(
+        "(g)",
+        "bash true via the full pipeline, sandboxed, p50",
+        "d.pipeline_sandboxed",
+        base="g.bwrap_bash",
+        base_label=floor,
+    )
+    report.row(
+        "(g)",
+        "bash true via the full pipeline, sandboxed, p90",
+        "d.pipeline_sandboxed",
+        "p90",
+        base="g.bwrap_bash",
+        base_key="p90",
+        base_label="  same floor, p90",
+    )
+    report.row(
+        "(g)",
+        "sandboxed worker start, seccomp, p50",
+        "g.handshake_seccomp",
+        base="g.handshake_noseccomp",
+        base_label="same without the seccomp filter, p50",
+    )
 
 
 # --- (e) end to end ------------------------------------------------------------------------
@@ -1094,12 +1212,12 @@ def bench_pieces(env: Env, report: Report) -> None:
         )
         report.add_series(
             "f.bwrap_true",
-            spawn_series(build_bwrap_argv(profile, ["/bin/true"], bwrap=env.bwrap), {}, n),
+            spawn_series(sandbox_argv(profile, ["/bin/true"], env.bwrap), {}, n),
         )
         report.add_series(
             "f.bwrap_python",
             spawn_series(
-                build_bwrap_argv(profile, [sys.executable, "-I", "-c", "pass"], bwrap=env.bwrap),
+                sandbox_argv(profile, [sys.executable, "-I", "-c", "pass"], env.bwrap),
                 {},
                 n,
             ),
@@ -1107,10 +1225,10 @@ def bench_pieces(env: Env, report: Report) -> None:
         report.add_series(
             "f.bwrap_worker_import",
             spawn_series(
-                build_bwrap_argv(
+                sandbox_argv(
                     profile,
                     [sys.executable, "-I", "-c", "import pi_sandbox.worker.runtime"],
-                    bwrap=env.bwrap,
+                    env.bwrap,
                 ),
                 {},
                 n,
@@ -1290,7 +1408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
     )
     parser.add_argument(
-        "--only", default="abcdef", help="sections to run, e.g. 'abc' (default: all)"
+        "--only", default="abcdefg", help="sections to run, e.g. 'abc' (default: all)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
@@ -1337,6 +1455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lambda: (bench_pieces(env, report), bench_imports(env, report, scripts[2])),
         )
     )
+    sections.append(("g", "(g) sandbox hardening", lambda: bench_hardening(env, report)))
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
     try:

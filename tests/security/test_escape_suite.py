@@ -13,6 +13,11 @@ directory except the planted ``auth.json``, and the worker logs (``TMPDIR`` of
 ``pi`` points into the test's directory, and the logs are copied while ``pi``
 runs, because a clean run deletes them).
 
+HOME and the workspaces live under ``/var/tmp`` (``$PI_ESCAPE_BASE`` overrides),
+not pytest's ``tmp_path``: every worker has a private writable tmpfs at ``/tmp``,
+where a write to ``/tmp/.../proj-evil`` or ``/tmp/.../home/.ssh`` would "succeed"
+without reaching the host.
+
 Wherever it is reasonable a control shows that the assertions can fail: the same
 attempt without ``--sandbox``, without the policy entry, or on an allowed path
 does succeed.
@@ -36,6 +41,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -372,9 +378,28 @@ class Harness:
         return run
 
 
+def _base_dir(tmp_path: Path) -> Path:
+    """Where a case's HOME and workspace live: not under /tmp if at all possible.
+
+    Every worker has a private, writable tmpfs at /tmp, so under pytest's tmp_path a
+    write to a sibling of the workspace or to ~/.ssh "succeeds" into that tmpfs; a
+    real project (~/src/proj) is on the read-only side of the sandbox.
+    """
+    for candidate in (os.environ.get("PI_ESCAPE_BASE"), "/var/tmp"):
+        if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK):
+            real = os.path.realpath(candidate)
+            if real != "/tmp" and not real.startswith("/tmp/"):
+                return Path(real)
+    return tmp_path
+
+
 @pytest.fixture
-def h(tmp_path: Path) -> Harness:
-    return Harness(tmp_path)
+def h(tmp_path: Path):
+    base = Path(tempfile.mkdtemp(prefix="pi-escape-", dir=_base_dir(tmp_path)))
+    try:
+        yield Harness(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class Listener:

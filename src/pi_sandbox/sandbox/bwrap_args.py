@@ -18,12 +18,13 @@ the argv is laid out as:
    covered by a tmpfs that is then remounted read-only (a writable tmpfs over a
    denied directory would hand the sandbox a private scratch space at a path the
    host trusts); any other path by ``/dev/null``;
-6. ``--remount-ro /``: the root is a tmpfs bwrap made to hold mount points;
+6. the egress proxy socket (network ``"proxy"``), bound read-only at
+   ``PROXY_SOCKET_IN_SANDBOX`` just before the root is made read-only (bwrap
+   creates its mount point in the root tmpfs; connecting to a Unix socket does
+   not need a writable mount);
+7. ``--remount-ro /``: the root is a tmpfs bwrap made to hold mount points;
    left writable it would be unbounded scratch space at paths like ``$HOME``
    (not recursive, so ``/tmp`` and writable roots stay writable);
-7. the egress proxy socket (network ``"proxy"``), bound read-only at
-   ``PROXY_SOCKET_IN_SANDBOX`` after the root is read-only (connecting to a Unix
-   socket does not need a writable mount);
 8. ``--seccomp FD`` and ``--json-status-fd FD`` when the caller passes them;
 9. ``--setenv`` pairs after ``--clearenv``, ``--chdir``, ``--`` and the command.
 
@@ -149,9 +150,9 @@ def build_bwrap_argv(
         else:
             argv += ["--ro-bind", "/dev/null", path]
 
-    argv += ["--remount-ro", "/"]
     if profile.proxy_socket is not None:
         argv += ["--ro-bind", profile.proxy_socket, PROXY_SOCKET_IN_SANDBOX]
+    argv += ["--remount-ro", "/"]
     if profile.seccomp:
         argv += ["--seccomp", str(seccomp_fd)]
     if status_fd is not None:

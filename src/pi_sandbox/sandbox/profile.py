@@ -224,6 +224,8 @@ class SandboxProfile(BaseModel):
             its own loopback. ``"proxy"``: the same, plus the supervisor's egress
             proxy socket ``proxy_socket`` bound at `PROXY_SOCKET_IN_SANDBOX`.
         proxy_socket: host path of the egress proxy's Unix socket (``"proxy"`` only).
+        proxy_direct: host names that clients inside reach without the proxy
+            (``NO_PROXY``): the loopback names the allowlist does not name.
         tmp_size_bytes: size cap of the private ``/tmp`` tmpfs in bytes, or ``None``
             for the kernel default (half of RAM).
         symlinks: ``(target, linkpath)`` pairs created before any bind, for hosts
@@ -253,6 +255,7 @@ class SandboxProfile(BaseModel):
     cwd: str = "/"
     network: Literal["none", "proxy"] = "none"
     proxy_socket: str | None = None
+    proxy_direct: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
     tmp_size_bytes: int | None = None
     symlinks: tuple[tuple[str, str], ...] = ()
     limits: SandboxLimits = SandboxLimits()
@@ -582,10 +585,26 @@ def worker_profile(
         cwd=workspace_real,
         network="proxy" if network_on else "none",
         proxy_socket=proxy_socket if network_on else None,
+        proxy_direct=_direct_names(settings.network_allow),
         tmp_size_bytes=tmp_size_bytes,
         symlinks=tuple((target, linkpath) for linkpath, target in sorted(links.items())),
         limits=settings.limits,
     )
+
+
+def _direct_names(allow: Sequence[str]) -> tuple[str, ...]:
+    """Loopback names that stay direct: those no allow entry names (``NO_PROXY``)."""
+    named = set()
+    for entry in allow:
+        host = (
+            entry[1:].split("]")[0]
+            if entry.startswith("[")
+            else entry.rsplit(":", 1)[0]
+            if entry.count(":") == 1
+            else entry
+        )
+        named.add(host.lower())
+    return tuple(name for name in ("localhost", "127.0.0.1", "::1") if name not in named)
 
 
 def _protected_paths(

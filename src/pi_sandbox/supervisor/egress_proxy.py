@@ -527,7 +527,7 @@ class EgressProxy:
                 scope.deadline = trio.current_time() + self._idle_timeout_s
             # Half-close: the other direction may still be sending (a request body is
             # done, the response is not).
-            pass
+            await sink.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             scope.cancel()
 

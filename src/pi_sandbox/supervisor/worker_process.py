@@ -171,6 +171,7 @@ class WorkerProcess:
                 "cpu_seconds": profile.limits.cpu_seconds,
                 "tool_timeout_s": profile.limits.tool_timeout_s,
                 "proxy_socket": PROXY_SOCKET_IN_SANDBOX if profile.network == "proxy" else None,
+                "proxy_direct": list(profile.proxy_direct),
             }
         try:
             raw = await self._channel.request(methods.INITIALIZE, params, timeout_s=timeout_s)

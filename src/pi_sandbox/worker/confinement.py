@@ -1,7 +1,8 @@
 """What a sandboxed worker does to itself before any extension or tool code runs.
 
 The supervisor sends ``initialize`` params ``sandbox = {"rlimits": {...},
-"cpu_seconds": n, "tool_timeout_s": n, "proxy_socket": path | None}`` (DESIGN §6, issue 3 "Limits" and
+"cpu_seconds": n, "tool_timeout_s": n, "proxy_socket": path | None,
+"proxy_direct": [names]}`` (DESIGN §6, issue 3 "Limits" and
 "Network"). `apply` sets every rlimit with soft = hard, so nothing in the worker
 can raise it again (raising a hard limit needs ``CAP_SYS_RESOURCE``, which bwrap
 dropped), and, when the policy grants network, starts the loopback relay to the
@@ -53,7 +54,11 @@ def apply(params: dict[str, Any] | None) -> None:
         from pi_sandbox.worker.proxy_relay import proxy_environment, start_relay
 
         port = start_relay(str(socket_path))
-        os.environ.update(proxy_environment(port))
+        direct = params.get("proxy_direct")
+        if isinstance(direct, list) and all(isinstance(name, str) for name in direct):
+            os.environ.update(proxy_environment(port, tuple(direct)))
+        else:
+            os.environ.update(proxy_environment(port))
 
 
 def command_cpu_seconds() -> int | None:

@@ -69,16 +69,22 @@ def start_relay(socket_path: str) -> int:
     return port
 
 
-def proxy_environment(port: int) -> dict[str, str]:
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def proxy_environment(port: int, direct: tuple[str, ...] = LOOPBACK_NAMES) -> dict[str, str]:
     """The environment that points HTTP clients at the relay on ``127.0.0.1:port``.
 
     ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and their lower-case forms (curl
     reads only ``http_proxy`` in lower case) are ``http://127.0.0.1:PORT``;
-    ``NO_PROXY``/``no_proxy`` keep the sandbox's own loopback direct
-    (``localhost,127.0.0.1,::1``).
+    ``NO_PROXY``/``no_proxy`` list ``direct``: by default the sandbox's own
+    loopback (``localhost,127.0.0.1,::1``), so servers a test suite starts inside
+    stay reachable; the supervisor leaves out a loopback name the policy's
+    allowlist names (``localhost:8080`` means the host's service, via the proxy).
 
     Args:
         port: the relay's TCP port, 1 to 65535.
+        direct: host names clients should reach without the proxy.
 
     Returns:
         A new dict of 8 variables.
@@ -93,7 +99,7 @@ def proxy_environment(port: int) -> dict[str, str]:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env[name] = url
         env[name.lower()] = url
-    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(direct)
     return env
 
 
