@@ -299,3 +299,19 @@ def test_a_profile_wanting_seccomp_refuses_to_build_without_the_filter(tmp_path)
 def test_system_directories_are_never_writable_roots(root):
     with pytest.raises(SandboxError, match="system directory"):
         SandboxProfile(rw_binds=(root,), cwd="/")
+
+
+def test_policy_files_inside_a_writable_root_are_kept_read_only(layout):
+    ws = layout["ws"]
+    (ws / "policy.yaml").write_text("version: 1\n")
+    outside = layout["root"] / "org.yaml"
+    outside.write_text("version: 1\n")
+    profile = worker_profile(
+        "tool",
+        workspace=ws,
+        home=layout["home"],
+        agent_dir=layout["agent"],
+        protect=[ws / "policy.yaml", outside],
+    )
+    assert str(ws / "policy.yaml") in profile.protected
+    assert str(outside) not in profile.protected

@@ -445,6 +445,7 @@ def worker_profile(
     settings: SandboxSettings | None = None,
     proxy_socket: str | None = None,
     tmp_size_bytes: int | Literal["policy"] | None = "policy",
+    protect: Sequence[Path] = (),
 ) -> SandboxProfile:
     """Build the profile for a worker from its role and the policy (DESIGN §6).
 
@@ -492,6 +493,9 @@ def worker_profile(
             trusted.
         tmp_size_bytes: size cap of ``/tmp`` in bytes (``None``: no cap);
             ``"policy"``: ``limits.tmp_size_mb``.
+        protect: further files kept read-only when a writable root contains them
+            (the ``--policy`` files in force: a tool must not rewrite the policy
+            the next run loads).
 
     Returns:
         The validated profile.
@@ -558,6 +562,10 @@ def worker_profile(
         ro.discard(real)
 
     protected = _protected_paths(rw_real, settings, workspace=workspace_str, home=home_str)
+    for path in protect:
+        real = os.path.realpath(path)
+        if any(is_within(real, root) for root in rw_real) and real not in protected:
+            protected.append(real)
 
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
     deny += [os.path.join(os.path.abspath(agent_dir), rel) for rel in _DENY_IN_AGENT_DIR]

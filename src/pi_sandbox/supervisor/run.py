@@ -188,6 +188,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
         has_ui=False,
         settings=policy.sandbox if policy is not None else SandboxSettings(),
         audit=audit.record,
+        policy_files=tuple(options.policies),
     )
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:

@@ -99,6 +99,7 @@ class PoolConfig:
         settings: the policy's ``sandbox`` section (filesystem, network, limits).
         audit: called with one JSON-ready record per sandbox decision (the profile
             each worker got, every egress proxy decision); None to drop them.
+        policy_files: the policy files in force; kept read-only in every sandbox.
     """
 
     cwd: Path
@@ -112,6 +113,7 @@ class PoolConfig:
     hook_timeout_s: float = 30.0
     settings: SandboxSettings = field(default_factory=SandboxSettings)
     audit: Callable[[dict[str, Any]], None] | None = None
+    policy_files: tuple[Path, ...] = ()
 
 
 def _extension_entries(directory: Path) -> list[Path]:
@@ -232,6 +234,7 @@ class WorkerPool:
                 extra_ro=extra_ro,
                 settings=self.config.settings,
                 proxy_socket=self._proxy_socket,
+                protect=self.config.policy_files,
             )
             self.placeholders.update(profile.placeholders)
             self._audit(
