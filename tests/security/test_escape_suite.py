@@ -966,6 +966,20 @@ def relay_connect(target):
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
         return status_of(sock, target)
 
+def relay_get(url):
+    proxy = os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy")
+    if not proxy:
+        raise RuntimeError("no proxy in the environment")
+    proxy_url = urllib.parse.urlsplit(proxy)
+    with socket.create_connection((proxy_url.hostname, proxy_url.port), timeout=10) as sock:
+        host = urllib.parse.urlsplit(url).netloc
+        sock.sendall(f"GET {url} HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+        status = sock.recv(4096).split(b"\\r\\n", 1)[0].decode("latin-1")
+    out(f"GET_STATUS[{url}] {status!r}")
+    if status.split(" ")[1:2] == ["200"]:
+        return status
+    raise RuntimeError(status or "connection closed")
+
 def unix_sockets():
     found = set()
     try:
@@ -1005,6 +1019,8 @@ attempt("unlisted", fetch, "http://notlisted.example/")
 attempt("direct", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=3).close())
 attempt("relay_unlisted", relay_connect, "notlisted.example:443")
 attempt("relay_ip", relay_connect, f"127.0.0.1:{PORT}")
+attempt("relay_get_ip", relay_get, f"http://127.0.0.1:{PORT}/relay-ip-{WHO}")
+attempt("relay_get_other_port", relay_get, f"http://localhost:{OTHER}/relay-other-{WHO}")
 for path in unix_sockets():
     attempt(f"unix_unlisted:{path}", unix_connect, path, "notlisted.example:443")
 """
@@ -1045,12 +1061,23 @@ def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
                 "direct",
                 "relay_unlisted",
                 "relay_ip",
+                "relay_get_ip",
+                "relay_get_other_port",
             ),
         )
         run.expect(
             "ext",
             ok=("allowed",),
-            fail=("ip_literal", "other_port", "unlisted", "direct", "relay_unlisted", "relay_ip"),
+            fail=(
+                "ip_literal",
+                "other_port",
+                "unlisted",
+                "direct",
+                "relay_unlisted",
+                "relay_ip",
+                "relay_get_ip",
+                "relay_get_other_port",
+            ),
         )
         for call_id in ("bash", "ext"):
             text = run[call_id]

@@ -315,3 +315,16 @@ def test_policy_files_inside_a_writable_root_are_kept_read_only(layout):
     )
     assert str(ws / "policy.yaml") in profile.protected
     assert str(outside) not in profile.protected
+
+
+def test_no_placeholder_where_nothing_can_be_created(tmp_path, monkeypatch):
+    # A read-only checkout (CI): bwrap could not create the mount point, and the
+    # sandbox could not create the protected path either.
+    root = os.path.realpath(tmp_path)
+    os.makedirs(f"{root}/ws")
+    monkeypatch.setattr("pi_sandbox.sandbox.profile._host_can_create", lambda directory: False)
+    profile = SandboxProfile(
+        rw_binds=(f"{root}/ws",), protected=(f"{root}/ws/.pi",), cwd=f"{root}/ws", seccomp=False
+    )
+    assert profile.protect_mounts == ()
+    assert profile.placeholders == ()

@@ -356,7 +356,8 @@ class SandboxProfile(BaseModel):
                 os.path.dirname(missing)
             ):
                 missing = os.path.dirname(missing)
-            mounts.setdefault(missing, "placeholder")
+            if _host_can_create(os.path.dirname(missing)):
+                mounts.setdefault(missing, "placeholder")
         self._protect_mounts = tuple(sorted(mounts.items(), key=lambda item: path_key(item[0])))
 
     @property
@@ -374,7 +375,9 @@ class SandboxProfile(BaseModel):
 
         ``(path, "bind")``: the path existed at validation and is re-bound
         read-only onto itself. ``(path, "placeholder")``: ``path`` is the first
-        missing ancestor of a protected path that did not exist; bwrap creates it
+        missing ancestor of a protected path that did not exist (and whose parent
+        the host lets this user write: otherwise nothing can create it and no
+        placeholder is needed); bwrap creates it
         as an empty directory (on the host too, since its parent is a writable
         bind) and mounts a read-only tmpfs over it, so nothing can be created
         there inside the sandbox. The caller removes placeholders once the
@@ -386,6 +389,22 @@ class SandboxProfile(BaseModel):
     def placeholders(self) -> tuple[str, ...]:
         """Host paths bwrap will create as empty directories (see `protect_mounts`)."""
         return tuple(path for path, kind in self._protect_mounts if kind == "placeholder")
+
+
+def _host_can_create(directory: str) -> bool:
+    """Whether an entry can be created in ``directory`` on the host.
+
+    When it cannot (a read-only file system, as in a CI checkout, or a directory
+    this user may not write), the sandbox, running as the same user, cannot
+    create the protected path either, and bwrap could not create a placeholder's
+    mount point: none is needed.
+    """
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK)
 
 
 def resolve_policy_path(path: str, *, workspace: str, home: str) -> str:
