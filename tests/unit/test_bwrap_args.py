@@ -477,3 +477,65 @@ def test_a_workspace_inside_home_does_not_protect_home_files_it_cannot_reach(lay
         "tool", workspace=layout["workspace"], home=layout["home"], agent_dir=layout["agent_dir"]
     )
     assert all(p.startswith(str(layout["workspace"])) for p in profile.protected)
+
+
+def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_path: Path):
+    root = os.path.realpath(tmp_path)
+    ws = f"{root}/-proj x"  # a leading dash and a space: still one argv element each
+    os.makedirs(f"{ws}/.git")
+    profile = SandboxProfile(
+        ro_binds=("/usr",),
+        rw_binds=(ws,),
+        protected=(f"{ws}/.git", f"{ws}/.pi", f"{ws}/.vscode/tasks.json"),
+        cwd=ws,
+        network="proxy",
+        proxy_socket=f"{root}/egress.sock",
+        tmp_size_bytes=4096,
+    )
+
+    argv = build_bwrap_argv(profile, ["python3", "-I"], bwrap=BWRAP, seccomp_fd=5, status_fd=4)
+
+    assert argv[len(BASELINE_FLAGS) + 1 :] == [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        "4096",
+        "--tmpfs",
+        "/tmp",
+        # binds sorted by path components (/tmp/... before /usr)
+        "--bind",
+        ws,
+        ws,
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        # existing: re-bound read-only; missing: a read-only placeholder at the
+        # first missing ancestor (.vscode, not .vscode/tasks.json)
+        "--ro-bind",
+        f"{ws}/.git",
+        f"{ws}/.git",
+        "--tmpfs",
+        f"{ws}/.pi",
+        "--remount-ro",
+        f"{ws}/.pi",
+        "--tmpfs",
+        f"{ws}/.vscode",
+        "--remount-ro",
+        f"{ws}/.vscode",
+        "--ro-bind",
+        f"{root}/egress.sock",
+        "/run/pi-sandbox/egress.sock",
+        "--remount-ro",
+        "/",
+        "--seccomp",
+        "5",
+        "--json-status-fd",
+        "4",
+        "--chdir",
+        ws,
+        "--",
+        "python3",
+        "-I",
+    ]
