@@ -99,15 +99,7 @@ _SHELL_RC_FILES = (
 # Start-up files under HOME that a shell, git or the agent runs later: protected when
 # a writable root contains HOME (`pi --sandbox` started in ~).
 _PROTECTED_IN_HOME = (
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
+    *_SHELL_RC_FILES,
     ".gitconfig",
     ".config/git",
     ".config/fish",
