@@ -219,11 +219,17 @@ class Run:
 
 
 class LogWatcher:
-    """Copies every worker log while pi runs: a clean run deletes them at its end."""
+    """Keeps every worker log of a run: a clean run deletes them at its end.
 
-    def __init__(self, tmpdir: Path) -> None:
+    Each log is hard-linked as soon as it appears, so whatever pi appends to it later
+    stays readable after pi removes the original.
+    """
+
+    def __init__(self, tmpdir: Path, keep: Path) -> None:
         self.tmpdir = tmpdir
-        self.seen: dict[Path, bytes] = {}
+        self.keep = keep
+        self.keep.mkdir()
+        self.linked: dict[Path, Path] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -234,22 +240,25 @@ class LogWatcher:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self._snapshot()
+        self._link_new()
 
     def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            self._snapshot()
+        while not self._stop.wait(0.02):
+            self._link_new()
 
-    def _snapshot(self) -> None:
+    def _link_new(self) -> None:
         for path in self.tmpdir.glob("pi-workers-*/**/*"):
+            if path in self.linked or not path.is_file() or path.is_symlink():
+                continue
+            link = self.keep / f"{len(self.linked):03d}-{path.name}"
             with contextlib.suppress(OSError):
-                if path.is_file():
-                    data = path.read_bytes()
-                    if len(data) >= len(self.seen.get(path, b"")):
-                        self.seen[path] = data
+                os.link(path, link)
+                self.linked[path] = link
 
     def text(self) -> str:
-        return "\n".join(data.decode("utf-8", "replace") for data in self.seen.values())
+        return "\n".join(
+            link.read_bytes().decode("utf-8", "replace") for link in self.linked.values()
+        )
 
 
 class Harness:
@@ -328,7 +337,7 @@ class Harness:
         with (
             open(rundir / "stdout", "wb") as stdout,
             open(rundir / "stderr", "wb") as stderr,
-            LogWatcher(self.tmpdir) as logs,
+            LogWatcher(self.tmpdir, rundir / "logs") as logs,
         ):
             proc = subprocess.Popen(
                 args,

@@ -66,6 +66,10 @@ def test_minimal_profile_builds_exact_argv():
         "--clearenv",
         "--proc",
         "/proc",
+        "--tmpfs",
+        "/proc/1",
+        "--remount-ro",
+        "/proc/1",
         "--dev",
         "/dev",
         "--tmpfs",
@@ -124,6 +128,10 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         *BASELINE_FLAGS,
         "--proc",
         "/proc",
+        "--tmpfs",
+        "/proc/1",
+        "--remount-ro",
+        "/proc/1",
         "--dev",
         "/dev",
         "--size",
@@ -197,7 +205,7 @@ def test_redundant_binds_and_masks_of_unexposed_paths_are_dropped(tmp_path: Path
 
     argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP, seccomp_fd=3)
 
-    mounts = argv[len(BASELINE_FLAGS) + 7 : argv.index("--seccomp")]
+    mounts = argv[len(BASELINE_FLAGS) + 11 : argv.index("--seccomp")]
     assert mounts == [
         "--bind",
         f"{root}/ws",
@@ -498,6 +506,10 @@ def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_
     assert argv[len(BASELINE_FLAGS) + 1 :] == [
         "--proc",
         "/proc",
+        "--tmpfs",
+        "/proc/1",
+        "--remount-ro",
+        "/proc/1",
         "--dev",
         "/dev",
         "--size",

@@ -4,7 +4,8 @@
 bwrap applies its options in order and a later mount over the same path wins, so
 the argv is laid out as:
 
-1. the fixed baseline flags (`BASELINE_FLAGS`), ``--proc /proc``, ``--dev /dev``
+1. the fixed baseline flags (`BASELINE_FLAGS`), ``--proc /proc`` with ``/proc/1``
+   (bwrap's init) hidden under a read-only tmpfs, ``--dev /dev``
    and the private ``/tmp`` (``--size N`` must directly precede its ``--tmpfs``);
 2. ``--symlink`` entries, created in the empty root before anything covers them;
 3. read-only and read-write binds as one sequence, parents before children: the
@@ -67,6 +68,12 @@ BASELINE_FLAGS: tuple[str, ...] = (
 )
 """Flags every sandboxed process gets, in this order (DESIGN §6)."""
 
+# PID 1 of the sandbox is bwrap's own init: same user, same seccomp filter, but not
+# under the rlimits the worker (PID 2) applies to itself. Its /proc/1/mem would let
+# a sandboxed process write into it (ptrace is filtered, /proc/<pid>/mem is not),
+# so the whole of /proc/1 is covered by an empty read-only tmpfs.
+_HIDE_INIT = ("--tmpfs", "/proc/1", "--remount-ro", "/proc/1")
+
 PROBE_TIMEOUT_SECONDS = 10.0
 
 _PROBE_HINTS = (
@@ -116,7 +123,7 @@ def build_bwrap_argv(
     if profile.seccomp and seccomp_fd is None:
         raise ValueError("the profile needs a seccomp filter: pass seccomp_fd")
 
-    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", "--dev", "/dev"]
+    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", *_HIDE_INIT, "--dev", "/dev"]
     if profile.tmp_size_bytes is not None:
         argv += ["--size", str(profile.tmp_size_bytes)]
     argv += ["--tmpfs", "/tmp"]

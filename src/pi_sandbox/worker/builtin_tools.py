@@ -783,7 +783,9 @@ def _bash(params: dict, ctx: _Context) -> dict:
         # before the command runs (soft and hard: it cannot be raised again). On the
         # same line, so the command's line numbers are unchanged. A preexec_fn would
         # do the same at twice the spawn cost (fork instead of vfork).
-        script = f"ulimit -t {int(cpu_seconds)} || exit 126; {command}"
+        # Soft limit: SIGXCPU, which names the cause; hard, a second later: SIGKILL.
+        soft = int(cpu_seconds)
+        script = f"ulimit -St {soft} && ulimit -Ht {soft + 1} || exit 126; {command}"
     shell = _find_shell()
     try:
         proc = subprocess.Popen(
@@ -837,11 +839,25 @@ def _bash(params: dict, ctx: _Context) -> dict:
     else:
         details["exit_code"] = code = proc.returncode
         if code < 0:
-            parts.append(f"Command was killed by signal {_signal_name(-code)}")
+            parts.append(f"Command was killed by signal {_signal_name(-code)}{_limit_hint(-code)}")
         elif code > 0:
             parts.append(f"Command exited with code {code}")
     is_error = outcome != "exited" or proc.returncode != 0
     return _result("\n\n".join(parts) or "(no output)", details, is_error=is_error)
+
+
+def _limit_hint(signum: int) -> str:
+    """Why a sandbox limit signal killed a command, for the model."""
+    import signal
+
+    from pi_sandbox.worker import confinement
+
+    if signum == signal.SIGXCPU:
+        limit = confinement.command_cpu_seconds()
+        return f" (the sandbox's CPU time limit of {limit} s per command was reached)"
+    if signum == signal.SIGXFSZ:
+        return " (the sandbox's file size limit was reached)"
+    return ""
 
 
 def _find_shell() -> str:
