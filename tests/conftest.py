@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -69,3 +71,43 @@ def require_bwrap() -> str:
     except SandboxUnavailableError as exc:
         pytest.skip(f"bwrap cannot create namespaces here: {exc}")
     return bwrap
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that counts the connections it accepts (for tests
+    that show a sandbox cannot reach the host's loopback)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    """A started `Listener`, closed after the test."""
+    server = Listener()
+    yield server
+    server.close()

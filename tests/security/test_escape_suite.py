@@ -38,7 +38,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -412,37 +411,6 @@ def h(tmp_path: Path):
         shutil.rmtree(base, ignore_errors=True)
 
 
-class Listener:
-    """A TCP server on 127.0.0.1 that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-
-
 class HttpServer:
     """An HTTP server on 127.0.0.1 that records each request's path."""
 
@@ -469,13 +437,6 @@ class HttpServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def listener():
-    server = Listener()
-    yield server
-    server.close()
 
 
 def tree(path: Path) -> dict[str, bytes | None]:
@@ -904,7 +865,7 @@ attempt("urllib_localhost", lambda: urllib.request.urlopen(f"http://localhost:{P
 """
 
 
-def test_06_no_network_without_a_grant(h: Harness, listener: Listener):
+def test_06_no_network_without_a_grant(h: Harness, listener):
     port = listener.port
     names = ["curl_noproxy", "curl_localhost", "py_connect", "getent", "getaddrinfo", "dev_tcp"]
     attempts = [

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -101,39 +99,8 @@ SCRIPT = """
 """
 
 
-class Listener:
-    """A TCP server on 127.0.0.1 that records every connection it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-
-
 @pytest.fixture
-def attack(tmp_path: Path):
+def attack(tmp_path: Path, listener):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_rsa").write_text(f"-----BEGIN KEY-----\n{SENTINEL}\n")
@@ -143,7 +110,6 @@ def attack(tmp_path: Path):
     auth.write_text(json.dumps({"openai": {"key": SENTINEL}}))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    listener = Listener()
     extension = tmp_path / "hostile.py"
     extension.write_text(HOSTILE.format(port=listener.port, home=str(home), auth=str(auth)))
     script = tmp_path / "script.yaml"
@@ -182,7 +148,6 @@ def attack(tmp_path: Path):
         return proc, sessions
 
     yield run, listener
-    listener.close()
 
 
 def _tool_texts(stdout: str) -> str:
