@@ -109,6 +109,7 @@ class WorkerProcess:
         self._log_pipe: int | None = None
         self._status_pipe: int | None = None
         self._cgroup: WorkerCgroup | None = None
+        self._killed = False
         # From bwrap --json-status-fd: the sandboxed child's host pid, its exit code.
         self.sandbox_pid: int | None = None
         self.sandbox_exit_code: int | None = None
@@ -121,8 +122,15 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        """True while the process runs and its channel is usable."""
-        return not self.exited.is_set() and self._channel is not None and not self._channel.closed
+        """True while the process runs and its channel is usable; False as soon as
+        `kill` was called (the next request goes to a replacement, not to a worker
+        that is still dying)."""
+        return (
+            not self._killed
+            and not self.exited.is_set()
+            and self._channel is not None
+            and not self._channel.closed
+        )
 
     def log_tail(self, limit: int = _LOG_TAIL_BYTES) -> str:
         """The last ``limit`` bytes of the worker's stdout/stderr log, decoded leniently."""
@@ -386,6 +394,7 @@ class WorkerProcess:
         """SIGKILL the worker's process group at once (bwrap takes its sandbox down with it)."""
         if self.pid is None or self.exited.is_set():
             return
+        self._killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
