@@ -154,6 +154,11 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         "--ro-bind",
         "/usr",
         "/usr",
+        # pins: the directories between the root and a protected path, bound onto
+        # themselves (mount points cannot be renamed away)
+        "--bind",
+        f"{ws}/.git",
+        f"{ws}/.git",
         # protected after every bind
         "--ro-bind",
         f"{ws}/.git/hooks",

@@ -328,3 +328,73 @@ def test_no_placeholder_where_nothing_can_be_created(tmp_path, monkeypatch):
     )
     assert profile.protect_mounts == ()
     assert profile.placeholders == ()
+
+
+@pytest.mark.parametrize(
+    ("grant", "why"),
+    [
+        (".git", "persistence path"),
+        (".git/hooks", "persistence path"),
+        (".pi/extensions", "persistence path"),
+        ("state", "agent directory"),
+        ("pol", "policy file"),
+        ("keep", "deny_write"),
+    ],
+)
+def test_a_writable_grant_inside_a_read_only_path_is_refused(layout, grant, why):
+    ws = layout["ws"]
+    for rel in (".git/hooks", ".pi/extensions", "state", "pol", "keep"):
+        (ws / rel).mkdir(parents=True, exist_ok=True)
+    (ws / "pol" / "p.yaml").write_text("version: 1\n")
+    settings = SandboxSettings(
+        workspace_writable=False, writable_roots=(grant,), deny_write=("keep",)
+    )
+    with pytest.raises(SandboxError, match="kept read-only"):
+        worker_profile(
+            "tool",
+            workspace=ws,
+            home=layout["home"],
+            agent_dir=ws / "state",
+            settings=settings,
+            protect=[ws / "pol"],
+        )
+
+
+def test_an_agent_directory_inside_the_workspace_is_kept_read_only(layout):
+    ws = layout["ws"]
+    (ws / "state" / "extensions").mkdir(parents=True)
+    profile = worker_profile("tool", workspace=ws, home=layout["home"], agent_dir=ws / "state")
+    assert str(ws / "state") in profile.protected
+
+
+def test_protected_paths_below_a_subdirectory_pin_every_directory_above_them(layout):
+    ws = layout["ws"]
+    (ws / "vendor" / "lib" / ".git").mkdir(parents=True)
+    profile = worker_profile(
+        "tool",
+        workspace=ws,
+        home=layout["home"],
+        agent_dir=layout["agent"],
+        settings=SandboxSettings(deny_write=("vendor/lib/.git",)),
+    )
+    assert profile.pins == (str(ws / "vendor"), str(ws / "vendor" / "lib"))
+    argv = build_bwrap_argv(profile, ["true"], bwrap="bwrap", seccomp_fd=5)
+    pin = argv.index(str(ws / "vendor"))
+    assert argv[pin - 1 : pin + 2] == ["--bind", str(ws / "vendor"), str(ws / "vendor")]
+    assert pin < argv.index(str(ws / "vendor" / "lib" / ".git"))
+
+
+@pytest.mark.parametrize("which", ["deny_write", "policy"])
+def test_symlinked_deny_write_entries_and_policy_files_are_refused(layout, which):
+    ws = layout["ws"]
+    (ws / "Makefile.real").write_text("all:\n")
+    (ws / "Makefile").symlink_to("Makefile.real")
+    kwargs = (
+        {"settings": SandboxSettings(deny_write=("Makefile",))}
+        if which == "deny_write"
+        else {"protect": [ws / "Makefile"]}
+    )
+    with pytest.raises(SandboxError, match="is a symlink"):
+        worker_profile(
+            "tool", workspace=ws, home=layout["home"], agent_dir=layout["agent"], **kwargs
+        )

@@ -12,7 +12,9 @@ the argv is laid out as:
    more specific mount wins whatever its mode, so a read-only path nested in a
    writable root (a ``.venv`` that is the Python prefix, the package's ``src/``)
    stays read-only;
-4. protected paths, re-bound read-only after every bind so they win; a protected
+4. pins: each directory between a writable root and a protected path bound
+   writable onto itself, so it is a mount point that cannot be renamed away;
+   then protected paths, re-bound read-only after every bind so they win; a protected
    path that does not exist gets a read-only tmpfs placeholder at its first
    missing ancestor (bwrap creates the mount point);
 5. deny-read masks last, so nothing can re-expose what they hide. A directory is
@@ -135,6 +137,10 @@ def build_bwrap_argv(
     for path, writable in binds:
         argv += ["--bind" if writable else "--ro-bind", path, path]
 
+    for path in profile.pins:
+        enclosing = _nearest_enclosing(path, binds)
+        if enclosing is not None and enclosing[1]:
+            argv += ["--bind", path, path]
     for path, kind in _effective_protected(profile, binds):
         if kind == "bind":
             argv += ["--ro-bind", path, path]

@@ -255,6 +255,7 @@ class SandboxProfile(BaseModel):
 
     _deny_masks: tuple[tuple[str, DenyKind], ...] = PrivateAttr(default=())
     _protect_mounts: tuple[tuple[str, ProtectKind], ...] = PrivateAttr(default=())
+    _pins: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("ro_binds", "protected", "deny_read")
     @classmethod
@@ -351,6 +352,21 @@ class SandboxProfile(BaseModel):
             if _host_can_create(os.path.dirname(missing)):
                 mounts.setdefault(missing, "placeholder")
         self._protect_mounts = tuple(sorted(mounts.items(), key=lambda item: path_key(item[0])))
+        # Every directory between a writable root and a protected path becomes a
+        # mount point of its own (a writable bind onto itself): a mount point
+        # cannot be renamed or removed (EBUSY), so `mv sub x; mkdir -p sub/.git`
+        # cannot move a protected path out of the way and recreate it.
+        pins: set[str] = set()
+        for path in mounts:
+            roots = [r for r in self.rw_binds if is_within(path, r)]
+            if not roots:
+                continue
+            root = max(roots, key=len)
+            ancestor = os.path.dirname(path)
+            while ancestor != root and is_within(ancestor, root):
+                pins.add(ancestor)
+                ancestor = os.path.dirname(ancestor)
+        self._pins = tuple(sorted(pins, key=path_key))
 
     @property
     def deny_masks(self) -> tuple[tuple[str, DenyKind], ...]:
@@ -376,6 +392,16 @@ class SandboxProfile(BaseModel):
         sandbox is gone (`placeholders`).
         """
         return self._protect_mounts
+
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """Directories between a writable root and a protected path, parents first.
+
+        Each is bound writable onto itself so that it is a mount point: its
+        contents stay writable, but it cannot be renamed or removed, so a protected
+        path below it cannot be moved aside and recreated.
+        """
+        return self._pins
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -562,8 +588,22 @@ def worker_profile(
     if role == "tool":
         if settings.workspace_writable:
             rw.append(workspace_str)
+        never = [os.path.join(workspace_real, rel) for rel in PROTECTED_IN_WORKSPACE]
+        never += [os.path.realpath(os.path.abspath(agent_dir))]
+        never += [os.path.realpath(p) for p in protect]
+        never += [
+            os.path.realpath(resolve_policy_path(p, workspace=workspace_str, home=home_str))
+            for p in settings.deny_write
+        ]
         for grant in settings.writable_roots:
             real = _writable_grant(grant, workspace=workspace_str, home=home_str)
+            for path in never:
+                if is_within(real, path):
+                    raise SandboxError(
+                        f"sandbox.filesystem.writable_roots: {grant!r} is inside {path}, "
+                        "which is kept read-only (a persistence path, deny_write, a policy "
+                        "file or the agent directory)"
+                    )
             if not any(is_within(real, os.path.realpath(r)) for r in rw):
                 rw.append(real)
     rw_real = [os.path.realpath(r) for r in rw]
@@ -573,9 +613,15 @@ def worker_profile(
         ro.discard(real)
 
     protected = _protected_paths(rw_real, settings, workspace=workspace_str, home=home_str)
+    # The agent directory inside a writable root (PI_CODING_AGENT_DIR in the
+    # project): its extensions/ and settings would load in the next run.
+    agent_real = os.path.realpath(os.path.abspath(agent_dir))
+    if any(is_within(agent_real, root) for root in rw_real) and agent_real not in protected:
+        protected.append(agent_real)
     for path in protect:
         real = os.path.realpath(path)
         if any(is_within(real, root) for root in rw_real) and real not in protected:
+            _refuse_symlink(os.path.abspath(path), f"policy file {path}")
             protected.append(real)
 
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
@@ -652,10 +698,26 @@ def _protected_paths(
             if even_if_missing or os.path.lexists(candidate):
                 protected.append(candidate)
     for path in settings.deny_write:
-        absolute = os.path.realpath(resolve_policy_path(path, workspace=workspace, home=home))
+        given = resolve_policy_path(path, workspace=workspace, home=home)
+        absolute = os.path.realpath(given)
         if any(is_within(absolute, r) for r in roots):
+            _refuse_symlink(given, f"sandbox.filesystem.deny_write: {path!r}")
             protected.append(absolute)
     return list(dict.fromkeys(protected))
+
+
+def _refuse_symlink(path: str, what: str) -> None:
+    """A protected symlink's target can be kept read-only, but the link itself
+    stays replaceable (``rm link; echo x > link``): refuse.
+
+    Raises:
+        SandboxError: ``path`` is a symlink.
+    """
+    if os.path.islink(path):
+        raise SandboxError(
+            f"{what} is a symlink (to {os.path.realpath(path)}); a symlink in a writable "
+            "root cannot be kept read-only. Name the real file instead"
+        )
 
 
 def _record_symlinks(path: str, links: dict[str, str]) -> None:
