@@ -9,11 +9,12 @@ directory on the host detaches mounts on it in every other mount namespace, so a
 concurrent run in the same workspace would lose its protection.
 
 So every run holds a shared ``flock`` on a per-workspace lock file for its whole
-life (`WorkspaceLease`). On exit a run records its placeholders in the workspace's
-list and then tries the lock exclusively, without waiting: only the last run out
-removes the listed directories that are still empty. A run killed with SIGKILL
-drops its lock with its process; its placeholders stay listed and the next run to
-leave the workspace last removes them.
+life (`WorkspaceLease`). A run records its placeholders in the workspace's list
+before any sandbox can create them (`WorkspaceLease.record`); on exit it tries the
+lock exclusively, without waiting: only the last run out removes the listed
+directories that are still empty. A run killed with SIGKILL drops its lock with
+its process; its placeholders are already listed, and the next run to leave the
+workspace last removes them.
 
 Files live in ``$XDG_RUNTIME_DIR/pi-sandbox`` or ``<tmp>/pi-sandbox-<uid>``
 (mode 0700, refused if another user owns it).
@@ -81,6 +82,27 @@ class WorkspaceLease:
         fcntl.flock(fd, fcntl.LOCK_SH)
         return cls(fd, os.path.join(base, f"{key}.placeholders"))
 
+    def record(self, placeholders: Iterable[str]) -> None:
+        """Add ``placeholders`` to the workspace's list now, so that they are removed
+        eventually even if this run is killed before `release`."""
+        paths = set(placeholders)
+        if self._fd is None or self._list_path is None or not paths:
+            return
+        with self._list_locked():
+            listed = set(self._read_list())
+            if not paths <= listed:
+                self._write_list(sorted(listed | paths))
+
+    @contextlib.contextmanager
+    def _list_locked(self):  # type: ignore[no-untyped-def]
+        assert self._list_path is not None
+        fd = os.open(f"{self._list_path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def release(self, placeholders: Iterable[str]) -> list[str]:
         """Record ``placeholders``; if no other run holds the workspace, remove
         every recorded one that is still an empty directory; drop the lock.
@@ -92,33 +114,23 @@ class WorkspaceLease:
             return []
         removed: list[str] = []
         try:
-            list_lock = os.open(
-                f"{self._list_path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
-        except OSError:
-            os.close(self._fd)
-            self._fd = None
-            return []
-        try:
-            # The list's read-modify-write is serialised across runs by its own lock.
-            fcntl.flock(list_lock, fcntl.LOCK_EX)
-            listed = set(self._read_list()) | set(placeholders)
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                self._write_list(sorted(listed))  # another run is still inside
-                return []
-            for path in sorted(listed, key=len, reverse=True):
+            with self._list_locked():
+                listed = set(self._read_list()) | set(placeholders)
                 try:
-                    os.rmdir(path)  # only succeeds for an empty directory
-                    removed.append(path)
-                except FileNotFoundError:
-                    pass
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
-                    continue
-            self._write_list([])
+                    self._write_list(sorted(listed))  # another run is still inside
+                    return []
+                for path in sorted(listed, key=len, reverse=True):
+                    try:
+                        os.rmdir(path)  # only succeeds for an empty directory
+                        removed.append(path)
+                    except OSError:
+                        continue
+                self._write_list([])
+        except OSError:
+            return removed
         finally:
-            os.close(list_lock)
             os.close(self._fd)
             self._fd = None
         return removed

@@ -683,6 +683,11 @@ def _protected_paths(
         candidates += [(os.path.join(root, rel), False) for rel in _SHELL_RC_FILES]
         if is_within(home_real, root):
             candidates += [(os.path.join(home_real, rel), False) for rel in _PROTECTED_IN_HOME]
+        if not os.path.lexists(os.path.join(root, ".git")):
+            # Without a .git, git would take the root itself for a bare repository
+            # if HEAD, objects/ and refs/ appeared in it; a HEAD it cannot create
+            # (or change) prevents that.
+            candidates.append((os.path.join(root, "HEAD"), True))
         for candidate, even_if_missing in candidates:
             if os.path.islink(candidate):
                 # A bind over a symlink lands on its target, and the link itself stays

@@ -207,6 +207,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
         )
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
+    from pi_sandbox.sandbox.repository_scan import find_repositories
 
     # Sandboxed tools cannot create persistence paths (placeholders protect missing
     # ones); unsandboxed tools can, and then the run at least says so, so nobody
@@ -218,11 +219,20 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
     writer: SessionWriter | None = None
     status = 0
     keep_logs = False
+    # Repositories under the tool worker's writable roots at start (sandboxed runs):
+    # a new one at the end is something a later `git` would execute config from.
+    repositories_at_start: dict[str, set[str]] = {}
     try:
         async with trio.open_nursery() as nursery:
             try:
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
+                if tool_profile is not None:
+                    for root in tool_profile.rw_binds:
+                        repositories_at_start[root] = await trio.to_thread.run_sync(
+                            find_repositories, root
+                        )
                 try:
                     writer = (
                         SessionWriter.create(options.agent_dir, options.cwd)
@@ -322,6 +332,16 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                                 "type": "warning",
                                 "message": f"{path} did not exist when the run started and a "
                                 "tool created it; review it before you trust this project",
+                            }
+                        )
+                for root, before in repositories_at_start.items():
+                    after = await trio.to_thread.run_sync(find_repositories, root)
+                    for path in sorted(after - before):
+                        await output(
+                            {
+                                "type": "warning",
+                                "message": f"a tool made {path} a git repository during the run; "
+                                "git run there would use its config and hooks: review or delete it",
                             }
                         )
                 if keep_logs:

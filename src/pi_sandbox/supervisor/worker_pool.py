@@ -237,6 +237,10 @@ class WorkerPool:
                 protect=self.config.policy_files,
             )
             self.placeholders.update(profile.placeholders)
+            if self._lease is not None:
+                # Listed before bwrap creates them: a run killed with SIGKILL
+                # leaves them to the next run in this workspace to remove.
+                self._lease.record(profile.placeholders)
             self._audit(
                 {
                     "event": "sandbox_profile",

@@ -1,0 +1,196 @@
+"""Nothing a sandboxed run does may leave code on the host that runs later (issue 3).
+
+Each test drives ``pi --sandbox`` with a scripted ``bash`` call that tries to plant
+something git, a later pi run or another tool would execute, then checks the host.
+The attacks come from an adversarial review: renaming a protected path's parent,
+a bare-repository layout, the agent directory inside the workspace, placeholders
+left by a killed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
+
+PLACEHOLDER_NAMES = (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json")
+
+
+def script_for(tmp_path: Path, command: str) -> Path:
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            [
+                {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+                {"text": "done"},
+            ]
+        )
+    )
+    return script
+
+
+def pi(tmp_path: Path, workspace: Path, command: str, *flags: str, agent: Path | None = None):
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PI_CODING_AGENT_DIR": str(agent or tmp_path / "agent"),
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--sandbox",
+            "--mode",
+            "json",
+            "--model",
+            "scripted",
+            "--script",
+            str(script_for(tmp_path, command)),
+            "--no-session",
+            "-C",
+            str(workspace),
+            *flags,
+            "go",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def tool_text(stdout: str) -> str:
+    texts = []
+    for line in stdout.splitlines():
+        event = json.loads(line)
+        if event["type"] == "tool_execution_end":
+            texts += [block.get("text", "") for block in event["result"]["content"]]
+    return "\n".join(texts)
+
+
+def warnings(stdout: str) -> list[str]:
+    return [
+        json.loads(line)["message"]
+        for line in stdout.splitlines()
+        if json.loads(line)["type"] == "warning"
+    ]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = Path(os.path.realpath(tmp_path)) / "ws"
+    path.mkdir()
+    return path
+
+
+def test_renaming_the_parent_of_a_protected_path_fails(tmp_path, workspace):
+    (workspace / "sub" / ".git").mkdir(parents=True)
+    (workspace / "sub" / ".git" / "config").write_text("[core]\n")
+    (workspace / "pol").mkdir()
+    policy = workspace / "pol" / "p.yaml"
+    policy.write_text("version: 1\nsandbox:\n  filesystem: {deny_write: [sub/.git]}\n")
+    result = pi(
+        tmp_path,
+        workspace,
+        "mv sub sub_orig; echo mv=$?; rm -rf sub; mkdir -p sub/.git;"
+        " printf '[core]\\n\\tfsmonitor = touch PWNED\\n' >> sub/.git/config; echo cfg=$?;"
+        " mv pol pol_orig; echo mvpol=$?; echo 'version: 1' > pol/p.yaml; echo pol=$?;"
+        " echo ok > sub/notes.txt; echo notes=$?",
+        "--policy",
+        str(policy),
+    )
+    assert result.returncode == 0, result.stderr
+    out = tool_text(result.stdout)
+    for attempt in ("mv", "cfg", "mvpol", "pol"):
+        assert f"{attempt}=0" not in out
+    assert "notes=0" in out  # the directory itself stays writable
+    assert (workspace / "sub" / ".git" / "config").read_text() == "[core]\n"
+    assert "deny_write" in policy.read_text()
+    assert not (workspace / "sub_orig").exists() and not (workspace / "pol_orig").exists()
+
+
+def test_the_root_cannot_become_a_bare_repository_and_new_repositories_are_reported(
+    tmp_path, workspace
+):
+    result = pi(
+        tmp_path,
+        workspace,
+        "mkdir -p objects refs/heads; echo 'ref: refs/heads/main' > HEAD; echo head=$?;"
+        " mkdir -p sub/objects sub/refs; echo 'ref: refs/heads/main' > sub/HEAD;"
+        " mkdir -p lib/.git",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "head=0" not in tool_text(result.stdout)
+    assert not (workspace / "HEAD").exists()  # the placeholder is gone, nothing planted
+    reported = "\n".join(warnings(result.stdout))
+    assert f"{workspace / 'sub'} a git repository" in reported
+    assert f"{workspace / 'lib'} a git repository" in reported
+    git = subprocess.run(
+        ["git", "status"], cwd=workspace, capture_output=True, text=True, check=False
+    )
+    assert git.returncode != 0  # not a repository: nothing of the tool's runs there
+
+
+def test_an_agent_directory_inside_the_workspace_cannot_be_planted(tmp_path, workspace):
+    agent = workspace / "state"
+    (agent / "sessions").mkdir(parents=True)
+    result = pi(
+        tmp_path,
+        workspace,
+        "mkdir -p state/extensions; echo 'x = 1' > state/extensions/persist.py; echo ext=$?",
+        agent=agent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ext=0" not in tool_text(result.stdout)
+    assert not (agent / "extensions").exists()
+
+
+def test_placeholders_of_a_killed_run_are_removed_by_the_next_run(tmp_path, workspace):
+    script = script_for(tmp_path, "sleep 60")
+    env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--sandbox",
+            "--model",
+            "scripted",
+            "--script",
+            str(script),
+            "--no-session",
+            "-C",
+            str(workspace),
+            "go",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (workspace / ".pi").exists():
+            assert time.monotonic() < deadline, "the sandbox never started"
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (workspace / ".pi").is_dir()  # left behind by the killed run
+
+    result = pi(tmp_path, workspace, "true")
+    assert result.returncode == 0, result.stderr
+    left = [name for name in PLACEHOLDER_NAMES if os.path.lexists(workspace / name)]
+    assert left == []
