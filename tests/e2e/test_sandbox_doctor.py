@@ -65,7 +65,8 @@ def test_doctor_says_unavailable_and_exits_3_without_user_namespaces(no_userns_b
     assert result.returncode == 3
     assert "FAIL user namespaces" in result.stdout
     assert "kernel.unprivileged_userns_clone" in result.stdout  # what to check
-    assert "worker sandbox" not in result.stdout  # not attempted: it cannot work
+    # not attempted: it cannot work
+    assert not any(row[5:].startswith("worker sandbox") for row in result.stdout.splitlines())
     assert result.stdout.strip().splitlines()[-1].startswith("verdict: unavailable:")
     report = json.loads(
         pi("sandbox", "doctor", "--json", env={"PI_SANDBOX_BWRAP": no_userns_bwrap}).stdout
@@ -101,3 +102,27 @@ def test_a_non_executable_bwrap_override_is_named(tmp_path):
 def test_sandbox_subcommand_usage_errors_exit_2():
     assert pi("sandbox").returncode == 2
     assert pi("sandbox", "cure").returncode == 2
+
+
+@pytest.fixture
+def weak_bwrap(tmp_path: Path, require_bwrap: str) -> str:
+    """A bwrap that quietly leaves out the PID and network namespaces."""
+    wrapper = tmp_path / "weak-bwrap"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "args = [a for a in sys.argv[1:]]\n"
+        "args = ['--unshare-ipc' if a == '--unshare-all' else a for a in args]\n"
+        f"os.execv({require_bwrap!r}, [{require_bwrap!r}, *args])\n"
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_doctor_does_not_call_a_bwrap_without_pid_and_network_namespaces_ok(weak_bwrap):
+    result = pi("sandbox", "doctor", env={"PI_SANDBOX_BWRAP": weak_bwrap})
+    assert result.returncode == 3, result.stdout
+    line = next(row for row in result.stdout.splitlines() if row[5:].startswith("worker sandbox"))
+    assert line.startswith("FAIL")
+    assert "not a private PID namespace" in line
+    assert "not a private network" in line

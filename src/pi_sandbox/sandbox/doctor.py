@@ -15,6 +15,7 @@ a bug report.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -30,12 +31,28 @@ __all__ = ["DoctorReport", "run_doctor"]
 
 Verdict = Literal["ok", "degraded", "unavailable"]
 
-_INSIDE = (
-    "import os\n"
-    "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)\n"
-    "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-    "print(status['CapEff'].strip(), status['Seccomp'].strip(), status['NoNewPrivs'].strip(), len(pids))\n"
-)
+# Runs inside the probe sandbox; argv[1] is a host path that must not be visible.
+_INSIDE = r"""
+import json, os, sys
+status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+try:
+    os.mkdir('/pi-doctor-probe')
+    root_read_only = False
+except OSError:
+    root_read_only = True
+interfaces = sorted(os.listdir('/sys/class/net')) if os.path.isdir('/sys/class/net') else sorted(
+    line.split(':')[0].strip() for line in open('/proc/net/dev').read().splitlines()[2:])
+print(json.dumps({
+    "cap_eff": status['CapEff'].strip(),
+    "seccomp": status['Seccomp'].strip(),
+    "no_new_privs": status['NoNewPrivs'].strip(),
+    "pids": len([p for p in os.listdir('/proc') if p.isdigit()]),
+    "uid_map": open('/proc/self/uid_map').read().split(),
+    "interfaces": interfaces,
+    "root_read_only": root_read_only,
+    "host_path_visible": os.path.exists(sys.argv[1]),
+}))
+"""
 
 
 @dataclass
@@ -102,7 +119,11 @@ def run_doctor() -> DoctorReport:
         try:
             probe_bwrap(bwrap)
             namespaces = True
-            report.add("user namespaces", True, "bwrap built a sandbox with every namespace")
+            report.add(
+                "user namespaces",
+                True,
+                "bwrap created a sandbox (the worker sandbox line checks what it isolates)",
+            )
         except SandboxUnavailableError as exc:
             report.add("user namespaces", False, str(exc))
             problems.append("bwrap cannot create namespaces")
@@ -151,10 +172,11 @@ def run_doctor() -> DoctorReport:
     report.add(
         "profile",
         None,
-        "unshare user/pid/net/ipc/uts/cgroup, --disable-userns, --cap-drop ALL, "
-        "--new-session, --die-with-parent, --clearenv, read-only root, private /tmp, "
-        "rlimits (AS, NPROC, NOFILE, FSIZE, CPU per command), network: none or "
-        "allowlist through the supervisor's proxy",
+        "(what pi asks bwrap for; the worker sandbox line checks it) unshare "
+        "user/pid/net/ipc/uts/cgroup, --disable-userns, --cap-drop ALL, --new-session, "
+        "--die-with-parent, --clearenv, read-only root, private /tmp, rlimits (AS, "
+        "NPROC, NOFILE, FSIZE, CPU per command), network: none or allowlist through "
+        "the supervisor's proxy",
     )
 
     if problems:
@@ -186,6 +208,8 @@ def _full_sandbox(bwrap: str) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="pi-doctor-") as tmp:
         workspace = Path(tmp, "ws")
         workspace.mkdir()
+        outside = Path(tmp, "outside")
+        outside.write_text("not for the sandbox\n")
         try:
             profile = worker_profile(
                 "tool", workspace=workspace, home=Path(tmp, "home"), agent_dir=Path(tmp, "agent")
@@ -195,7 +219,10 @@ def _full_sandbox(bwrap: str) -> tuple[bool, str]:
             return False, str(exc)
         try:
             argv = build_bwrap_argv(
-                profile, [sys.executable, "-I", "-c", _INSIDE], bwrap=bwrap, seccomp_fd=fd
+                profile,
+                [sys.executable, "-I", "-c", _INSIDE, str(outside)],
+                bwrap=bwrap,
+                seccomp_fd=fd,
             )
             result = subprocess.run(
                 argv, pass_fds=(fd,), capture_output=True, text=True, timeout=30, check=False
@@ -207,11 +234,35 @@ def _full_sandbox(bwrap: str) -> tuple[bool, str]:
     if result.returncode != 0:
         return False, f"exit {result.returncode}: {result.stderr.strip()[-500:]}"
     try:
-        cap_eff, seccomp_mode, no_new_privs, pids = result.stdout.split()
-    except ValueError:
+        seen = json.loads(result.stdout)
+        return _judge(seen)
+    except (ValueError, KeyError, TypeError):
         return False, f"unexpected output: {result.stdout[-200:]!r}"
-    ok = int(cap_eff, 16) == 0 and seccomp_mode == "2" and no_new_privs == "1"
-    return ok, (
-        f"CapEff {cap_eff}, Seccomp {seccomp_mode} (2 = filter), NoNewPrivs {no_new_privs}, "
-        f"{pids} processes visible in /proc"
+
+
+def _judge(seen: dict) -> tuple[bool, str]:
+    """Whether what the probe saw inside is a real sandbox; the first failure named."""
+    problems = []
+    if int(seen["cap_eff"], 16) != 0:
+        problems.append(f"capabilities left: CapEff {seen['cap_eff']}")
+    if seen["seccomp"] != "2":
+        problems.append(f"no seccomp filter (Seccomp {seen['seccomp']})")
+    if seen["no_new_privs"] != "1":
+        problems.append("no_new_privs not set")
+    if seen["pids"] > 3:
+        problems.append(f"{seen['pids']} processes visible: not a private PID namespace")
+    if seen["interfaces"] != ["lo"]:
+        problems.append(f"network interfaces {seen['interfaces']}: not a private network")
+    if seen["uid_map"] == ["0", "0", "4294967295"]:
+        problems.append("the host's user namespace")
+    if not seen["root_read_only"]:
+        problems.append("/ is writable")
+    if seen["host_path_visible"]:
+        problems.append("a host path outside the profile is visible")
+    if problems:
+        return False, "; ".join(problems)
+    return True, (
+        f"CapEff {seen['cap_eff']}, Seccomp {seen['seccomp']} (2 = filter), NoNewPrivs 1, "
+        f"{seen['pids']} processes visible, network interfaces: lo, own user namespace, "
+        "read-only /, host paths hidden"
     )
