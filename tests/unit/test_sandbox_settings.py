@@ -76,6 +76,15 @@ def test_a_full_sandbox_section_loads(tmp_path):
         ("sandbox:\n  network: {allow: [pypi.org]}\n", "mode is none"),
         ("sandbox:\n  network: {mode: open}\n", "sandbox.network.mode"),
         ("sandbox:\n  limits: {processes: 0}\n", "sandbox.limits.processes"),
+        ("sandbox:\n  limits: {processes: 99999999999999}\n", "less than or equal to 4194304"),
+        ("sandbox:\n  limits: {open_files: 2}\n", "greater than or equal to 64"),
+        ("sandbox:\n  limits: {address_space_mb: 1}\n", "sandbox.limits.address_space_mb"),
+        ("sandbox:\n  limits: {file_size_mb: 99999999999999}\n", "sandbox.limits.file_size_mb"),
+        ("sandbox:\n  environment: {allow: [MYSQL_PWD]}\n", "looks like a credential"),
+        ("sandbox:\n  environment: {allow: [DB_PASS]}\n", "looks like a credential"),
+        ("sandbox:\n  environment: {allow: [GITHUB_PAT]}\n", "looks like a credential"),
+        ("sandbox:\n  environment: {allow: [NPM_AUTH]}\n", "looks like a credential"),
+        ("sandbox:\n  environment: {allow: [DATABASE_URL]}\n", "looks like a credential"),
         ("sandbox:\n  limits: {cpu_seconds: '5'}\n", "sandbox.limits.cpu_seconds"),
         ("sandbox:\n  limits: {threads: 5}\n", "sandbox.limits.threads: unknown key"),
         ("sandbox:\n  environment: {allow: [GITHUB_TOKEN]}\n", "looks like a credential"),
@@ -131,7 +140,7 @@ def test_merging_takes_the_strictest_of_every_field(tmp_path):
 def test_an_explicit_network_none_beats_any_allowlist(tmp_path):
     a = write_policy(tmp_path, "a.yaml", "sandbox:\n  network: {mode: allowlist, allow: [x.org]}\n")
     b = write_policy(tmp_path, "b.yaml", "sandbox:\n  network: {mode: none}\n")
-    c = write_policy(tmp_path, "c.yaml", "sandbox:\n  limits: {processes: 9}\n")
+    c = write_policy(tmp_path, "c.yaml", "sandbox:\n  limits: {processes: 99}\n")
     assert load_policies([a, b]).sandbox.network == "none"
     assert not load_policies([a, b]).sandbox.network_enabled
     # a file that does not mention the network does not constrain it

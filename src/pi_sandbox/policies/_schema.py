@@ -185,7 +185,9 @@ def _valid_host_pattern(pattern: str) -> str:
 # Host variables that must never cross into a sandbox, whatever a policy says
 # (issue 3: no provider keys, no SSH_AUTH_SOCK, no *_TOKEN).
 _SECRET_NAME = regex.compile(
-    r"(?i)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|^SSH_|^GPG_|^AWS_|^AZURE_|^GOOGLE_APPLICATION)"
+    r"(?i)(TOKEN|SECRET|PASS|PWD$|CREDENTIAL|AUTH|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY$|"
+    r"_PAT$|JWT|COOKIE|SESSION|DSN|DATABASE_URL|_URI$|^SSH_|^GPG_|^AWS_|^AZURE_|"
+    r"^GOOGLE_APPLICATION|^GH_|^GITHUB_|^NPM_|^PYPI_|^TWINE_|^DOCKER_|^KUBE)"
 )
 
 
@@ -208,7 +210,6 @@ PolicyPaths = Annotated[tuple[PolicyPath, ...], BeforeValidator(_not_null)]
 HostPattern = Annotated[NonEmptyStr, AfterValidator(_valid_host_pattern)]
 HostPatterns = Annotated[tuple[HostPattern, ...], BeforeValidator(_not_null)]
 EnvName = Annotated[NonEmptyStr, AfterValidator(_valid_env_name)]
-Positive = Annotated[StrictInt, Field(gt=0)]
 
 
 class FilesystemSection(_Strict):
@@ -241,17 +242,26 @@ class NetworkSection(_Strict):
         return self
 
 
-class LimitsSection(_Strict):
-    """``sandbox.limits``: per-worker resource limits (see ``SandboxLimits``)."""
+def _between(low: int, high: int) -> Any:
+    return Annotated[StrictInt, Field(ge=low, le=high)]
 
-    address_space_mb: Positive | None = None
-    memory_mb: Positive | None = None
-    processes: Positive | None = None
-    open_files: Positive | None = None
-    file_size_mb: Positive | None = None
-    cpu_seconds: Positive | None = None
-    tmp_size_mb: Positive | None = None
-    tool_timeout_s: Positive | None = None
+
+class LimitsSection(_Strict):
+    """``sandbox.limits``: per-worker resource limits (see ``SandboxLimits``).
+
+    Bounds: below the lower one a Python worker cannot start (it needs about
+    200 MiB of address space, 64 descriptors, a few threads); above the upper one
+    the kernel refuses the value or the limit means nothing.
+    """
+
+    address_space_mb: _between(512, 16 * 1024 * 1024) | None = None  # type: ignore[valid-type]
+    memory_mb: _between(128, 16 * 1024 * 1024) | None = None  # type: ignore[valid-type]
+    processes: _between(16, 4_194_304) | None = None  # type: ignore[valid-type]
+    open_files: _between(64, 1_048_576) | None = None  # type: ignore[valid-type]
+    file_size_mb: _between(1, 8 * 1024 * 1024) | None = None  # type: ignore[valid-type]
+    cpu_seconds: _between(1, 7 * 24 * 3600) | None = None  # type: ignore[valid-type]
+    tmp_size_mb: _between(1, 1024 * 1024) | None = None  # type: ignore[valid-type]
+    tool_timeout_s: _between(1, 7 * 24 * 3600) | None = None  # type: ignore[valid-type]
 
 
 class EnvironmentSection(_Strict):

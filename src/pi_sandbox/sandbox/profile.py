@@ -55,6 +55,13 @@ _ETC_ENTRIES = (
     "alternatives",
     "os-release",
     "hosts",
+    # CA certificates, for HTTPS through the egress proxy (never /etc/ssl/private).
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki/tls/certs",
+    "pki/ca-trust/extracted",
 )
 
 # Paths inside a writable root whose modification would outlive the sandbox: git runs
@@ -65,8 +72,11 @@ _ETC_ENTRIES = (
 # runs the planted hooks and core.fsmonitor on the host. A mount point cannot be
 # renamed (EBUSY), so binding .git itself also pins it in place. The cost: git
 # commands that write (commit, add, checkout) fail inside the sandbox.
-# .envrc is run by direnv; .vscode/.idea hold tasks an IDE runs; .agents, .mcp.json
-# and .claude are other agents' configuration an extension could consume.
+# .envrc is run by direnv; .vscode/.idea/.zed hold tasks an editor runs;
+# .devcontainer holds commands a dev container runs on creation; .husky holds git
+# hooks (husky points core.hooksPath there); .agents, .mcp.json, .claude, .cursor,
+# .gemini and .continue are other agents' configuration (MCP servers are commands).
+# Not exhaustive: a policy's deny_write adds others.
 # Every entry is protected in every writable root whether or not it exists: a
 # missing one gets a read-only placeholder (see SandboxProfile.protect_mounts).
 PROTECTED_IN_WORKSPACE = (
@@ -78,6 +88,12 @@ PROTECTED_IN_WORKSPACE = (
     ".envrc",
     ".mcp.json",
     ".claude",
+    ".cursor",
+    ".gemini",
+    ".continue",
+    ".zed",
+    ".devcontainer",
+    ".husky",
 )
 
 # Shell start-up files: protected in a writable root when they exist there. A missing

@@ -285,7 +285,8 @@ class WorkerPool:
             # token store under the sandbox's writable root, where masks cannot
             # cover what they do not name and a renamed parent defeats protection.
             raise SandboxError(
-                f"refusing to sandbox a workspace that contains your home directory ({workspace}); "
+                f"refusing to sandbox the workspace {workspace}: it contains your home "
+                f"directory ({home}); "
                 "run pi in a project directory (-C DIR)"
             )
         from pi_sandbox.sandbox.seccomp_filter import seccomp_program
