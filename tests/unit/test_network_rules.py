@@ -11,6 +11,7 @@ from pi_sandbox.sandbox.network_rules import (
     NetworkRules,
     is_public_address,
     normalize_host,
+    pattern_host,
     validate_host_pattern,
 )
 
@@ -309,3 +310,17 @@ def test_is_public_address(address, public):
 def test_is_public_address_refuses_a_name():
     with pytest.raises(ValueError):
         is_public_address("example.com")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "host"),
+    [
+        ("localhost:8080", "localhost"),
+        ("[::1]:80", "::1"),
+        ("*.Example.com", "*.example.com"),
+        ("10.0.0.1:9", "10.0.0.1"),
+        ("pypi.org", "pypi.org"),
+    ],
+)
+def test_pattern_host_gives_the_canonical_host_part(pattern, host):
+    assert pattern_host(pattern) == host

@@ -46,6 +46,7 @@ __all__ = [
     "NetworkRules",
     "is_public_address",
     "normalize_host",
+    "pattern_host",
     "validate_host_pattern",
 ]
 
@@ -289,6 +290,18 @@ def _parse_pattern(pattern: str) -> _Pattern:
 
 def _with_port(host: str, port: int | None) -> str:
     return host if port is None else f"{host}:{port}"
+
+
+def pattern_host(pattern: str) -> str:
+    """The host part of a valid pattern, canonical: ``"localhost:8080"`` →
+    ``"localhost"``, ``"[::1]:80"`` → ``"::1"``, ``"*.example.com"`` →
+    ``"*.example.com"``.
+
+    Raises:
+        ValueError: ``pattern`` is not a valid host pattern.
+    """
+    parsed = _parse_pattern(pattern)
+    return f"*.{parsed.host}" if parsed.kind == "wildcard" else str(parsed.host)
 
 
 def validate_host_pattern(pattern: str) -> str:

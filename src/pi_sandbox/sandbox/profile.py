@@ -675,16 +675,9 @@ def worker_profile(
 
 def _direct_names(allow: Sequence[str]) -> tuple[str, ...]:
     """Loopback names that stay direct: those no allow entry names (``NO_PROXY``)."""
-    named = set()
-    for entry in allow:
-        host = (
-            entry[1:].split("]")[0]
-            if entry.startswith("[")
-            else entry.rsplit(":", 1)[0]
-            if entry.count(":") == 1
-            else entry
-        )
-        named.add(host.lower())
+    from pi_sandbox.sandbox.network_rules import pattern_host
+
+    named = {pattern_host(entry) for entry in allow}
     return tuple(name for name in ("localhost", "127.0.0.1", "::1") if name not in named)
 
 
