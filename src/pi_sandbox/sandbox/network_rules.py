@@ -47,6 +47,7 @@ __all__ = [
     "is_public_address",
     "normalize_host",
     "pattern_host",
+    "split_authority",
     "validate_host_pattern",
 ]
 
@@ -227,26 +228,20 @@ def _parse_pattern(pattern: str) -> _Pattern:
         raise bad("user information is not allowed; write only the host")
 
     port: int | None = None
+    try:
+        host, port_text = split_authority(text)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if port_text is not None:
+        port = _parse_port(port_text, pattern)
     if text.startswith("["):
-        close = text.find("]")
-        if close < 0:
-            raise bad("unclosed '['")
-        host, rest = text[1:close], text[close + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise bad("unexpected text after ']'")
-            port = _parse_port(rest[1:], pattern)
         try:
             address = _ipv6_literal(host)
         except ValueError as exc:
             raise bad(str(exc)) from None
         canonical = f"[{address.compressed}]"
         return _Pattern(_with_port(canonical, port), "ip", address, port)
-    if text.count(":") > 1:
-        raise bad("IPv6 addresses must be in brackets, e.g. '[::1]:8080'")
-    if ":" in text:
-        text, _, port_text = text.rpartition(":")
-        port = _parse_port(port_text, pattern)
+    text = host
 
     try:
         text = _to_ascii(text)
@@ -290,6 +285,32 @@ def _parse_pattern(pattern: str) -> _Pattern:
 
 def _with_port(host: str, port: int | None) -> str:
     return host if port is None else f"{host}:{port}"
+
+
+def split_authority(text: str) -> tuple[str, str | None]:
+    """Split ``host``, ``host:port`` or ``[v6]`` / ``[v6]:port`` into (host, port
+    text or None). The port is not checked; brackets are removed.
+
+    Raises:
+        ValueError: an unclosed ``[``, text after ``]`` that is not ``:port``, or
+            an IPv6 address without brackets (more than one ``:``).
+    """
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ValueError("unclosed '['")
+        host, rest = text[1:close], text[close + 1 :]
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise ValueError("unexpected text after ']'")
+        return host, rest[1:]
+    if text.count(":") > 1:
+        raise ValueError("IPv6 addresses must be in brackets, e.g. '[::1]:8080'")
+    if ":" in text:
+        host, _, port_text = text.partition(":")
+        return host, port_text
+    return text, None
 
 
 def pattern_host(pattern: str) -> str:

@@ -56,6 +56,7 @@ from pi_sandbox.sandbox.network_rules import (
     NetworkRules,
     is_public_address,
     normalize_host,
+    split_authority,
 )
 
 __all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "EgressProxy"]
@@ -144,22 +145,10 @@ async def _read_head(stream: trio.abc.ReceiveStream) -> tuple[bytes, bytes]:
 
 def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
     """``"host:port"``, ``"[v6]:port"`` or (with a default port) ``"host"`` → (host, port)."""
-    port_text: str | None = None
-    if authority.startswith("["):
-        close = authority.find("]")
-        if close < 0:
-            raise _BadRequest("unclosed '[' in the target")
-        host, rest = authority[1:close], authority[close + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise _BadRequest("unexpected text after ']' in the target")
-            port_text = rest[1:]
-    elif authority.count(":") > 1:
-        raise _BadRequest("IPv6 targets must be in brackets")
-    elif ":" in authority:
-        host, _, port_text = authority.partition(":")
-    else:
-        host = authority
+    try:
+        host, port_text = split_authority(authority)
+    except ValueError as exc:
+        raise _BadRequest(f"{exc} in the target") from None
     if not host:
         raise _BadRequest("the target has no host")
     if port_text is None:
