@@ -321,3 +321,29 @@ def test_worker_log_directories_of_dead_runs_are_removed_by_the_next_run(tmp_pat
     proc = pi("-p", "--script", str(script), "-C", str(tmp_path), "go", env=env)
     assert proc.returncode == 0, proc.stderr
     assert not stale.exists()
+
+
+def test_tool_arguments_nested_too_deeply_are_an_error_result_not_a_crash(tmp_path, env):
+    deep = "1"
+    for _ in range(200):
+        deep = "{a: " + deep + "}"
+    script = tmp_path / "deep.yaml"
+    script.write_text(
+        "- tool_calls:\n    - name: ls\n      arguments: {path: '.', x: " + deep + "}\n- text: done\n"
+    )
+    proc = pi("--mode", "json", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    results = [
+        json.loads(line)["result"]
+        for line in proc.stdout.splitlines()
+        if json.loads(line)["type"] == "tool_execution_end"
+    ]
+    assert "nested deeper than 100 levels" in results[0]["content"][0]["text"]
+
+
+def test_a_script_nested_too_deeply_to_parse_is_a_clear_error(tmp_path, env):
+    script = tmp_path / "deeper.yaml"
+    script.write_text("- text: " + "[" * 5000 + "]" * 5000 + "\n")
+    proc = pi("--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 2
+    assert "nested too deeply" in proc.stderr and "Traceback" not in proc.stderr

@@ -87,3 +87,18 @@ def test_a_lone_surrogate_round_trips_as_a_json_escape():
 def test_non_finite_numbers_are_a_frame_error(number):
     with pytest.raises(FrameError):
         FrameDecoder().feed(b'{"n": ' + number + b"}\n")
+
+
+def test_frames_nested_deeper_than_the_limit_are_refused():
+    from pi_sandbox.protocol.framing import MAX_NESTING
+
+    ok = {"a": [[{}]]}
+    deep: dict = {}
+    node = deep
+    for _ in range(MAX_NESTING):
+        node["x"] = {}
+        node = node["x"]
+    decoder = FrameDecoder()
+    assert decoder.feed(encode_frame(ok)) == [ok]
+    with pytest.raises(FrameError, match="nests deeper"):
+        decoder.feed(encode_frame(deep))

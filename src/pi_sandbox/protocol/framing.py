@@ -12,9 +12,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings anyway
     from typing import Any
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "FrameError", "encode_frame"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "MAX_NESTING",
+    "FrameDecoder",
+    "FrameError",
+    "encode_frame",
+    "nests_deeper_than",
+]
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+MAX_NESTING = 100
+"""Deepest nesting of arrays and objects a frame may have. Deeper values pass the
+C decoder but overflow Python-level recursion later (``copy.deepcopy`` of a hook
+state, pydantic validation), far from the frame that carried them."""
 
 
 class FrameError(ValueError):
@@ -118,4 +130,25 @@ def _decode_line(line: bytes) -> dict[str, Any]:
         raise FrameError(f"frame is not valid JSON ({exc}): {preview!r}") from exc
     if not isinstance(value, dict):
         raise FrameError(f"frame is JSON but not an object: {type(value).__name__}")
+    if nests_deeper_than(value, MAX_NESTING):
+        raise FrameError(f"frame nests deeper than {MAX_NESTING} levels")
     return value
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays/objects in ``value`` nest more than ``limit`` levels deep.
+
+    Iterative, so it is safe on values too deep for recursive code.
+    """
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            pending.extend(
+                (child, depth + 1) for child in item.values() if isinstance(child, dict | list)
+            )
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
+    return False

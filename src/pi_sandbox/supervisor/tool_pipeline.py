@@ -32,6 +32,7 @@ import trio
 from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from pi_sandbox.policies import Policy, evaluate_tool_call
 from pi_sandbox.protocol import methods
+from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
 from pi_sandbox.protocol.messages import ToolResultWire
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
@@ -195,6 +196,11 @@ class ToolPipeline:
         item.tool = self.pool.tools.get(call.name)
         if item.tool is None:
             item.early = _error_result(f"Tool {call.name} not found")
+            return item
+        if nests_deeper_than(item.arguments, MAX_NESTING):
+            item.early = _error_result(
+                f"Invalid arguments for tool {call.name}: nested deeper than {MAX_NESTING} levels"
+            )
             return item
         if has_non_finite(item.arguments):
             item.early = _error_result(

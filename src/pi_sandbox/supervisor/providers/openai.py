@@ -212,7 +212,7 @@ def _server_message(text: str) -> str:
     """The human part of an error body: OpenAI's ``error.message`` when present."""
     try:
         payload = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = None
     if isinstance(payload, dict):
         error = payload.get("error")
@@ -354,7 +354,7 @@ class _StreamAccumulator:
             return
         try:
             chunk = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise self._error(f"malformed stream chunk (not JSON): {_excerpt(data)}") from exc
         if not isinstance(chunk, dict):
             raise self._error(f"malformed stream chunk (not an object): {_excerpt(data)}")
@@ -414,7 +414,7 @@ class _StreamAccumulator:
             raw = "".join(partial.arguments)
             try:
                 arguments = json.loads(raw) if raw.strip() else {}
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 cut = (
                     " (the answer was cut off at the token limit)"
                     if self.finish_reason == "length"

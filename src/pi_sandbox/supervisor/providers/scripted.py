@@ -100,6 +100,8 @@ def _parse_yaml(path: Path, text: str) -> tuple[Any, list[int]]:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ProviderError(f"script {path}:{where}: invalid YAML: {problem}") from exc
+    except RecursionError as exc:
+        raise ProviderError(f"script {path}: nested too deeply to read") from exc
     finally:
         loader.dispose()
     lines = (
