@@ -329,7 +329,9 @@ def test_tool_arguments_nested_too_deeply_are_an_error_result_not_a_crash(tmp_pa
         deep = "{a: " + deep + "}"
     script = tmp_path / "deep.yaml"
     script.write_text(
-        "- tool_calls:\n    - name: ls\n      arguments: {path: '.', x: " + deep + "}\n- text: done\n"
+        "- tool_calls:\n    - name: ls\n      arguments: {path: '.', x: "
+        + deep
+        + "}\n- text: done\n"
     )
     proc = pi("--mode", "json", "--script", str(script), "-C", str(tmp_path), "go", env=env)
     assert proc.returncode == 0, proc.stderr

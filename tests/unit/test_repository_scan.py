@@ -15,7 +15,17 @@ def test_git_directories_gitfiles_and_bare_layouts_are_found(tmp_path: Path):
     (bare / "objects").mkdir(parents=True)
     (bare / "refs").mkdir()
     (bare / "HEAD").write_text("ref: refs/heads/main\n")
-    # not repositories: HEAD as a directory, a partial layout, a file named .gitx
+    # layouts git accepts that a strict check would miss: HEAD as a symlink,
+    # objects as a symlink, commondir instead of objects/refs
+    (tmp_path / "g" / "refs" / "heads").mkdir(parents=True)
+    (tmp_path / "g" / "HEAD").symlink_to("refs/heads/main")
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / "h" / "objects").symlink_to("/usr")
+    (tmp_path / "i").mkdir()
+    (tmp_path / "i" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / "i" / "commondir").write_text("../g\n")
+    # not repositories: HEAD as a directory, a lone HEAD file, a file named .gitx
     (tmp_path / "d" / "HEAD").mkdir(parents=True)
     (tmp_path / "d" / "objects").mkdir()
     (tmp_path / "d" / "refs").mkdir()
@@ -24,11 +34,9 @@ def test_git_directories_gitfiles_and_bare_layouts_are_found(tmp_path: Path):
     (tmp_path / "f").mkdir()
     (tmp_path / "f" / ".gitx").write_text("")
 
-    assert find_repositories(str(tmp_path)) == {
-        str(tmp_path / "a"),
-        str(tmp_path / "b"),
-        str(bare),
-    }
+    scan = find_repositories(str(tmp_path))
+    assert scan.complete
+    assert scan.found == {str(tmp_path / name) for name in ("a", "b", "g", "h", "i")} | {str(bare)}
 
 
 def test_symlinks_are_not_followed_and_the_scan_is_bounded(tmp_path: Path):
@@ -37,7 +45,9 @@ def test_symlinks_are_not_followed_and_the_scan_is_bounded(tmp_path: Path):
     root = tmp_path / "root"
     root.mkdir()
     (root / "link").symlink_to(outside)
-    assert find_repositories(str(root)) == set()
+    assert find_repositories(str(root)).found == set()
     for i in range(10):
         (root / f"d{i}" / ".git").mkdir(parents=True)
-    assert len(find_repositories(str(root), max_directories=3)) < 10
+    partial = find_repositories(str(root), max_directories=3)
+    assert len(partial.found) < 10
+    assert not partial.complete  # and says so

@@ -13,31 +13,56 @@ present before and after and warns about new ones (`find_repositories`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
-__all__ = ["find_repositories"]
+__all__ = ["RepositoryScan", "find_repositories"]
 
-MAX_DIRECTORIES = 200_000
-"""Directories visited at most per scan; a bigger tree is scanned partly."""
+MAX_DIRECTORIES = 1_000_000
+"""Directories visited at most per scan; a bigger tree is scanned partly, and the
+scan says so (`RepositoryScan.complete`)."""
 
 
-def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> set[str]:
-    """Directories under ``root`` (itself included) that git would treat as a repository.
+@dataclass
+class RepositoryScan:
+    """The outcome of `find_repositories`.
 
-    A directory counts when it holds a ``.git`` entry (directory or gitfile), or
-    the bare layout: a ``HEAD`` file and ``objects`` and ``refs`` directories.
-    Symlinks are not followed; unreadable directories are skipped.
+    Attributes:
+        found: absolute paths of directories git could treat as a repository.
+        complete: False when the directory limit stopped the scan early (a tree
+            that big may hide a repository from the comparison).
+        visited: directories visited.
+    """
+
+    found: set[str] = field(default_factory=set)
+    complete: bool = True
+    visited: int = 0
+
+
+def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> RepositoryScan:
+    """Directories under ``root`` (itself included) that git could treat as a repository.
+
+    Deliberately wider than git's own test, so that no layout git accepts is
+    missed: a directory counts when it holds a ``.git`` entry of any type, or a
+    ``HEAD`` entry that is not a directory (a file, or a symlink such as git's
+    ``HEAD -> refs/heads/main``) next to any of ``objects``, ``refs`` or
+    ``commondir`` (of any type: git follows symlinks and ``commondir``).
+    Symlinks are not followed while walking; unreadable directories are skipped.
 
     Args:
         root: an absolute directory.
         max_directories: stop after visiting this many directories.
 
     Returns:
-        Absolute paths of the repository directories found.
+        The scan (see `RepositoryScan`).
     """
-    found: set[str] = set()
+    scan = RepositoryScan()
+    found = scan.found
     pending = [root]
     visited = 0
-    while pending and visited < max_directories:
+    while pending:
+        if visited >= max_directories:
+            scan.complete = False
+            break
         directory = pending.pop()
         visited += 1
         try:
@@ -55,18 +80,17 @@ def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> s
                     pending.append(entry.path)
             except OSError:
                 continue
-    return found
+    scan.visited = visited
+    return scan
 
 
 def _bare_layout(names: dict[str, os.DirEntry[str]]) -> bool:
+    head = names.get("HEAD")
+    if head is None:
+        return False
     try:
-        return (
-            "HEAD" in names
-            and names["HEAD"].is_file(follow_symlinks=False)
-            and "objects" in names
-            and names["objects"].is_dir(follow_symlinks=False)
-            and "refs" in names
-            and names["refs"].is_dir(follow_symlinks=False)
-        )
+        if head.is_dir(follow_symlinks=False):
+            return False
     except OSError:
         return False
+    return any(name in names for name in ("objects", "refs", "commondir"))

@@ -221,7 +221,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
     keep_logs = False
     # Repositories under the tool worker's writable roots at start (sandboxed runs):
     # a new one at the end is something a later `git` would execute config from.
-    repositories_at_start: dict[str, set[str]] = {}
+    repositories_at_start: dict[str, Any] = {}
     try:
         async with trio.open_nursery() as nursery:
             try:
@@ -336,7 +336,17 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                         )
                 for root, before in repositories_at_start.items():
                     after = await trio.to_thread.run_sync(find_repositories, root)
-                    for path in sorted(after - before):
+                    if not after.complete:
+                        await output(
+                            {
+                                "type": "warning",
+                                "message": f"{root} has more than {after.visited} directories: "
+                                "the check for git repositories created during the run was "
+                                "incomplete; review new .git directories and HEAD files before "
+                                "running git below it",
+                            }
+                        )
+                    for path in sorted(after.found - before.found):
                         await output(
                             {
                                 "type": "warning",
