@@ -13,7 +13,7 @@ import trio
 from pi_sandbox.errors import SandboxUnavailableError
 from pi_sandbox.protocol import methods
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter
-from pi_sandbox.sandbox.placeholders import WorkspaceLease
+from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
 
@@ -103,8 +103,8 @@ async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, 
     assert profile_records and profile_records[0]["role"] == "tool"
 
 
-async def test_placeholders_stay_while_another_run_holds_the_workspace(tmp_path, workspace):
-    other = WorkspaceLease.acquire(str(workspace))
+async def test_placeholders_stay_while_another_run_is_active(tmp_path, workspace):
+    other = PlaceholderLease.acquire()
     pool = make_pool(tmp_path, workspace)
     async with trio.open_nursery() as nursery:
         await pool.start(nursery, [])

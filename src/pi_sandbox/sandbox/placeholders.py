@@ -6,15 +6,17 @@ creates that mount point, and since its parent is a writable bind, the empty
 directory appears on the host too (`SandboxProfile.protect_mounts`). It has to go
 when the run ends, but not while any sandbox still relies on it: removing a
 directory on the host detaches mounts on it in every other mount namespace, so a
-concurrent run in the same workspace would lose its protection.
+concurrent run would lose its protection. Runs need not share a workspace to
+share a placeholder (one run in ``proj``, another in ``proj/sub`` whose policy
+protects ``sub/.git``), so the bookkeeping is per user, not per workspace.
 
-So every run holds a shared ``flock`` on a per-workspace lock file for its whole
-life (`WorkspaceLease`). A run records its placeholders in the workspace's list
-before any sandbox can create them (`WorkspaceLease.record`); on exit it tries the
-lock exclusively, without waiting: only the last run out removes the listed
-directories that are still empty. A run killed with SIGKILL drops its lock with
-its process; its placeholders are already listed, and the next run to leave the
-workspace last removes them.
+Every sandboxed run holds a shared ``flock`` on this user's lock file for its
+whole life (`PlaceholderLease`). A run records its placeholders in the shared list
+before any sandbox can create them (`PlaceholderLease.record`); on exit it tries
+the lock exclusively, without waiting: only when no other run is active does it
+remove the listed directories that are still empty. A run killed with SIGKILL
+drops its lock with its process; its placeholders are already listed, and the
+next run to leave when no other run is active removes them.
 
 Files live in ``$XDG_RUNTIME_DIR/pi-sandbox`` or ``<tmp>/pi-sandbox-<uid>``
 (mode 0700, refused if another user owns it).
@@ -24,13 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Iterable
 
-__all__ = ["WorkspaceLease", "state_dir"]
+__all__ = ["PlaceholderLease", "state_dir"]
 
 
 def state_dir() -> str:
@@ -53,11 +54,12 @@ def state_dir() -> str:
     return path
 
 
-class WorkspaceLease:
-    """A run's shared claim on a workspace's placeholder directories.
+class PlaceholderLease:
+    """A run's shared claim on every placeholder directory of this user's runs.
 
-    Use as: ``lease = WorkspaceLease.acquire(workspace)`` at start, then
-    ``lease.release(placeholders)`` once every sandbox of the run is gone.
+    Use as: ``lease = PlaceholderLease.acquire()`` at start, ``lease.record(paths)``
+    before each sandbox is built, then ``lease.release(paths)`` once every sandbox
+    of the run is gone.
     """
 
     def __init__(self, lock_fd: int | None, list_path: str | None) -> None:
@@ -65,25 +67,24 @@ class WorkspaceLease:
         self._list_path = list_path
 
     @classmethod
-    def acquire(cls, workspace: str) -> WorkspaceLease:
-        """Take the shared lock for ``workspace`` (never blocks for long: shared
-        locks only wait for a run that is in the middle of cleaning up).
+    def acquire(cls) -> PlaceholderLease:
+        """Take this user's shared lock (never blocks for long: shared locks only
+        wait for a run that is in the middle of cleaning up).
 
         Bookkeeping failures are not fatal: the lease then removes nothing.
         """
-        key = hashlib.sha256(os.path.realpath(workspace).encode()).hexdigest()[:32]
         try:
             base = state_dir()
             fd = os.open(
-                os.path.join(base, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                os.path.join(base, "runs.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
             )
         except OSError:
             return cls(None, None)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        return cls(fd, os.path.join(base, f"{key}.placeholders"))
+        return cls(fd, os.path.join(base, "placeholders.json"))
 
     def record(self, placeholders: Iterable[str]) -> None:
-        """Add ``placeholders`` to the workspace's list now, so that they are removed
+        """Add ``placeholders`` to the shared list now, so that they are removed
         eventually even if this run is killed before `release`."""
         paths = set(placeholders)
         if self._fd is None or self._list_path is None or not paths:
@@ -104,7 +105,7 @@ class WorkspaceLease:
             os.close(fd)
 
     def release(self, placeholders: Iterable[str]) -> list[str]:
-        """Record ``placeholders``; if no other run holds the workspace, remove
+        """Record ``placeholders``; if no other run is active, remove
         every recorded one that is still an empty directory; drop the lock.
 
         Returns:

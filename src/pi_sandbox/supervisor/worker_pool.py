@@ -31,7 +31,7 @@ from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
-from pi_sandbox.sandbox.placeholders import WorkspaceLease
+from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
 
@@ -201,7 +201,7 @@ class WorkerPool:
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
         self.placeholders: set[str] = set()
-        self._lease: WorkspaceLease | None = None
+        self._lease: PlaceholderLease | None = None
         self._proxy_socket: str | None = None
 
     @property
@@ -296,7 +296,7 @@ class WorkerPool:
         await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
         self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
-        self._lease = WorkspaceLease.acquire(workspace)
+        self._lease = PlaceholderLease.acquire()
         settings = self.config.settings
         if settings.network_enabled:
             from pi_sandbox.sandbox.network_rules import NetworkRules
