@@ -38,8 +38,15 @@ def script_for(tmp_path: Path, command: str) -> Path:
     return script
 
 
-def pi(tmp_path: Path, workspace: Path, command: str, *flags: str, agent: Path | None = None):
-    home = tmp_path / "home"
+def pi(
+    tmp_path: Path,
+    workspace: Path,
+    command: str,
+    *flags: str,
+    agent: Path | None = None,
+    home: Path | None = None,
+):
+    home = home or tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {
         **os.environ,
@@ -194,3 +201,36 @@ def test_placeholders_of_a_killed_run_are_removed_by_the_next_run(tmp_path, work
     assert result.returncode == 0, result.stderr
     left = [name for name in PLACEHOLDER_NAMES if os.path.lexists(workspace / name)]
     assert left == []
+
+
+def test_an_audit_log_inside_the_workspace_is_neither_readable_nor_writable(tmp_path, workspace):
+    log = workspace / "audit.jsonl"
+    result = pi(
+        tmp_path,
+        workspace,
+        "cat audit.jsonl; echo read=$?; : > audit.jsonl; echo trunc=$?;"
+        ' echo \'{"event": "egress", "decision": "allow"}\' >> audit.jsonl; echo forge=$?;'
+        " mv audit.jsonl moved.jsonl; echo mv=$?",
+        "--audit-log",
+        str(log),
+    )
+    assert result.returncode == 0, result.stderr
+    out = tool_text(result.stdout)
+    for attempt in ("trunc", "forge", "mv"):
+        assert f"{attempt}=0" not in out
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records and all(r["event"] == "sandbox_profile" for r in records)
+    assert '"sandbox_profile"' not in out  # not readable inside either
+
+
+def test_a_workspace_containing_the_temporary_directory_is_refused(tmp_path):
+    import tempfile
+
+    tmp = Path(tempfile.gettempdir())
+    home = Path(tempfile.mkdtemp(prefix="pi-home-", dir="/var/tmp"))
+    try:
+        result = pi(tmp_path, tmp, "true", home=home)
+    finally:
+        home.rmdir()
+    assert result.returncode == 2
+    assert "contains your temporary directory" in result.stderr

@@ -407,3 +407,34 @@ def test_symlinked_deny_write_entries_and_policy_files_are_refused(layout, which
         worker_profile(
             "tool", workspace=ws, home=layout["home"], agent_dir=layout["agent"], **kwargs
         )
+
+
+def test_a_protected_file_with_another_hard_link_is_refused(layout):
+    ws = layout["ws"]
+    (ws / "p.yaml").write_text("version: 1\n")
+    os.link(ws / "p.yaml", ws / ".keep")
+    with pytest.raises(SandboxError, match="2 hard links"):
+        worker_profile(
+            "tool",
+            workspace=ws,
+            home=layout["home"],
+            agent_dir=layout["agent"],
+            protect=[ws / "p.yaml"],
+        )
+    with pytest.raises(SandboxError, match="2 hard links"):
+        profile_for(layout, deny_write=("p.yaml",))
+
+
+def test_hidden_files_are_masked(layout):
+    ws = layout["ws"]
+    (ws / "audit.jsonl").write_text("{}\n")
+    profile = worker_profile(
+        "tool",
+        workspace=ws,
+        home=layout["home"],
+        agent_dir=layout["agent"],
+        protect=[ws / "audit.jsonl"],
+        hide=[ws / "audit.jsonl"],
+    )
+    assert str(ws / "audit.jsonl") in profile.protected
+    assert (str(ws / "audit.jsonl"), "file") in profile.deny_masks

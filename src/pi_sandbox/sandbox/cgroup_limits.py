@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -184,9 +185,17 @@ class CgroupLimiter:
         return cgroup
 
     def close(self) -> None:
-        """Remove this supervisor's cgroup tree (workers' cgroups first)."""
+        """Remove this supervisor's cgroup tree (workers' cgroups first).
+
+        Retries for up to a second: a cgroup cannot be removed until the kernel
+        has reaped the last of its processes.
+        """
+        deadline = time.monotonic() + 1.0
         for _, parent, _, _ in self._hierarchies:
             _remove_tree(parent)
+            while os.path.isdir(parent) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                _remove_tree(parent)
 
 
 def remove_stale_cgroups() -> None:

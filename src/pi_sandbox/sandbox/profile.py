@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -499,6 +500,7 @@ def worker_profile(
     proxy_socket: str | None = None,
     tmp_size_bytes: int | Literal["policy"] | None = "policy",
     protect: Sequence[Path] = (),
+    hide: Sequence[Path] = (),
 ) -> SandboxProfile:
     """Build the profile for a worker from its role and the policy (DESIGN §6).
 
@@ -548,7 +550,8 @@ def worker_profile(
             ``"policy"``: ``limits.tmp_size_mb``.
         protect: further files kept read-only when a writable root contains them
             (the ``--policy`` files in force: a tool must not rewrite the policy
-            the next run loads).
+            the next run loads; the audit log).
+        hide: further paths masked like ``deny_read`` (the audit log).
 
     Returns:
         The validated profile.
@@ -638,6 +641,7 @@ def worker_profile(
         real = os.path.realpath(path)
         if any(is_within(real, root) for root in rw_real) and real not in protected:
             _refuse_symlink(os.path.abspath(path), f"policy file {path}")
+            _refuse_hard_links(real, f"{path}")
             protected.append(real)
 
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
@@ -645,6 +649,7 @@ def worker_profile(
     deny += [
         resolve_policy_path(p, workspace=workspace_str, home=home_str) for p in settings.deny_read
     ]
+    deny += [os.path.abspath(p) for p in hide]
 
     if env is None:
         env = _default_env(home_str)
@@ -716,8 +721,27 @@ def _protected_paths(
         absolute = os.path.realpath(given)
         if any(is_within(absolute, r) for r in roots):
             _refuse_symlink(given, f"sandbox.filesystem.deny_write: {path!r}")
+            _refuse_hard_links(absolute, f"sandbox.filesystem.deny_write: {path!r}")
             protected.append(absolute)
     return list(dict.fromkeys(protected))
+
+
+def _refuse_hard_links(path: str, what: str) -> None:
+    """A read-only bind protects one name; another hard link to the same file in a
+    writable directory would still change its content: refuse.
+
+    Raises:
+        SandboxError: ``path`` is a regular file with more than one link.
+    """
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise SandboxError(
+            f"{what} has {info.st_nlink} hard links; through another name a tool could "
+            "still change it. Replace the extra links with copies"
+        )
 
 
 def _refuse_symlink(path: str, what: str) -> None:

@@ -189,6 +189,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
         settings=policy.sandbox if policy is not None else SandboxSettings(),
         audit=audit.record,
         policy_files=tuple(options.policies),
+        audit_log=options.audit_log,
     )
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:

@@ -100,6 +100,7 @@ class PoolConfig:
         audit: called with one JSON-ready record per sandbox decision (the profile
             each worker got, every egress proxy decision); None to drop them.
         policy_files: the policy files in force; kept read-only in every sandbox.
+        audit_log: the audit log file; kept read-only and masked in every sandbox.
     """
 
     cwd: Path
@@ -114,6 +115,7 @@ class PoolConfig:
     settings: SandboxSettings = field(default_factory=SandboxSettings)
     audit: Callable[[dict[str, Any]], None] | None = None
     policy_files: tuple[Path, ...] = ()
+    audit_log: Path | None = None
 
 
 def _extension_entries(directory: Path) -> list[Path]:
@@ -234,7 +236,8 @@ class WorkerPool:
                 extra_ro=extra_ro,
                 settings=self.config.settings,
                 proxy_socket=self._proxy_socket,
-                protect=self.config.policy_files,
+                protect=(*self.config.policy_files, *self._audit_paths()),
+                hide=self._audit_paths(),
             )
             self.placeholders.update(profile.placeholders)
             if self._lease is not None:
@@ -265,6 +268,9 @@ class WorkerPool:
             cgroups=self.cgroups,
         )
 
+    def _audit_paths(self) -> tuple[Path, ...]:
+        return (self.config.audit_log,) if self.config.audit_log is not None else ()
+
     def _audit(self, record: dict[str, Any]) -> None:
         if self.config.audit is not None:
             self.config.audit(record)
@@ -278,17 +284,18 @@ class WorkerPool:
             SandboxUnavailableError: bwrap cannot run here, or the seccomp filter
                 cannot be built (fail closed, issue 3).
         """
-        home = os.path.realpath(self.config.home)
         workspace = os.path.realpath(self.config.cwd)
-        if os.path.commonpath([home, workspace]) == workspace:
-            # A workspace that contains HOME puts every dotfile, start-up file and
-            # token store under the sandbox's writable root, where masks cannot
-            # cover what they do not name and a renamed parent defeats protection.
-            raise SandboxError(
-                f"refusing to sandbox the workspace {workspace}: it contains your home "
-                f"directory ({home}); "
-                "run pi in a project directory (-C DIR)"
-            )
+        # A workspace that contains HOME puts every dotfile, start-up file and token
+        # store under the sandbox's writable root, where masks cannot cover what
+        # they do not name and a renamed parent defeats protection. One that
+        # contains the temporary or runtime directory exposes other runs' worker
+        # logs, egress proxy sockets and placeholder bookkeeping.
+        for what, path in _shared_directories(self.config.home):
+            if os.path.commonpath([path, workspace]) == workspace:
+                raise SandboxError(
+                    f"refusing to sandbox the workspace {workspace}: it contains your {what} "
+                    f"({path}); run pi in a project directory (-C DIR)"
+                )
         from pi_sandbox.sandbox.seccomp_filter import seccomp_program
 
         self._bwrap = find_bwrap()
@@ -568,6 +575,16 @@ class WorkerPool:
             self.cgroups = None
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
+
+
+def _shared_directories(home: Path) -> list[tuple[str, str]]:
+    """Directories no sandboxed workspace may contain, as (what, canonical path)."""
+    found = [("home directory", os.path.realpath(home))]
+    found.append(("temporary directory", os.path.realpath(tempfile.gettempdir())))
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        found.append(("runtime directory", os.path.realpath(runtime)))
+    return found
 
 
 def _remove_stale_log_dirs() -> None:
