@@ -571,7 +571,8 @@ class WorkerPool:
             self._lease.release(self.placeholders)
             self._lease = None
         if self.cgroups is not None:
-            self.cgroups.close()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.cgroups.close)
             self.cgroups = None
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
