@@ -507,7 +507,12 @@ def _payload(i: int) -> dict[str, Any]:
 
 async def _dispatch_series(env: Env, *, sandbox: bool, n: int) -> list[int]:
     async def body(pool: WorkerPool) -> list[int]:
-        if len(pool.subscribers("tool_call")) != 1:
+        subscribed = [
+            worker
+            for _, worker in pool.extensions
+            if worker.registrations and "tool_call" in worker.registrations.events
+        ]
+        if len(subscribed) != 1:
             raise RuntimeError("the hook extension did not subscribe to tool_call")
         for i in range(100):  # warm-up
             await pool.dispatch("tool_call", _payload(i))
