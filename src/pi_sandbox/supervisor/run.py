@@ -27,7 +27,6 @@ from pi_sandbox.errors import (
     UsageError,
     WorkerError,
 )
-from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = ["RunOptions", "run_print_session"]
 
@@ -159,6 +158,7 @@ def _forbid_ptrace_and_proc_reads() -> None:
 
 async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, audit: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
+    from pi_sandbox.sandbox.settings import SandboxSettings
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.session_file import SessionWriter
