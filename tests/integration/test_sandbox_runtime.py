@@ -199,3 +199,23 @@ async def test_a_fork_bomb_is_held_by_the_pids_cgroup_and_the_worker_recovers(tm
             assert "alive" in await bash(pool, "echo alive")
         await pool.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace):
+    # As host root, /proc/sys would be writable without capabilities; with
+    # kernel.core_pattern the host kernel then runs a program as root outside every
+    # namespace. Each attempt writes back the current value, so a failure of the
+    # sandbox changes nothing on the host.
+    pool = make_pool(tmp_path, workspace)
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        out = await bash(
+            pool,
+            "for f in /proc/sys/vm/stat_interval /proc/sys/kernel/core_pattern; do"
+            ' v=$(cat $f); printf "%s\\n" "$v" > $f && echo "WROTE $f"; done;'
+            " grep -c ' /proc/sys ro,' /proc/self/mountinfo",
+        )
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+    assert "WROTE" not in out
+    assert out.strip().splitlines()[-1] == "1"  # /proc/sys is a read-only mount

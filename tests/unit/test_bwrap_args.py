@@ -33,6 +33,30 @@ def test_sandbox_package_exports_exactly_its_public_api():
     ]
 
 
+def proc_args(profile: SandboxProfile) -> list[str]:
+    """The /proc restrictions for the entries this host has (PROC_READ_ONLY and
+    PROC_MASKED; which exist differs between kernels)."""
+    args: list[str] = []
+    for path, kind in profile.proc_covers:
+        if kind == "ro":
+            args += ["--ro-bind", path, path]
+        elif kind == "dir":
+            args += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+def test_proc_sys_and_friends_are_covered_when_the_host_has_them():
+    profile = SandboxProfile(cwd="/", seccomp=False)
+    covered = dict(profile.proc_covers)
+    assert covered.get("/proc/sys") == "ro"  # every Linux host has /proc/sys
+    argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP)
+    at = argv.index("/proc/sys")
+    assert argv[at - 1 : at + 2] == ["--ro-bind", "/proc/sys", "/proc/sys"]
+    assert argv.index("--proc") < at < argv.index("--dev")
+
+
 def test_baseline_flags_are_pinned():
     assert BASELINE_FLAGS == (
         "--unshare-all",
@@ -70,6 +94,7 @@ def test_minimal_profile_builds_exact_argv():
         "/proc/1",
         "--remount-ro",
         "/proc/1",
+        *proc_args(profile),
         "--dev",
         "/dev",
         "--tmpfs",
@@ -132,6 +157,7 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         "/proc/1",
         "--remount-ro",
         "/proc/1",
+        *proc_args(profile),
         "--dev",
         "/dev",
         "--size",
@@ -210,7 +236,7 @@ def test_redundant_binds_and_masks_of_unexposed_paths_are_dropped(tmp_path: Path
 
     argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP, seccomp_fd=3)
 
-    mounts = argv[len(BASELINE_FLAGS) + 11 : argv.index("--seccomp")]
+    mounts = argv[argv.index("/tmp", argv.index("--dev") + 2) + 1 : argv.index("--seccomp")]
     assert mounts == [
         "--bind",
         f"{root}/ws",
@@ -515,6 +541,7 @@ def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_
         "/proc/1",
         "--remount-ro",
         "/proc/1",
+        *proc_args(profile),
         "--dev",
         "/dev",
         "--size",

@@ -5,7 +5,9 @@ bwrap applies its options in order and a later mount over the same path wins, so
 the argv is laid out as:
 
 1. the fixed baseline flags (`BASELINE_FLAGS`), ``--proc /proc`` with ``/proc/1``
-   (bwrap's init) hidden under a read-only tmpfs, ``--dev /dev``
+   (bwrap's init) hidden under a read-only tmpfs, ``/proc/sys`` and the other
+   ``PROC_READ_ONLY`` entries bound read-only and the ``PROC_MASKED`` ones masked
+   (`SandboxProfile.proc_covers`), ``--dev /dev``
    and the private ``/tmp`` (``--size N`` must directly precede its ``--tmpfs``);
 2. ``--symlink`` entries, created in the empty root before anything covers them;
 3. read-only and read-write binds as one sequence, parents before children: the
@@ -125,7 +127,15 @@ def build_bwrap_argv(
     if profile.seccomp and seccomp_fd is None:
         raise ValueError("the profile needs a seccomp filter: pass seccomp_fd")
 
-    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", *_HIDE_INIT, "--dev", "/dev"]
+    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", *_HIDE_INIT]
+    for path, kind in profile.proc_covers:
+        if kind == "ro":
+            argv += ["--ro-bind", path, path]
+        elif kind == "dir":
+            argv += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--dev", "/dev"]
     if profile.tmp_size_bytes is not None:
         argv += ["--size", str(profile.tmp_size_bytes)]
     argv += ["--tmpfs", "/tmp"]

@@ -42,6 +42,9 @@ except OSError:
     root_read_only = True
 interfaces = sorted(os.listdir('/sys/class/net')) if os.path.isdir('/sys/class/net') else sorted(
     line.split(':')[0].strip() for line in open('/proc/net/dev').read().splitlines()[2:])
+proc_sys_ro = any(
+    line.split()[4] == '/proc/sys' and 'ro' in line.split()[5].split(',')
+    for line in open('/proc/self/mountinfo'))
 print(json.dumps({
     "cap_eff": status['CapEff'].strip(),
     "seccomp": status['Seccomp'].strip(),
@@ -51,6 +54,7 @@ print(json.dumps({
     "interfaces": interfaces,
     "root_read_only": root_read_only,
     "host_path_visible": os.path.exists(sys.argv[1]),
+    "proc_sys_read_only": proc_sys_ro,
 }))
 """
 
@@ -259,10 +263,12 @@ def _judge(seen: dict) -> tuple[bool, str]:
         problems.append("/ is writable")
     if seen["host_path_visible"]:
         problems.append("a host path outside the profile is visible")
+    if not seen["proc_sys_read_only"]:
+        problems.append("/proc/sys is writable (as root: host sysctls)")
     if problems:
         return False, "; ".join(problems)
     return True, (
         f"CapEff {seen['cap_eff']}, Seccomp {seen['seccomp']} (2 = filter), NoNewPrivs 1, "
         f"{seen['pids']} processes visible, network interfaces: lo, own user namespace, "
-        "read-only /, host paths hidden"
+        "read-only / and /proc/sys, host paths hidden"
     )

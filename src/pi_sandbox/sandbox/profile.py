@@ -174,6 +174,25 @@ _NEVER_WRITABLE = (
     "/opt",
 )
 
+# /proc entries the sandbox's own /proc must not let it write or read. Writable as
+# host uid 0 without any capability (the sysctls under /proc/sys: with
+# kernel.core_pattern a process can make the host kernel run a program as root,
+# outside every namespace), or leaking host-wide state. The list container
+# runtimes use (runc's readonlyPaths and maskedPaths); entries the host lacks are
+# skipped when the profile is validated.
+PROC_READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+PROC_MASKED = (
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+)
+
 PROXY_SOCKET_IN_SANDBOX = "/run/pi-sandbox/egress.sock"
 """Where the supervisor's egress proxy socket appears inside a sandbox."""
 
@@ -273,6 +292,7 @@ class SandboxProfile(BaseModel):
     _deny_masks: tuple[tuple[str, DenyKind], ...] = PrivateAttr(default=())
     _protect_mounts: tuple[tuple[str, ProtectKind], ...] = PrivateAttr(default=())
     _pins: tuple[str, ...] = PrivateAttr(default=())
+    _proc_covers: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
     @field_validator("ro_binds", "protected", "deny_read")
     @classmethod
@@ -384,6 +404,16 @@ class SandboxProfile(BaseModel):
                 pins.add(ancestor)
                 ancestor = os.path.dirname(ancestor)
         self._pins = tuple(sorted(pins, key=path_key))
+        covers: list[tuple[str, str]] = []
+        for path in PROC_READ_ONLY:
+            if os.path.exists(path):
+                covers.append((path, "ro"))
+        for path in PROC_MASKED:
+            if os.path.isdir(path):
+                covers.append((path, "dir"))
+            elif os.path.exists(path):
+                covers.append((path, "file"))
+        self._proc_covers = tuple(covers)
 
     @property
     def deny_masks(self) -> tuple[tuple[str, DenyKind], ...]:
@@ -409,6 +439,13 @@ class SandboxProfile(BaseModel):
         sandbox is gone (`placeholders`).
         """
         return self._protect_mounts
+
+    @property
+    def proc_covers(self) -> tuple[tuple[str, str], ...]:
+        """How the sandbox's ``/proc`` is restricted, for entries the host has:
+        ``(path, "ro")`` bound read-only (``PROC_READ_ONLY``), ``(path, "dir")`` or
+        ``(path, "file")`` masked (``PROC_MASKED``)."""
+        return self._proc_covers
 
     @property
     def pins(self) -> tuple[str, ...]:

@@ -1,0 +1,1029 @@
+"""Find every simple command a shell command line runs, with a real bash grammar.
+
+Issue 4, "Matching → Shell commands". This module replaces the ``shlex`` splitter of
+``_shell.py`` with the ``tree-sitter-bash`` grammar. :func:`parse_command` returns one
+:class:`SimpleCommand` for every simple command anywhere in the text, and the
+policy gate takes the strictest decision over all of them. When the text cannot be
+mapped onto simple commands with confidence, :class:`UnparseableCommand` is raised
+and the gate gives the command the policy's ``unparseable`` decision.
+
+What is found:
+
+- every command of lists and pipelines (``;``, ``&&``, ``||``, ``|``, ``|&``, ``&``,
+  newlines), subshells ``( )``, groups ``{ }``, the conditions and bodies of
+  ``if``/``while``/``until``/``for``/``select``/``case``, function bodies, and the
+  commands of command substitutions (``$( )`` and backticks) and process
+  substitutions (``<( )``, ``>( )``) wherever they stand: in arguments, assignments,
+  double-quoted strings, ``${...}`` operands, arithmetic, redirection targets,
+  here-strings and unquoted here-document bodies;
+- the script of ``bash``/``sh``/``dash``/``zsh``/``ksh``/``mksh``/``ash -c SCRIPT``
+  (``-lc``, ``-xc``, ``-c`` after other options), ``su -c SCRIPT``, ``eval ARGS``
+  (joined with spaces), ``trap ACTION SIGNAL...``, parsed again recursively;
+- the command run by a wrapper program (``env``, ``sudo``, ``doas``, ``timeout``,
+  ``nice``, ``ionice``, ``taskset``, ``nohup``, ``setsid``, ``stdbuf``, ``time``,
+  ``command``, ``builtin``, ``exec``, ``coproc``, ``chroot``, ``busybox``, ``xargs``)
+  and by ``find -exec/-execdir/-ok/-okdir``. A wrapper yields **both** its own argv
+  and the argv it runs (``sudo rm x`` gives ``("sudo", "rm", "x")`` and
+  ``("rm", "x")``).
+
+Words come out with quotes removed and escapes resolved (``r"m"`` is ``rm``,
+``$'r\\x6d'`` is ``rm``, ``\\rm`` is ``rm``). A part the shell still expands at run
+time (``$VAR``, ``${x}``, ``$(...)``, an unquoted glob ``*?[``, a brace expansion
+``{a,b}``, ``~``) stays as written, so the caller can treat ``$`` and glob
+characters as unknown.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
+
+__all__ = [
+    "DANGEROUS_VARIABLES",
+    "MAX_DEPTH",
+    "MAX_INPUT_BYTES",
+    "SimpleCommand",
+    "UnparseableCommand",
+    "parse_command",
+]
+
+MAX_DEPTH = 8
+"""How many times one command may be reached through another (``bash -c``,
+``eval``, a wrapper, a command substitution ...) before the text is unparseable."""
+
+MAX_INPUT_BYTES = 64 * 1024
+"""The longest command text (UTF-8 bytes) :func:`parse_command` accepts."""
+
+DANGEROUS_VARIABLES = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "DYLD_INSERT_LIBRARIES",
+        "DYLD_LIBRARY_PATH",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "IFS",
+        "PS4",
+        "PROMPT_COMMAND",
+    }
+)
+"""Environment variables that change which code a command runs (issue 4 Matching).
+
+Names starting with ``GIT_`` or ``BASH_FUNC_`` are dangerous too (see
+:func:`_is_dangerous`)."""
+
+_DANGEROUS_PREFIXES = ("GIT_", "BASH_FUNC_")
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One simple command that the text would run (issue 4 Matching).
+
+    Attributes:
+        argv: its words after unwrapping, quotes removed, redirections dropped,
+            e.g. ``("rm", "-rf", "x")``. Never empty. A word with a run-time
+            expansion keeps that part as written (``"$f"`` gives ``$f``).
+        assignments: the ``NAME=value`` words that set its environment, e.g.
+            ``("AWS_PROFILE=prod",)``: the leading assignments of the command, and
+            for a command run by ``env``/``sudo``, theirs plus the wrapper's own.
+        dangerous: the names among those assignments (and among the variables set
+            by earlier statements of the same text: ``PATH=/x; ls``,
+            ``export LD_PRELOAD=y; ls``) that change which code runs:
+            :data:`DANGEROUS_VARIABLES`, ``GIT_*``, ``BASH_FUNC_*``. In order of
+            appearance, without repeats.
+        path_qualified: ``argv[0]`` contains a ``/`` (``./cat``, ``/tmp/x/git``).
+            Rules match its basename for deny/ask, and never treat it as a known-safe
+            program.
+        via: how it was reached, outermost first: ``()`` at top level, else e.g.
+            ``("bash -c",)``, ``("xargs",)``, ``("$(...)",)``, ``("sudo", "env")``.
+            The other steps are ``"`...`"``, ``"<(...)"``, ``">(...)"``, ``"eval"``,
+            ``"trap"``, ``"su -c"``, ``"find -exec"`` (or ``-execdir``/``-ok``/
+            ``-okdir``) and each wrapper's name. Its length is the nesting depth, at
+            most :data:`MAX_DEPTH`.
+    """
+
+    argv: tuple[str, ...]
+    assignments: tuple[str, ...] = ()
+    dangerous: tuple[str, ...] = ()
+    path_qualified: bool = False
+    via: tuple[str, ...] = ()
+
+
+class UnparseableCommand(Exception):
+    """The text cannot be mapped onto simple commands with confidence (issue 4 Matching).
+
+    Raised by :func:`parse_command` for: a shell syntax error (a tree-sitter
+    ``ERROR`` or ``MISSING`` node), text longer than :data:`MAX_INPUT_BYTES`, nesting
+    deeper than :data:`MAX_DEPTH`, a program name computed at run time (``$CMD x``),
+    a script computed at run time (``bash -c "$X"``, ``eval "$X"``), a here-document
+    or here-string fed to a shell as its script (``bash <<EOF``), and the few
+    constructs the grammar does not model faithfully (``time { ...; }``,
+    ``env -S``).
+
+    Attributes:
+        reason: a short human-readable cause, e.g.
+            ``"the program name is computed at run time"``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_command(text: str) -> tuple[SimpleCommand, ...]:
+    """Return every simple command that ``text`` runs (issue 4 Matching).
+
+    Args:
+        text: a shell command line or script, as the ``bash`` tool receives it.
+
+    Returns:
+        One :class:`SimpleCommand` per simple command, wrappers and the commands
+        they run as separate entries, roughly in source order (outer before inner).
+        Empty for text without commands (blank, comments, bare assignments).
+
+    Raises:
+        UnparseableCommand: see its docstring for the causes.
+    """
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
+        raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
+    walker = _Walker()
+    walker.script(text, ())
+    return tuple(walker.out)
+
+
+# ----------------------------------------------------------------------------
+# The parser, created once per thread on first use.
+
+_local = threading.local()
+_language_lock = threading.Lock()
+_language: object | None = None
+
+
+def _parser() -> Parser:
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        from tree_sitter import Language
+        from tree_sitter import Parser as _TSParser
+
+        global _language
+        with _language_lock:
+            if _language is None:
+                import tree_sitter_bash
+
+                _language = Language(tree_sitter_bash.language())
+        parser = _TSParser(_language)  # type: ignore[arg-type]
+        _local.parser = parser
+    return parser
+
+
+# ----------------------------------------------------------------------------
+# Words.
+
+
+@dataclass(frozen=True)
+class _Word:
+    """A decoded shell word: ``dynamic`` when the shell still expands part of it."""
+
+    text: str
+    dynamic: bool = False
+
+
+@dataclass
+class _Pieces:
+    """Characters of a word being decoded; ``live`` marks unquoted, unescaped ones."""
+
+    chars: list[str] = field(default_factory=list)
+    live: list[bool] = field(default_factory=list)
+    dynamic: bool = False
+
+    def add(self, text: str, live: bool) -> None:
+        self.chars.extend(text)
+        self.live.extend([live] * len(text))
+
+    def word(self) -> _Word:
+        text = "".join(self.chars)
+        return _Word(text, self.dynamic or _has_pattern(self.chars, self.live))
+
+
+def _has_pattern(chars: Sequence[str], live: Sequence[bool]) -> bool:
+    """Whether unquoted characters form a glob or a brace expansion."""
+    opens: list[int] = []
+    for i, (char, is_live) in enumerate(zip(chars, live, strict=True)):
+        if not is_live:
+            continue
+        if char in "*?":
+            return True
+        if char == "[" and "]" in chars[i + 1 :]:
+            return True
+        if char == "{":
+            opens.append(i)
+        elif char == "}" and opens:
+            start = opens.pop()
+            inner = range(start + 1, i)
+            if any(chars[j] == "," and live[j] for j in inner):
+                return True
+            if "".join(chars[start + 1 : i]).find("..") > 0:
+                return True
+    return False
+
+
+_EXPANSIONS = frozenset(
+    {
+        "simple_expansion",
+        "expansion",
+        "command_substitution",
+        "process_substitution",
+        "arithmetic_expansion",
+        "brace_expression",
+    }
+)
+_DQUOTE_ESCAPABLE = '$`"\\'
+
+
+def _decode_unquoted(text: str, out: _Pieces) -> None:
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            if text[i + 1] != "\n":
+                out.add(text[i + 1], False)
+            i += 2
+            continue
+        out.add(char, True)
+        i += 1
+
+
+def _decode_dquoted(text: str, out: _Pieces) -> None:
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            following = text[i + 1]
+            if following == "\n":
+                i += 2
+                continue
+            if following in _DQUOTE_ESCAPABLE:
+                out.add(following, False)
+                i += 2
+                continue
+        out.add(char, False)
+        i += 1
+
+
+_ANSI_SIMPLE = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
+_ANSI_NUMERIC = re.compile(r"[0-7]{1,3}|x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}")
+
+
+def _decode_ansi_c(body: str) -> str:
+    """Decode the inside of ``$'...'`` as bash does (``\\n``, ``\\xHH``, octal ...)."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\" or i + 1 >= len(body):
+            out.append(char)
+            i += 1
+            continue
+        following = body[i + 1]
+        if following in _ANSI_SIMPLE:
+            out.append(_ANSI_SIMPLE[following])
+            i += 2
+            continue
+        if following == "c" and i + 2 < len(body):
+            out.append(chr(ord(body[i + 2].upper()) ^ 0x40))
+            i += 3
+            continue
+        number = _ANSI_NUMERIC.match(body, i + 1)
+        if number:
+            digits = number.group()
+            code = int(digits, 8) if digits[0] in "01234567" else int(digits[1:], 16)
+            out.append(chr(min(code, 0x10FFFF)))
+            i = number.end()
+            continue
+        out.append("\\" + following)
+        i += 2
+    # bash ends the string at a NUL byte.
+    return "".join(out).split("\0", 1)[0]
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+def _decode_into(node: Node, src: bytes, out: _Pieces) -> None:
+    kind = node.type
+    if kind == "word" or kind == "number":
+        _decode_unquoted(_text(node), out)
+    elif kind == "raw_string":
+        out.add(_text(node)[1:-1], False)
+    elif kind == "ansi_c_string":
+        out.add(_decode_ansi_c(_text(node)[2:-1]), False)
+    elif kind in ("string", "translated_string"):
+        start = node.start_byte + 1
+        for child in node.named_children:
+            if child.type == "string_content":
+                continue
+            if child.type not in _EXPANSIONS:
+                raise UnparseableCommand(f"cannot read a {child.type} inside a string")
+            _decode_dquoted(src[start : child.start_byte].decode("utf-8", "replace"), out)
+            out.add(_text(child), False)
+            out.dynamic = True
+            start = child.end_byte
+        _decode_dquoted(src[start : node.end_byte - 1].decode("utf-8", "replace"), out)
+    elif kind == "concatenation":
+        children = node.children
+        start = node.start_byte
+        for index, child in enumerate(children):
+            if child.start_byte > start:  # defensive: text between the parts
+                _decode_unquoted(src[start : child.start_byte].decode("utf-8", "replace"), out)
+            _decode_part(children, index, src, out)
+            start = child.end_byte
+    elif kind in _EXPANSIONS:
+        out.add(_text(node), False)
+        out.dynamic = True
+    else:
+        raise UnparseableCommand(f"cannot read a shell word of type {kind}")
+
+
+def _decode_part(nodes: Sequence[Node], index: int, src: bytes, out: _Pieces) -> None:
+    node = nodes[index]
+    if not node.is_named:
+        text = _text(node)
+        following = nodes[index + 1] if index + 1 < len(nodes) else None
+        if text == "$" and following is not None and following.type == "string":
+            return  # $"..." is a (locale-translated) double-quoted string
+        _decode_unquoted(text, out)
+        return
+    _decode_into(node, src, out)
+
+
+def _decode(nodes: Sequence[Node], src: bytes) -> _Word:
+    out = _Pieces()
+    for index in range(len(nodes)):
+        _decode_part(nodes, index, src, out)
+    return out.word()
+
+
+_LINE_CONTINUATIONS = re.compile(rb"(?:\\\r?\n)*")
+
+
+def _group_words(nodes: Sequence[Node], src: bytes) -> list[list[Node]]:
+    """Group word nodes that bash reads as one word.
+
+    tree-sitter-bash splits ``r\\<newline>m`` into two words, and ``$"..."`` into
+    ``$`` and a string; bash joins parts with no blank between them.
+    """
+    groups: list[list[Node]] = []
+    previous_end = -1
+    for node in nodes:
+        gap = src[previous_end : node.start_byte] if previous_end >= 0 else None
+        if gap is not None and groups and _LINE_CONTINUATIONS.fullmatch(gap):
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+        previous_end = node.end_byte
+    return groups
+
+
+# ----------------------------------------------------------------------------
+# Wrappers and shells.
+
+
+@dataclass(frozen=True)
+class _Wrapper:
+    """How a wrapper program's own options look, so the wrapped command can be found.
+
+    Attributes:
+        short_with_arg: short option letters that take a value (``-u root``, ``-uroot``).
+        long_with_arg: long options that take the next word as value (``--user root``).
+        operands: positional words before the command (``timeout DURATION``).
+        assignments: ``NAME=value`` words may precede the command (``env``, ``sudo``).
+        opaque: options after which the command cannot be found (``env -S``).
+        no_command: options after which the operands are not a command (``ionice -p``).
+    """
+
+    short_with_arg: str = ""
+    long_with_arg: frozenset[str] = frozenset()
+    operands: int = 0
+    assignments: bool = False
+    opaque: frozenset[str] = frozenset()
+    no_command: frozenset[str] = frozenset()
+
+
+_WRAPPERS: dict[str, _Wrapper] = {
+    "env": _Wrapper(
+        short_with_arg="uCS",
+        long_with_arg=frozenset({"--unset", "--chdir", "--split-string"}),
+        assignments=True,
+        opaque=frozenset({"-S", "--split-string"}),
+    ),
+    "timeout": _Wrapper(
+        short_with_arg="sk", long_with_arg=frozenset({"--signal", "--kill-after"}), operands=1
+    ),
+    "nice": _Wrapper(short_with_arg="n", long_with_arg=frozenset({"--adjustment"})),
+    "ionice": _Wrapper(
+        short_with_arg="cnpPu",
+        long_with_arg=frozenset({"--class", "--classdata", "--pid", "--pgid", "--uid"}),
+        no_command=frozenset({"-p", "-P", "-u", "--pid", "--pgid", "--uid"}),
+    ),
+    "taskset": _Wrapper(operands=1, no_command=frozenset({"-p", "--pid"})),
+    "nohup": _Wrapper(),
+    "setsid": _Wrapper(),
+    "xargs": _Wrapper(
+        short_with_arg="adEILnPs",
+        long_with_arg=frozenset(
+            {
+                "--arg-file",
+                "--delimiter",
+                "--max-args",
+                "--max-procs",
+                "--max-chars",
+                "--max-lines",
+                "--process-slot-var",
+            }
+        ),
+    ),
+    "sudo": _Wrapper(
+        short_with_arg="CDghprtTUu",
+        long_with_arg=frozenset(
+            {
+                "--chdir",
+                "--close-from",
+                "--command-timeout",
+                "--group",
+                "--host",
+                "--other-user",
+                "--prompt",
+                "--role",
+                "--type",
+                "--user",
+            }
+        ),
+        assignments=True,
+    ),
+    "doas": _Wrapper(short_with_arg="Cu"),
+    "exec": _Wrapper(short_with_arg="a"),
+    "command": _Wrapper(),
+    "builtin": _Wrapper(),
+    "time": _Wrapper(short_with_arg="fo", long_with_arg=frozenset({"--format", "--output"})),
+    "coproc": _Wrapper(),
+    "stdbuf": _Wrapper(
+        short_with_arg="ioe", long_with_arg=frozenset({"--input", "--output", "--error"})
+    ),
+    "chroot": _Wrapper(long_with_arg=frozenset({"--groups", "--userspec"}), operands=1),
+    "busybox": _Wrapper(),
+}
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
+_FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+# Reserved words that bash reads after the `time` and `coproc` keywords; the grammar
+# takes those keywords for plain commands, so what follows would be misread.
+_RESERVED = frozenset(
+    {"{", "}", "!", "(", "((", "[[", "if", "while", "until", "for", "select", "case", "function"}
+)
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^]]*\])?\+?=")
+_COMPUTED_PROGRAM = "the program name is computed at run time"
+
+
+def _is_dangerous(name: str) -> bool:
+    return name in DANGEROUS_VARIABLES or name.startswith(_DANGEROUS_PREFIXES)
+
+
+def _unwrap(argv: Sequence[_Word], wrapper: _Wrapper) -> tuple[Sequence[_Word], tuple[str, ...]]:
+    """Return the command a wrapper runs (empty if none) and the assignments it adds."""
+    name = argv[0].text
+    assignments: list[str] = []
+    i = 1
+    while i < len(argv):
+        word = argv[i].text
+        if word == "--":
+            i += 1
+            break
+        if word == "-":  # env's spelling of -i
+            i += 1
+            continue
+        if word.startswith("--"):
+            option = word.split("=", 1)[0]
+            if option in wrapper.opaque:
+                raise UnparseableCommand(f"{name} {option} hides the command it runs")
+            if option in wrapper.no_command:
+                return (), ()
+            i += 2 if "=" not in word and option in wrapper.long_with_arg else 1
+            continue
+        if word.startswith("-") and len(word) > 1:
+            i += 1
+            for offset, letter in enumerate(word[1:], start=2):
+                if f"-{letter}" in wrapper.opaque:
+                    raise UnparseableCommand(f"{name} -{letter} hides the command it runs")
+                if f"-{letter}" in wrapper.no_command:
+                    return (), ()
+                if letter in wrapper.short_with_arg:
+                    if offset == len(word):  # the value is the next word
+                        i += 1
+                    break
+            continue
+        if wrapper.assignments and _ASSIGNMENT.match(word):
+            assignments.append(word)
+            i += 1
+            continue
+        break
+    return argv[i + wrapper.operands :], tuple(assignments)
+
+
+def _shell_script(argv: Sequence[_Word]) -> tuple[_Word | None, bool]:
+    """Return ``(SCRIPT, reads_stdin)`` for a shell's argv.
+
+    ``SCRIPT`` is the word after ``-c`` (None without ``-c``); ``reads_stdin`` is
+    whether the shell reads its script from standard input (no ``-c``, no file).
+    """
+    has_c = has_s = False
+    i = 1
+    while i < len(argv):
+        word = argv[i].text
+        if word in ("--", "-"):
+            i += 1
+            break
+        if word.startswith("--"):
+            i += 2 if word in ("--rcfile", "--init-file") else 1
+            continue
+        if word[:1] in ("-", "+") and len(word) > 1:
+            letters = word[1:]
+            has_c = has_c or (word[0] == "-" and "c" in letters)
+            has_s = has_s or (word[0] == "-" and "s" in letters)
+            i += 2 if ("o" in letters or "O" in letters) else 1
+            continue
+        break
+    if has_c:
+        return (argv[i] if i < len(argv) else None), False
+    return None, has_s or i >= len(argv)
+
+
+def _su_script(argv: Sequence[_Word]) -> _Word | None:
+    for i, word in enumerate(argv[1:], start=1):
+        if word.text in ("-c", "--command") and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.text.startswith("--command="):
+            return _Word(word.text.split("=", 1)[1], word.dynamic)
+    return None
+
+
+def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word]]]:
+    """Yield ``(action, argv)`` for the ``-exec``/``-execdir``/``-ok``/``-okdir`` actions."""
+    i = 1
+    while i < len(argv):
+        if argv[i].text in _FIND_ACTIONS:
+            end = i + 1
+            while end < len(argv) and argv[end].text not in (";", "+"):
+                end += 1
+            if end > i + 1:
+                yield argv[i].text, argv[i + 1 : end]
+            i = end
+        i += 1
+
+
+def _xargs_replace(argv: Sequence[_Word]) -> str:
+    """The replace-string of ``xargs -I R`` / ``-i`` / ``--replace`` ("{}" by default)."""
+    for i, word in enumerate(argv[1:], start=1):
+        text = word.text
+        if text == "-I" and i + 1 < len(argv):
+            return argv[i + 1].text
+        if text.startswith("-I") and len(text) > 2:
+            return text[2:]
+        if text.startswith("-i") and len(text) > 2:
+            return text[2:]
+        if text.startswith("--replace="):
+            return text.split("=", 1)[1]
+    return "{}"
+
+
+# ----------------------------------------------------------------------------
+# The walk.
+
+_SUBSTITUTION_VIA = {"$(": "$(...)", "`": "`...`", "<(": "<(...)", ">(": ">(...)"}
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_HERE_REDIRECTS = frozenset({"heredoc_redirect", "herestring_redirect"})
+# Leaves that never hold shell code (text in single quotes, comments ...).
+_INERT_LEAVES = frozenset(
+    {"raw_string", "ansi_c_string", "comment", "heredoc_start", "heredoc_end"}
+)
+_CODE_MARKERS = re.compile(r"\$[({\[]|`")
+_DECLARATIONS = frozenset({"declaration_command", "unset_command"})
+_MISREAD = "the shell grammar misreads {} here"
+# The text of a backtick substitution up to its closing backtick.
+_BACKTICK_END = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
+# A newline in an unquoted word that no backslash escapes.
+_RAW_NEWLINE = re.compile(r"(?<!\\)(?:\\\\)*\n")
+# Reserved words the grammar may take for a command name ("! if" is read that way);
+# bash never runs a command of that name (`time` and `coproc` are handled apart).
+_RESERVED_NAMES = frozenset(
+    {"if", "then", "elif", "else", "fi", "do", "done", "while", "until", "for", "in",
+     "select", "case", "esac", "function", "{", "}", "!", "[[", "]]"}
+)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One node waiting to be walked, with the source it belongs to."""
+
+    node: Node
+    src: bytes
+    via: tuple[str, ...]
+    here: bool  # standard input is a here-document or here-string
+
+
+class _Walker:
+    """Walk parse trees, collecting :class:`SimpleCommand` objects into ``out``."""
+
+    def __init__(self) -> None:
+        self.out: list[SimpleCommand] = []
+        # Dangerous variables set by statements seen so far (PATH=x; export IFS=y).
+        self.set_dangerous: dict[str, None] = {}
+
+    # -- entry points -------------------------------------------------------
+
+    def script(self, text: str, via: tuple[str, ...], *, here: bool = False) -> None:
+        """Parse ``text`` as a shell script reached through ``via`` and walk it."""
+        _check_depth(via)
+        src = text.encode("utf-8", "surrogatepass")
+        if len(src) > MAX_INPUT_BYTES:
+            raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
+        tree = _parser().parse(src)
+        root = tree.root_node
+        if root.has_error:
+            raise UnparseableCommand(_syntax_error(root))
+        self._walk(_Item(root, src, via, here))
+
+    def _walk(self, first: _Item) -> None:
+        stack = [first]
+        while stack:
+            item = stack.pop()
+            children = self._visit(item)
+            stack.extend(reversed(children))
+
+    # -- nodes --------------------------------------------------------------
+
+    def _visit(self, item: _Item) -> list[_Item]:
+        """Handle one node; return the nodes to walk next, in source order."""
+        node, kind = item.node, item.node.type
+        if kind == "command":
+            return self._command(item)
+        if kind in _DECLARATIONS:
+            return self._declaration(item)
+        if kind == "redirected_statement":
+            here = item.here or any(
+                child.type in _HERE_REDIRECTS for child in node.children_by_field_name("redirect")
+            )
+            return [
+                _Item(
+                    child, item.src, item.via, here if child.type not in _REDIRECTS else item.here
+                )
+                for child in node.children
+            ]
+        if kind == "heredoc_redirect":
+            return self._heredoc(item)
+        if kind in ("command_substitution", "process_substitution"):
+            opener = node.children[0].type if node.children else ""
+            via = (*item.via, _SUBSTITUTION_VIA.get(opener, "$(...)"))
+            _check_depth(via)
+            if opener == "`":
+                in_dquotes = node.parent is not None and node.parent.type == "string"
+                body = item.src[node.start_byte + 1 : node.end_byte - 1].decode("utf-8", "replace")
+                if _BACKTICK_END.match(body + "`").end() != len(body) + 1:
+                    raise UnparseableCommand(_MISREAD.format("backticks"))
+                self.script(_unescape_backticks(body, in_dquotes), via, here=item.here)
+                return []
+            return [_Item(child, item.src, via, item.here) for child in node.children]
+        if kind == "variable_assignment" and (node.parent is None or node.parent.type != "command"):
+            self._note_assignment(node)  # a statement of its own: it lasts
+        if node.child_count == 0:
+            if kind == "``":  # `a` `b` is read as one substitution
+                raise UnparseableCommand(_MISREAD.format("backticks"))
+            if kind == "word" and _RAW_NEWLINE.search(_text(node)):
+                # "ls\n\\rm x" is read as one command with the argument "\n\\rm".
+                raise UnparseableCommand(_MISREAD.format("a line break"))
+            if node.is_named and kind not in _INERT_LEAVES and _CODE_MARKERS.search(_text(node)):
+                # The grammar left code unparsed in this leaf (``${x#$(cmd)}``).
+                self._scan(_text(node), item.via, item.here)
+            return []
+        return [_Item(child, item.src, item.via, item.here) for child in node.children]
+
+    def _note_assignment(self, node: Node) -> None:
+        name = _assigned_name(node)
+        if name and _is_dangerous(name):
+            self.set_dangerous.setdefault(name)
+
+    def _command(self, item: _Item) -> list[_Item]:
+        node, src = item.node, item.src
+        assignments: list[str] = []
+        own_dangerous: list[str] = []
+        words: list[Node] = []
+        here = item.here
+        for index, child in enumerate(node.children):
+            field_name = node.field_name_for_child(index)
+            if child.type == "variable_assignment" and not words:
+                assignments.append(_assignment_text(child, src))
+                name = _assigned_name(child)
+                if name and _is_dangerous(name) and name not in own_dangerous:
+                    own_dangerous.append(name)
+            elif field_name == "name":
+                words.extend(child.children)
+            elif field_name == "argument":
+                words.append(child)
+            elif child.type in _HERE_REDIRECTS:
+                here = True
+        nested = [_Item(child, src, item.via, item.here) for child in node.children]
+        if not words:
+            for name in own_dangerous:  # `PATH=x` alone sets it for what follows
+                self.set_dangerous.setdefault(name)
+            return nested
+        groups = _group_words(words, src)
+        if len(groups[0]) == 1 and groups[0][0].type == "word":
+            if _text(groups[0][0]) in _RESERVED_NAMES:
+                raise UnparseableCommand(_MISREAD.format(f"the reserved word {_text(groups[0][0])!r}"))
+        argv = [_decode(group, src) for group in groups]
+        dangerous = tuple(dict.fromkeys([*own_dangerous, *self.set_dangerous]))
+        self._emit(argv, tuple(assignments), dangerous, item.via, here)
+        return nested
+
+    def _declaration(self, item: _Item) -> list[_Item]:
+        """``export``/``declare``/``local``/``readonly``/``typeset``/``unset``."""
+        node, src = item.node, item.src
+        argv: list[_Word] = []
+        dangerous = tuple(self.set_dangerous)
+        for child in node.children:
+            if not child.is_named:
+                argv.append(_Word(_text(child)))
+            elif child.type == "variable_assignment":
+                argv.append(_Word(_assignment_text(child, src)))
+                self._note_assignment(child)
+            elif child.type == "variable_name":
+                argv.append(_Word(_text(child)))
+            elif child.type not in ("comment", *_REDIRECTS):
+                argv.append(_decode([child], src))
+        self.out.append(
+            SimpleCommand(
+                argv=tuple(word.text for word in argv),
+                dangerous=dangerous,
+                via=item.via,
+            )
+        )
+        return [_Item(child, src, item.via, item.here) for child in node.children]
+
+    def _heredoc(self, item: _Item) -> list[_Item]:
+        node, src = item.node, item.src
+        quoted = False
+        rest: list[_Item] = []
+        for child in node.children:
+            if child.type == "heredoc_start":
+                quoted = any(char in _text(child) for char in "'\"\\")
+            elif child.type == "heredoc_body":
+                if not quoted:
+                    # The grammar misses backticks and ``<<-`` bodies: scan the text.
+                    body = src[child.start_byte : child.end_byte].decode("utf-8", "replace")
+                    self._scan(body, item.via, item.here)
+            elif child.is_named:
+                # A pipeline or list after `<<EOF` on the same line lands in here.
+                rest.append(_Item(child, src, item.via, True))
+        return rest
+
+    # -- expansions in free text ---------------------------------------------
+
+    def _scan(self, text: str, via: tuple[str, ...], here: bool) -> None:
+        """Walk the substitutions in text that bash expands like a here-document body."""
+        i = 0
+        while i < len(text):
+            char = text[i]
+            if char == "\\":
+                i += 2
+                continue
+            if char == "`":
+                end = i + 1
+                while end < len(text) and text[end] != "`":
+                    end += 2 if text[end] == "\\" else 1
+                if end >= len(text):
+                    raise UnparseableCommand("an unterminated backtick substitution")
+                inner = (*via, "`...`")
+                _check_depth(inner)
+                self.script(_unescape_backticks(text[i + 1 : end], False), inner, here=here)
+                i = end + 1
+                continue
+            if char == "$" and text[i + 1 : i + 2] in ("(", "{", "["):
+                length = self._expansion_at(text[i:], via, here)
+                i += length
+                continue
+            i += 1
+
+    def _expansion_at(self, text: str, via: tuple[str, ...], here: bool) -> int:
+        """Walk the ``$(...)``/``${...}``/``$((...))`` that starts ``text``; return its length."""
+        src = b": " + text.encode("utf-8", "surrogatepass")
+        found = _expansion_node(_parser().parse(src).root_node)
+        if found is None or found.has_error:
+            raise UnparseableCommand("an expansion in a here-document the grammar cannot read")
+        expansion = src[2 : found.end_byte]
+        # Parse it again alone, so that the text after it cannot have shaped it.
+        alone = b": " + expansion
+        root = _parser().parse(alone).root_node
+        found = _expansion_node(root)
+        if root.has_error or found is None or found.end_byte != len(alone):
+            raise UnparseableCommand("an expansion in a here-document the grammar cannot read")
+        self._walk(_Item(found, alone, via, here))
+        return len(expansion.decode("utf-8", "surrogatepass"))
+
+    # -- what a command runs ---------------------------------------------------
+
+    def _emit(
+        self,
+        argv: Sequence[_Word],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+        here: bool,
+    ) -> None:
+        """Record ``argv`` as a simple command, then what it runs in turn."""
+        if not argv:
+            return
+        _check_depth(via)
+        program = argv[0]
+        if program.dynamic:
+            raise UnparseableCommand(_COMPUTED_PROGRAM)
+        self.out.append(
+            SimpleCommand(
+                argv=tuple(word.text for word in argv),
+                assignments=assignments,
+                dangerous=dangerous,
+                path_qualified="/" in program.text,
+                via=via,
+            )
+        )
+        name = posixpath.basename(program.text)
+        if name in _WRAPPERS:
+            if name in ("time", "coproc") and any(w.text in _RESERVED for w in argv[1:3]):
+                raise UnparseableCommand(f"{name} before a compound command")
+            inner, added = _unwrap(argv, _WRAPPERS[name])
+            if inner and name == "xargs" and _xargs_replace(argv) in inner[0].text:
+                raise UnparseableCommand(_COMPUTED_PROGRAM)
+            more_dangerous = [a.split("=", 1)[0] for a in added]
+            self._emit(
+                inner,
+                assignments + added,
+                tuple(dict.fromkeys([*dangerous, *filter(_is_dangerous, more_dangerous)])),
+                (*via, name),
+                here,
+            )
+        elif name in _SHELLS:
+            script, reads_stdin = _shell_script(argv)
+            if script is not None:
+                self._run_script(script, f"{name} -c", assignments, dangerous, via)
+            elif reads_stdin and here:
+                raise UnparseableCommand(f"a here-document or here-string is the script of {name}")
+        elif name in ("source", ".") and here and len(argv) > 1:
+            if argv[1].text in ("/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"):
+                raise UnparseableCommand(f"a here-document or here-string is sourced by {name}")
+        elif name == "su":
+            script = _su_script(argv)
+            if script is not None:
+                self._run_script(script, "su -c", (), (), via)
+        elif name == "eval" and len(argv) > 1:
+            joined = _Word(" ".join(w.text for w in argv[1:]), any(w.dynamic for w in argv[1:]))
+            self._run_script(joined, "eval", (), (), via)
+        elif name == "trap":
+            self._trap(argv, via)
+        elif name == "find":
+            for action, inner in _find_actions(argv):
+                if "{}" in inner[0].text:
+                    raise UnparseableCommand(_COMPUTED_PROGRAM)
+                self._emit(inner, assignments, dangerous, (*via, f"find {action}"), False)
+
+    def _run_script(
+        self,
+        script: _Word,
+        step: str,
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+    ) -> None:
+        if script.dynamic:
+            raise UnparseableCommand(f"the script of {step} is computed at run time")
+        inner = (*via, step)
+        _check_depth(inner)
+        before = len(self.out)
+        saved = dict(self.set_dangerous)
+        # The environment of the shell reaches the commands of its script ...
+        self.set_dangerous.update(dict.fromkeys(dangerous))
+        entered = dict(self.set_dangerous)
+        self.script(script.text, inner)
+        # ... but not the commands after it, unlike what the script itself sets.
+        set_inside = [name for name in self.set_dangerous if name not in entered]
+        self.set_dangerous = {**saved, **dict.fromkeys(set_inside)}
+        if assignments:
+            self.out[before:] = [
+                SimpleCommand(
+                    argv=c.argv,
+                    assignments=assignments + c.assignments,
+                    dangerous=c.dangerous,
+                    path_qualified=c.path_qualified,
+                    via=c.via,
+                )
+                for c in self.out[before:]
+            ]
+
+    def _trap(self, argv: Sequence[_Word], via: tuple[str, ...]) -> None:
+        args = list(argv[1:])
+        if args and args[0].text == "--":
+            args = args[1:]
+        if len(args) < 2 or args[0].text.startswith("-"):
+            return  # `trap -p`, `trap -l`, `trap - INT`, `trap INT`: no action
+        if args[0].text:
+            self._run_script(args[0], "trap", (), (), via)
+
+
+def _expansion_node(root: Node) -> Node | None:
+    """The largest expansion node that starts at byte 2 (after ``": "``)."""
+    node = root.descendant_for_byte_range(2, 3)
+    found = None
+    while node is not None and node.start_byte == 2:
+        if node.type in ("command_substitution", "expansion", "arithmetic_expansion"):
+            found = node
+        node = node.parent
+    return found
+
+
+def _check_depth(via: tuple[str, ...]) -> None:
+    if len(via) > MAX_DEPTH:
+        raise UnparseableCommand(f"commands nested more than {MAX_DEPTH} levels deep")
+
+
+def _unescape_backticks(body: str, in_dquotes: bool) -> str:
+    """The script inside backticks: ``\\\\``, ``\\```, ``\\$`` (and ``\\"`` in "...") lose the backslash."""
+    special = '\\`$"' if in_dquotes else "\\`$"
+    return re.sub(r"\\(.)", lambda m: m.group(1) if m.group(1) in special else m.group(0), body)
+
+
+def _assigned_name(node: Node) -> str | None:
+    name = node.child_by_field_name("name")
+    if name is None:
+        return None
+    if name.type == "subscript":
+        name = name.child_by_field_name("name")
+    return _text(name) if name is not None else None
+
+
+def _assignment_text(node: Node, src: bytes) -> str:
+    """``NAME=value`` with the value's quotes removed (an array keeps its source)."""
+    value = node.child_by_field_name("value")
+    if value is None:
+        return _text(node)
+    head = src[node.start_byte : value.start_byte].decode("utf-8", "replace")
+    try:
+        return head + _decode([value], src).text
+    except UnparseableCommand:
+        return _text(node)
+
+
+def _syntax_error(root: Node) -> str:
+    """Describe the first ERROR or MISSING node under ``root``."""
+    node = root
+    while True:
+        bad = next((c for c in node.children if c.has_error or c.is_missing), None)
+        if bad is None or bad.is_missing or bad.type == "ERROR":
+            node = bad or node
+            break
+        node = bad
+    line, column = node.start_point
+    if node.is_missing:
+        return f"shell syntax error: missing {node.type!r} at line {line + 1}, column {column + 1}"
+    snippet = _text(node)[:30]
+    return f"shell syntax error near {snippet!r} at line {line + 1}, column {column + 1}"
