@@ -349,3 +349,85 @@ def test_a_script_nested_too_deeply_to_parse_is_a_clear_error(tmp_path, env):
     proc = pi("--script", str(script), "-C", str(tmp_path), "go", env=env)
     assert proc.returncode == 2
     assert "nested too deeply" in proc.stderr and "Traceback" not in proc.stderr
+
+
+BIG_RESULTS = """
+def extension(pi):
+    def deep(params, ctx):
+        value = {}
+        node = value
+        for _ in range(95):
+            node["a"] = {}
+            node = node["a"]
+        return {"content": [{"type": "text", "text": "deep"}], "details": value}
+
+    def big(params, ctx):
+        return "x" * (3 * 1024 * 1024)
+
+    pi.register_tool(name="deep", description="d", execute=deep)
+    pi.register_tool(name="big", description="b", execute=big)
+"""
+
+OBSERVER = """
+SEEN = []
+
+
+def extension(pi):
+    def on_result(event, ctx):
+        SEEN.append(event.get("toolName"))
+
+    def on_call(event, ctx):
+        return None
+
+    pi.on("tool_result", on_result)
+    pi.on("tool_call", on_call)
+"""
+
+
+def test_results_too_deep_or_too_big_to_pass_on_become_errors_and_observers_survive(tmp_path, env):
+    producer = tmp_path / "producer.py"
+    producer.write_text(BIG_RESULTS)
+    observer = tmp_path / "observer.py"
+    observer.write_text(OBSERVER)
+    script = tmp_path / "s.yaml"
+    turns = "".join(
+        f"- tool_calls:\n    - {{name: {name}, arguments: {{}}}}\n" for name in ["deep", "big"] * 2
+    )
+    script.write_text(turns + "- text: done\n")
+    proc = pi(
+        "--mode",
+        "json",
+        "--script",
+        str(script),
+        "-e",
+        str(producer),
+        "-e",
+        str(observer),
+        "-C",
+        str(tmp_path),
+        "go",
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    texts = [
+        json.loads(line)["result"]["content"][0]["text"]
+        for line in proc.stdout.splitlines()
+        if json.loads(line)["type"] == "tool_execution_end"
+    ]
+    assert len(texts) == 4
+    assert all("returned a result nested deeper than 90 levels" in t for t in texts[::2])
+    assert all("returned a result of" in t and "the limit is" in t for t in texts[1::2])
+    assert "extension_error" not in proc.stdout  # the observer was never killed
+
+
+def test_json_progress_is_bounded_per_call(tmp_path, env):
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "- tool_calls:\n    - {name: bash, arguments: {command: 'head -c 4000000 /dev/zero | tr \"\\\\0\" x'}}\n"
+        "- text: done\n"
+    )
+    proc = pi("--mode", "json", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    assert proc.returncode == 0, proc.stderr
+    updates = [line for line in proc.stdout.splitlines() if '"tool_execution_update"' in line]
+    assert sum(len(line) for line in updates) < 1.3 * 1024 * 1024
+    assert "is not streamed" in updates[-1]

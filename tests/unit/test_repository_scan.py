@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pi_sandbox.sandbox.repository_scan import find_repositories
@@ -51,3 +52,18 @@ def test_symlinks_are_not_followed_and_the_scan_is_bounded(tmp_path: Path):
     partial = find_repositories(str(root), max_directories=3)
     assert len(partial.found) < 10
     assert not partial.complete  # and says so
+
+
+def test_a_directory_that_cannot_be_listed_makes_the_scan_incomplete(tmp_path: Path, monkeypatch):
+    (tmp_path / "hide" / "repo" / ".git").mkdir(parents=True)
+    real_scandir = os.scandir
+
+    def scandir(path):
+        if str(path).endswith("hide"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    scan = find_repositories(str(tmp_path))
+    assert not scan.complete
+    assert scan.unreadable == [str(tmp_path / "hide")]

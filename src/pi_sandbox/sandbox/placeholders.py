@@ -18,8 +18,8 @@ remove the listed directories that are still empty. A run killed with SIGKILL
 drops its lock with its process; its placeholders are already listed, and the
 next run to leave when no other run is active removes them.
 
-Files live in ``$XDG_RUNTIME_DIR/pi-sandbox`` or ``<tmp>/pi-sandbox-<uid>``
-(mode 0700, refused if another user owns it).
+Files live in ``/tmp/pi-sandbox-<uid>`` (mode 0700, refused if another user owns
+it), whatever ``$TMPDIR`` says (see `state_dir`).
 """
 
 from __future__ import annotations
@@ -28,28 +28,30 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
+import stat
 from collections.abc import Iterable
 
 __all__ = ["PlaceholderLease", "state_dir"]
 
 
 def state_dir() -> str:
-    """This user's private directory for sandbox bookkeeping (created 0700).
+    """This user's private directory for sandbox bookkeeping, ``/tmp/pi-sandbox-<uid>``
+    (created 0700).
+
+    A fixed place, deliberately not ``$TMPDIR`` or ``$XDG_RUNTIME_DIR``: every run
+    of this user must find the same lock, whatever environment it was started
+    from (a terminal, cron, ssh, sudo), or one run could remove placeholders
+    another still relies on.
 
     Raises:
-        OSError: it cannot be created, or exists and is not ours / is group or
-            world accessible.
+        OSError: it cannot be created, or exists and is not a private directory
+            owned by this user.
     """
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        path = os.path.join(runtime, "pi-sandbox")
-    else:
-        path = os.path.join(tempfile.gettempdir(), f"pi-sandbox-{os.getuid()}")
+    path = f"/tmp/pi-sandbox-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     info = os.lstat(path)
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not os.path.isdir(path):
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise OSError(f"{path} is not a private directory owned by this user")
     return path
 

@@ -18,6 +18,7 @@ import os
 import pathlib
 import stat
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,8 @@ from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
 
 __all__ = [
+    "PROC_MASKED",
+    "PROC_READ_ONLY",
     "PROTECTED_IN_WORKSPACE",
     "PROXY_SOCKET_IN_SANDBOX",
     "DenyKind",
@@ -35,6 +38,7 @@ __all__ = [
     "SandboxProfile",
     "WorkerRole",
     "resolve_policy_path",
+    "shared_directories",
     "worker_profile",
 ]
 
@@ -479,6 +483,21 @@ def _host_can_create(directory: str) -> bool:
     return os.access(directory, os.W_OK)
 
 
+def shared_directories(home: str | Path) -> list[tuple[str, str]]:
+    """Directories no sandbox may see whole, as ``(what, canonical path)``: HOME
+    (every dotfile and token store), the temporary and runtime directories and
+    the sandbox bookkeeping directory (other runs' worker logs, egress proxy
+    sockets, placeholder lists; a read-only bind still lets a process connect to
+    the Unix sockets in it)."""
+    found = [("home directory", os.path.realpath(home))]
+    found.append(("temporary directory", os.path.realpath(tempfile.gettempdir())))
+    found.append(("temporary directory", "/tmp"))
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        found.append(("runtime directory", os.path.realpath(runtime)))
+    return list(dict.fromkeys(found))
+
+
 def resolve_policy_path(path: str, *, workspace: str, home: str) -> str:
     """Turn a policy path (absolute, ``~``/``~/…`` or workspace-relative) into a
     normalised absolute path, without resolving symlinks.
@@ -632,8 +651,17 @@ def worker_profile(
     workspace_str = os.path.abspath(workspace)
     home_str = os.path.abspath(home)
     if trusted:
+        shared = shared_directories(home_str)
         for path in settings.read_only:
-            expose(resolve_policy_path(path, workspace=workspace_str, home=home_str))
+            resolved = resolve_policy_path(path, workspace=workspace_str, home=home_str)
+            real = os.path.realpath(resolved)
+            for what, directory in shared:
+                if is_within(directory, real):
+                    raise SandboxError(
+                        f"sandbox.filesystem.read_only: {path!r} contains your {what} "
+                        f"({directory}); name a directory inside it instead"
+                    )
+            expose(resolved)
 
     # A symlinked workspace is refused by SandboxProfile when writable (it is a
     # writable root); read-only, it is exposed like any other path.

@@ -28,14 +28,16 @@ class RepositoryScan:
 
     Attributes:
         found: absolute paths of directories git could treat as a repository.
-        complete: False when the directory limit stopped the scan early (a tree
-            that big may hide a repository from the comparison).
+        complete: False when the directory limit stopped the scan early, or a
+            directory could not be listed (either may hide a repository).
         visited: directories visited.
+        unreadable: directories that could not be listed.
     """
 
     found: set[str] = field(default_factory=set)
     complete: bool = True
     visited: int = 0
+    unreadable: list[str] = field(default_factory=list)
 
 
 def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> RepositoryScan:
@@ -46,7 +48,8 @@ def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> R
     ``HEAD`` entry that is not a directory (a file, or a symlink such as git's
     ``HEAD -> refs/heads/main``) next to any of ``objects``, ``refs`` or
     ``commondir`` (of any type: git follows symlinks and ``commondir``).
-    Symlinks are not followed while walking; unreadable directories are skipped.
+    Symlinks are not followed while walking; a directory that cannot be listed
+    makes the scan incomplete.
 
     Args:
         root: an absolute directory.
@@ -68,6 +71,10 @@ def find_repositories(root: str, *, max_directories: int = MAX_DIRECTORIES) -> R
         try:
             entries = list(os.scandir(directory))
         except OSError:
+            # A directory the scan cannot list (a tool can `chmod 311` its own
+            # directories) may hide a repository: the comparison is not complete.
+            scan.complete = False
+            scan.unreadable.append(directory)
             continue
         names: dict[str, os.DirEntry[str]] = {entry.name: entry for entry in entries}
         if ".git" in names or _bare_layout(names):

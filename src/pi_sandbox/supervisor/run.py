@@ -9,6 +9,7 @@ reaped, even when the run fails.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +30,10 @@ from pi_sandbox.errors import (
 )
 
 __all__ = ["RunOptions", "run_print_session"]
+
+
+MAX_UPDATE_BYTES_PER_CALL = 1024 * 1024
+"""Progress (``tool_execution_update``) streamed per tool call, in bytes of JSON."""
 
 
 @dataclass
@@ -199,6 +204,31 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
             return  # progress is cosmetic; a malformed update is dropped, not fatal
         if pool.running_calls.get(update.tool_call_id or "") is not worker:
             return  # only the worker executing a call may report progress for it
+        # Progress is bounded per call: a command printing without end must not
+        # stream gigabytes through the JSON event stream (the result is truncated).
+        call_id = update.tool_call_id or ""
+        sent = update_bytes.get(call_id, 0)
+        if sent > MAX_UPDATE_BYTES_PER_CALL:
+            return
+        size = len(json.dumps(update.update, ensure_ascii=False))
+        update_bytes[call_id] = sent + size
+        if sent + size > MAX_UPDATE_BYTES_PER_CALL:
+            await output(
+                {
+                    "type": "tool_execution_update",
+                    "toolCallId": update.tool_call_id,
+                    "partialResult": {
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": f"[pi: progress output past {MAX_UPDATE_BYTES_PER_CALL} "
+                                "bytes is not streamed; the result has the output's tail]",
+                            }
+                        ]
+                    },
+                }
+            )
+            return
         await output(
             {
                 "type": "tool_execution_update",
@@ -206,6 +236,8 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                 "partialResult": update.update,
             }
         )
+
+    update_bytes: dict[str, int] = {}
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
     from pi_sandbox.sandbox.repository_scan import find_repositories
@@ -338,13 +370,18 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                 for root, before in repositories_at_start.items():
                     after = await trio.to_thread.run_sync(find_repositories, root)
                     if not after.complete:
+                        why = (
+                            f"{len(after.unreadable)} directories could not be read "
+                            f"(e.g. {after.unreadable[0]})"
+                            if after.unreadable
+                            else f"it has more than {after.visited} directories"
+                        )
                         await output(
                             {
                                 "type": "warning",
-                                "message": f"{root} has more than {after.visited} directories: "
-                                "the check for git repositories created during the run was "
-                                "incomplete; review new .git directories and HEAD files before "
-                                "running git below it",
+                                "message": f"the check of {root} for git repositories created "
+                                f"during the run was incomplete: {why}; review new .git "
+                                "directories and HEAD files before running git below it",
                             }
                         )
                     for path in sorted(after.found - before.found):

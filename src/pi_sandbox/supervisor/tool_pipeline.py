@@ -314,6 +314,10 @@ class ToolPipeline:
             finally:
                 self.pool.running_calls.pop(item.call.id, None)
             result = ToolResultWire.model_validate(raw).model_dump()
+            if problem := _forwarding_problem(result):
+                # Passed on as it is, the result would be refused by every worker a
+                # tool_result event carries it to (its frame limits), killing them.
+                return _error_result(f"Tool {item.call.name} returned {problem}")
             bitten = _limits_reached(before, worker)
             if bitten:
                 # What hit the limit (a fork bomb's processes, a runaway allocation)
@@ -400,4 +404,21 @@ def _limits_reached(before: dict[str, int], worker: WorkerProcess) -> str | None
         return f"the sandbox's process limit ({limits.processes}) was reached"
     if after.get("oom_kill", 0) > before.get("oom_kill", 0):
         return f"the sandbox's memory limit ({limits.memory_mb} MiB) was reached"
+    return None
+
+
+MAX_RESULT_BYTES = 2 * 1024 * 1024
+"""Largest tool result (as JSON) passed on: an event carrying it to another worker
+must stay within the frame limit (8 MiB), with room for escaping and the event."""
+
+_RESULT_NESTING = MAX_NESTING - 10  # room for the event that wraps the result
+
+
+def _forwarding_problem(result: dict[str, Any]) -> str | None:
+    """Why a worker's tool result cannot be passed on to other workers, or None."""
+    if nests_deeper_than(result, _RESULT_NESTING):
+        return f"a result nested deeper than {_RESULT_NESTING} levels"
+    size = len(json.dumps(result, ensure_ascii=False).encode("utf-8", "backslashreplace"))
+    if size > MAX_RESULT_BYTES:
+        return f"a result of {size} bytes; the limit is {MAX_RESULT_BYTES}"
     return None

@@ -32,6 +32,7 @@ from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
+from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
 
@@ -290,7 +291,7 @@ class WorkerPool:
         # they do not name and a renamed parent defeats protection. One that
         # contains the temporary or runtime directory exposes other runs' worker
         # logs, egress proxy sockets and placeholder bookkeeping.
-        for what, path in _shared_directories(self.config.home):
+        for what, path in shared_directories(self.config.home):
             if os.path.commonpath([path, workspace]) == workspace:
                 raise SandboxError(
                     f"refusing to sandbox the workspace {workspace}: it contains your {what} "
@@ -576,16 +577,6 @@ class WorkerPool:
             self.cgroups = None
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
-
-
-def _shared_directories(home: Path) -> list[tuple[str, str]]:
-    """Directories no sandboxed workspace may contain, as (what, canonical path)."""
-    found = [("home directory", os.path.realpath(home))]
-    found.append(("temporary directory", os.path.realpath(tempfile.gettempdir())))
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        found.append(("runtime directory", os.path.realpath(runtime)))
-    return found
 
 
 def _remove_stale_log_dirs() -> None:
