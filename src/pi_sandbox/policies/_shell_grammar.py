@@ -31,6 +31,25 @@ Words come out with quotes removed and escapes resolved (``r"m"`` is ``rm``,
 time (``$VAR``, ``${x}``, ``$(...)``, an unquoted glob ``*?[``, a brace expansion
 ``{a,b}``, ``~``) stays as written, so the caller can treat ``$`` and glob
 characters as unknown.
+
+Where tree-sitter-bash reads text differently from bash, this module either works
+around it or gives up (each case is in ``tests/unit/test_shell_grammar.py``):
+
+- worked around: unquoted here-document bodies are scanned for ``$(``, ``${``,
+  ``$((`` and backticks here (the grammar misses backticks and ``<<-`` bodies);
+  code left in ``${x#...}``-style patterns is scanned likewise; backtick bodies are
+  unescaped and parsed again (nested ``\\```); words split by a backslash-newline
+  (``r\\<newline>m``) are joined; ``$"..."`` is a string;
+- unparseable: a reserved word read as a command name (``! if ...``), a line that
+  starts with a backslash (``ls<newline>\\rm x`` is read as one command), two
+  backtick substitutions in a row (`` `a` `b` ``), a NUL byte (bash drops it).
+
+Over-approximations, which only add commands or strictness: a dangerous variable
+set anywhere counts for every later command, subshell or not; a function body is
+reported where it is defined; ``cat <<EOF | sh`` is unparseable. Not modelled:
+aliases (off in non-interactive bash), ``hash -p``, ``enable -f``, and programs that
+run commands through their own syntax (``watch``, ``ssh HOST CMD``, ``parallel``,
+``python -c``): they come out as plain commands.
 """
 
 from __future__ import annotations
@@ -221,7 +240,12 @@ class _Pieces:
 
     def word(self) -> _Word:
         text = "".join(self.chars)
-        return _Word(text, self.dynamic or _has_pattern(self.chars, self.live))
+        if self.dynamic or not _PATTERN_CHARS.search(text):
+            return _Word(text, self.dynamic)
+        return _Word(text, _has_pattern(self.chars, self.live))
+
+
+_PATTERN_CHARS = re.compile(r"[*?\[{]")
 
 
 def _has_pattern(chars: Sequence[str], live: Sequence[bool]) -> bool:
@@ -260,6 +284,9 @@ _DQUOTE_ESCAPABLE = '$`"\\'
 
 
 def _decode_unquoted(text: str, out: _Pieces) -> None:
+    if "\\" not in text:
+        out.add(text, True)
+        return
     i = 0
     while i < len(text):
         char = text[i]
@@ -496,7 +523,7 @@ _WRAPPERS: dict[str, _Wrapper] = {
     ),
     "doas": _Wrapper(short_with_arg="Cu"),
     "exec": _Wrapper(short_with_arg="a"),
-    "command": _Wrapper(),
+    "command": _Wrapper(no_command=frozenset({"-v", "-V"})),
     "builtin": _Wrapper(),
     "time": _Wrapper(short_with_arg="fo", long_with_arg=frozenset({"--format", "--output"})),
     "coproc": _Wrapper(),
@@ -642,6 +669,7 @@ _INERT_LEAVES = frozenset(
 _CODE_MARKERS = re.compile(r"\$[({\[]|`")
 _DECLARATIONS = frozenset({"declaration_command", "unset_command"})
 _MISREAD = "the shell grammar misreads {} here"
+_MAX_SCANNED_EXPANSIONS = 64
 # The text of a backtick substitution up to its closing backtick.
 _BACKTICK_END = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
 # A newline in an unquoted word that no backslash escapes.
@@ -649,8 +677,28 @@ _RAW_NEWLINE = re.compile(r"(?<!\\)(?:\\\\)*\n")
 # Reserved words the grammar may take for a command name ("! if" is read that way);
 # bash never runs a command of that name (`time` and `coproc` are handled apart).
 _RESERVED_NAMES = frozenset(
-    {"if", "then", "elif", "else", "fi", "do", "done", "while", "until", "for", "in",
-     "select", "case", "esac", "function", "{", "}", "!", "[[", "]]"}
+    {
+        "if",
+        "then",
+        "elif",
+        "else",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "for",
+        "in",
+        "select",
+        "case",
+        "esac",
+        "function",
+        "{",
+        "}",
+        "!",
+        "[[",
+        "]]",
+    }
 )
 
 
@@ -671,12 +719,17 @@ class _Walker:
         self.out: list[SimpleCommand] = []
         # Dangerous variables set by statements seen so far (PATH=x; export IFS=y).
         self.set_dangerous: dict[str, None] = {}
+        # Each expansion found by scanning text costs a parse of the rest of the text.
+        self.scans_left = _MAX_SCANNED_EXPANSIONS
 
     # -- entry points -------------------------------------------------------
 
     def script(self, text: str, via: tuple[str, ...], *, here: bool = False) -> None:
         """Parse ``text`` as a shell script reached through ``via`` and walk it."""
         _check_depth(via)
+        if "\0" in text:
+            # bash drops NUL bytes from a script (`r<NUL>m` runs rm); the grammar stops there.
+            raise UnparseableCommand("the command contains a NUL byte")
         src = text.encode("utf-8", "surrogatepass")
         if len(src) > MAX_INPUT_BYTES:
             raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
@@ -770,9 +823,9 @@ class _Walker:
                 self.set_dangerous.setdefault(name)
             return nested
         groups = _group_words(words, src)
-        if len(groups[0]) == 1 and groups[0][0].type == "word":
-            if _text(groups[0][0]) in _RESERVED_NAMES:
-                raise UnparseableCommand(_MISREAD.format(f"the reserved word {_text(groups[0][0])!r}"))
+        first = groups[0][0]
+        if len(groups[0]) == 1 and first.type == "word" and _text(first) in _RESERVED_NAMES:
+            raise UnparseableCommand(_MISREAD.format(f"the reserved word {_text(first)!r}"))
         argv = [_decode(group, src) for group in groups]
         dangerous = tuple(dict.fromkeys([*own_dangerous, *self.set_dangerous]))
         self._emit(argv, tuple(assignments), dangerous, item.via, here)
@@ -848,6 +901,9 @@ class _Walker:
 
     def _expansion_at(self, text: str, via: tuple[str, ...], here: bool) -> int:
         """Walk the ``$(...)``/``${...}``/``$((...))`` that starts ``text``; return its length."""
+        self.scans_left -= 1
+        if self.scans_left < 0:
+            raise UnparseableCommand("too many expansions in here-documents")
         src = b": " + text.encode("utf-8", "surrogatepass")
         found = _expansion_node(_parser().parse(src).root_node)
         if found is None or found.has_error:
@@ -906,7 +962,9 @@ class _Walker:
         elif name in _SHELLS:
             script, reads_stdin = _shell_script(argv)
             if script is not None:
-                self._run_script(script, f"{name} -c", assignments, dangerous, via)
+                self._run_script(
+                    script, f"{name} -c", assignments, dangerous, via, same_shell=False
+                )
             elif reads_stdin and here:
                 raise UnparseableCommand(f"a here-document or here-string is the script of {name}")
         elif name in ("source", ".") and here and len(argv) > 1:
@@ -915,10 +973,10 @@ class _Walker:
         elif name == "su":
             script = _su_script(argv)
             if script is not None:
-                self._run_script(script, "su -c", (), (), via)
+                self._run_script(script, "su -c", (), (), via, same_shell=False)
         elif name == "eval" and len(argv) > 1:
             joined = _Word(" ".join(w.text for w in argv[1:]), any(w.dynamic for w in argv[1:]))
-            self._run_script(joined, "eval", (), (), via)
+            self._run_script(joined, "eval", (), (), via, same_shell=True)
         elif name == "trap":
             self._trap(argv, via)
         elif name == "find":
@@ -934,7 +992,14 @@ class _Walker:
         assignments: tuple[str, ...],
         dangerous: tuple[str, ...],
         via: tuple[str, ...],
+        *,
+        same_shell: bool,
     ) -> None:
+        """Parse and walk the script of ``bash -c``, ``eval``, ``trap`` or ``su -c``.
+
+        ``assignments`` and ``dangerous`` are the environment the script runs in;
+        ``same_shell`` tells whether variables it sets stay set afterwards (``eval``).
+        """
         if script.dynamic:
             raise UnparseableCommand(f"the script of {step} is computed at run time")
         inner = (*via, step)
@@ -945,9 +1010,10 @@ class _Walker:
         self.set_dangerous.update(dict.fromkeys(dangerous))
         entered = dict(self.set_dangerous)
         self.script(script.text, inner)
-        # ... but not the commands after it, unlike what the script itself sets.
+        # ... but not the commands after it; what the script sets stays set if it
+        # ran in this shell.
         set_inside = [name for name in self.set_dangerous if name not in entered]
-        self.set_dangerous = {**saved, **dict.fromkeys(set_inside)}
+        self.set_dangerous = {**saved, **dict.fromkeys(set_inside if same_shell else ())}
         if assignments:
             self.out[before:] = [
                 SimpleCommand(
@@ -967,7 +1033,7 @@ class _Walker:
         if len(args) < 2 or args[0].text.startswith("-"):
             return  # `trap -p`, `trap -l`, `trap - INT`, `trap INT`: no action
         if args[0].text:
-            self._run_script(args[0], "trap", (), (), via)
+            self._run_script(args[0], "trap", (), (), via, same_shell=True)
 
 
 def _expansion_node(root: Node) -> Node | None:
