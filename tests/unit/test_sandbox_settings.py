@@ -444,5 +444,5 @@ def test_hidden_files_are_masked(layout):
 def test_read_only_paths_that_contain_shared_directories_are_refused(layout, path):
     # A read-only bind still lets a process connect to the Unix sockets below it
     # (other runs' egress proxies, docker.sock) and read other runs' logs.
-    with pytest.raises(SandboxError, match="sandbox.filesystem.read_only"):
+    with pytest.raises(SandboxError, match=r"sandbox\.filesystem\.read_only"):
         profile_for(layout, read_only=(path,))
