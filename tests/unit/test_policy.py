@@ -19,7 +19,7 @@ from pi_sandbox.policies import (
     load_policy_file,
 )
 from pi_sandbox.policies._path_glob import compile_path_glob
-from pi_sandbox.policies._shell import UnparseableCommand, simple_commands
+from pi_sandbox.policies._shell_grammar import UnparseableCommand, parse_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESETS = REPO_ROOT / "policies"
@@ -354,7 +354,7 @@ def test_an_unparseable_example_fails_either_way(tmp_path):
               command: [rm]
               decision: deny
               reason: x
-              examples: {not_match: ["echo $(rm x)"]}
+              examples: {not_match: ["$CMD x"]}
         """,
     )
     assert "cannot be checked: the command is unparseable" in load_error(path)
@@ -464,19 +464,35 @@ def test_a_command_prefix_is_literal_and_anchored_at_the_command(tmp_path, comma
 
 
 @pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # Parsed by the shell grammar (issue 4): substitutions, subshells, functions
+        # and process substitution are looked into, not given up on.
+        ("echo $(rm -rf x)", "deny"),
+        ("echo `date`", "allow"),
+        ("(cd x && rm -rf y)", "deny"),
+        ("cat <<EOF\nhi\nEOF", "allow"),
+        ("diff <(ls a) <(rm -rf b)", "deny"),
+        ("f() { rm -rf x; }", "deny"),
+        ("LD_PRELOAD=./x.so true", "ask"),  # flagged: the assignment changes what runs
+    ],
+)
+def test_commands_the_grammar_parses_are_decided_by_what_they_run(tmp_path, command, expected):
+    decision = decide(policy_from(tmp_path, RM_RF), "bash", tmp_path, command=command)
+    assert decision.decision == expected
+
+
+@pytest.mark.parametrize(
     "command",
     [
-        "echo $(rm -rf x)",
-        "echo `date`",
-        "(cd x && rm -rf y)",
-        "cat <<EOF\nhi\nEOF",
-        "diff <(ls a) <(ls b)",
         "echo 'unterminated",
-        "f() { rm -rf x; }",
         "$CMD -rf x",
         "rm $FLAGS x",
         "{rm,-rf,x}",
         "r? -rf x",
+        'bash -c "$SCRIPT"',
+        "echo (",
+        "bash <<EOF\nrm -rf x\nEOF",
     ],
 )
 def test_an_unparseable_command_gets_the_unparseable_decision(tmp_path, command):
@@ -487,7 +503,7 @@ def test_an_unparseable_command_gets_the_unparseable_decision(tmp_path, command)
 
 def test_the_unparseable_decision_comes_from_the_policy(tmp_path):
     policy = policy_from(tmp_path, RM_RF.replace("unparseable: ask", "unparseable: deny"))
-    assert decide(policy, "bash", tmp_path, command="echo $(id)").decision == "deny"
+    assert decide(policy, "bash", tmp_path, command="$CMD x").decision == "deny"
 
 
 def test_unparseable_only_matters_to_command_rules_of_the_tool(tmp_path):
@@ -652,9 +668,11 @@ def test_each_simple_command_is_reported_with_its_decision(tmp_path):
     assert result.commands == [
         {"argv": ["ls"], "decision": "allow"},
         {"argv": ["env", "X=1", "git", "push"], "decision": "allow"},
-        {"argv": ["git", "push"], "decision": "deny"},
+        {"argv": ["git", "push"], "decision": "deny", "via": ["env"]},
     ]
-    assert decide(policy, "bash", tmp_path, command="echo $(x)").commands == []
+    flagged = decide(policy, "bash", tmp_path, command="GIT_SSH_COMMAND=x git fetch").commands
+    assert flagged == [{"argv": ["git", "fetch"], "decision": "ask", "flags": ["GIT_SSH_COMMAND"]}]
+    assert decide(policy, "bash", tmp_path, command="$X y").commands == []
     assert decide(policy, "read", tmp_path, path="x").commands == []
 
 
@@ -860,11 +878,15 @@ def test_path_glob_semantics(pattern, path, expected):
     assert bool(compile_path_glob(pattern).fullmatch(path)) is expected
 
 
-# -- shell parsing details --------------------------------------------------------
+# -- shell parsing details (the gate's view of tree-sitter-bash; more in test_shell_grammar) --
+
+
+def argvs(text: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(command.argv for command in parse_command(text))
 
 
 def test_wrappers_yield_their_own_argv_and_the_wrapped_one():
-    assert simple_commands("sudo -u root env A=1 rm x") == (
+    assert argvs("sudo -u root env A=1 rm x") == (
         ("sudo", "-u", "root", "env", "A=1", "rm", "x"),
         ("env", "A=1", "rm", "x"),
         ("rm", "x"),
@@ -872,24 +894,25 @@ def test_wrappers_yield_their_own_argv_and_the_wrapped_one():
 
 
 def test_a_line_continuation_joins_lines_but_an_escaped_backslash_does_not():
-    assert simple_commands("rm -rf \\\n  x") == (("rm", "-rf", "x"),)
-    assert simple_commands("echo \\\\\nrm x") == (("echo", "\\"), ("rm", "x"))
+    assert argvs("rm -rf \\\n  x") == (("rm", "-rf", "x"),)
+    assert argvs("echo \\\\\nrm x") == (("echo", "\\"), ("rm", "x"))
 
 
 def test_redirections_are_not_part_of_the_argv():
-    assert simple_commands("cat < in > out 2>&1 &>> log <<< word") == (("cat",),)
+    assert argvs("cat < in > out 2>&1 >> log") == (("cat",),)
+    assert argvs("cat <<< word") == (("cat",),)
 
 
-@pytest.mark.parametrize("command", ["env -S 'rm -rf x'", "ls >", "case $x in a) ;; esac"])
+@pytest.mark.parametrize("command", ["env -S 'rm -rf x'", "ls >"])
 def test_constructs_the_parser_does_not_model_are_unparseable(command):
     with pytest.raises(UnparseableCommand):
-        simple_commands(command)
+        parse_command(command)
 
 
 def test_nesting_too_deep_is_unparseable():
     command = "eval " * 12 + "rm x"
     with pytest.raises(UnparseableCommand, match="nested"):
-        simple_commands(command)
+        parse_command(command)
 
 
 # -- shipped presets --------------------------------------------------------------
@@ -930,7 +953,7 @@ def test_untrusted_repo_denies_curl_piped_into_sh(untrusted, tmp_path):
         ("bash", {"command": "pip install requests"}, "ask", "package-install"),
         ("bash", {"command": "npm install"}, "ask", "package-install"),
         ("bash", {"command": "cat .env"}, "deny", "secret-files-in-shell"),
-        ("bash", {"command": "echo $(date)"}, "ask", "git-push"),
+        ("bash", {"command": "$(which git) push"}, "ask", "git-push"),
         ("bash", {"command": "pytest -q"}, "allow", None),
         ("read", {"path": ".env"}, "deny", "env-files"),
         ("write", {"path": "config/.env.production", "content": ""}, "deny", "env-files"),
@@ -950,7 +973,8 @@ def test_ci_readonly_denies_writes_network_tools_and_unparseable_commands(tmp_pa
     assert decide(policy, "edit", tmp_path, path="a").decision == "deny"
     for tool in ["curl", "wget", "ssh", "scp", "nc"]:
         assert decide(policy, "bash", tmp_path, command=f"{tool} host").rule == f"network-{tool}"
-    assert decide(policy, "bash", tmp_path, command="echo $(id)").decision == "deny"
+    assert decide(policy, "bash", tmp_path, command="$TOOL host").decision == "deny"
+    assert decide(policy, "bash", tmp_path, command="echo $(curl x)").rule == "network-curl"
     assert decide(policy, "bash", tmp_path, command="pytest -q").decision == "allow"
     assert decide(policy, "read", tmp_path, path="src/a.py").decision == "allow"
 

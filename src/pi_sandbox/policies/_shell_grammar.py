@@ -1,7 +1,7 @@
 """Find every simple command a shell command line runs, with a real bash grammar.
 
-Issue 4, "Matching → Shell commands". This module replaces the ``shlex`` splitter of
-``_shell.py`` with the ``tree-sitter-bash`` grammar. :func:`parse_command` returns one
+Issue 4, "Matching → Shell commands", built on the ``tree-sitter-bash`` grammar
+(it replaced 0.1.0's ``shlex``-based splitter). :func:`parse_command` returns one
 :class:`SimpleCommand` for every simple command anywhere in the text, and the
 policy gate takes the strictest decision over all of them. When the text cannot be
 mapped onto simple commands with confidence, :class:`UnparseableCommand` is raised

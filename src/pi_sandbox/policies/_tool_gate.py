@@ -25,7 +25,7 @@ import regex
 
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
-from pi_sandbox.policies._shell import UnparseableCommand, simple_commands
+from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
 from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = [
@@ -114,12 +114,20 @@ class _Call:
         return command if isinstance(command, str) else None
 
     @cached_property
-    def argvs(self) -> tuple[tuple[str, ...], ...] | UnparseableCommand:
+    def commands(self) -> tuple[SimpleCommand, ...] | UnparseableCommand:
+        """The simple commands the shell would run (tree-sitter-bash; issue 4)."""
         assert self.command_text is not None
         try:
-            return simple_commands(self.command_text)
+            return parse_command(self.command_text)
         except UnparseableCommand as exc:
             return exc
+
+    @cached_property
+    def argvs(self) -> tuple[tuple[str, ...], ...] | UnparseableCommand:
+        commands = self.commands
+        if isinstance(commands, UnparseableCommand):
+            return commands
+        return tuple(command.argv for command in commands)
 
     @cached_property
     def paths(self) -> tuple[str, ...] | None:
@@ -234,10 +242,20 @@ class PolicyRule:
             return _YES
         if call.command_text is None:
             return _NO
-        argvs = call.argvs
-        if isinstance(argvs, UnparseableCommand):
-            return _Outcome(_Verdict.UNKNOWN, argvs.why)
-        return _Outcome.combine([self._match_argv(argv) for argv in argvs])
+        commands = call.commands
+        if isinstance(commands, UnparseableCommand):
+            return _Outcome(_Verdict.UNKNOWN, commands.reason)
+        return _Outcome.combine([self._match_command(command) for command in commands])
+
+    def _match_command(self, command: SimpleCommand) -> _Outcome:
+        """`_match_argv`, but a command that a dangerous leading assignment
+        (``LD_PRELOAD=…``, ``PATH=…``, ``GIT_…``) can make run something else is
+        UNKNOWN when it would otherwise not match (issue 4 case 3)."""
+        outcome = self._match_argv(command.argv)
+        if outcome.verdict is _Verdict.NO and command.dangerous:
+            names = ", ".join(command.dangerous)
+            return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+        return outcome
 
     def _other_matchers_hold(self, call: _Call) -> bool | None:
         """The matchers besides ``command``, which never depend on shell parsing.
@@ -424,15 +442,22 @@ def _command_breakdown(
         rule for rule in applicable if rule.command is not None and rule._other_matchers_hold(call)
     ]
     breakdown: list[dict[str, Any]] = []
-    for argv in call.argvs:
+    assert not isinstance(call.commands, UnparseableCommand)
+    for command in call.commands:
         decisions: list[Decision] = []
         for rule in command_rules:
-            verdict = rule._match_argv(argv).verdict
+            verdict = rule._match_command(command).verdict
             if verdict is _Verdict.YES:
                 decisions.append(rule.decision)
             elif verdict is _Verdict.UNKNOWN:
                 decisions.append(policy.unparseable)
-        breakdown.append(
-            {"argv": list(argv), "decision": strictest(decisions) if decisions else policy.default}
-        )
+        entry: dict[str, Any] = {
+            "argv": list(command.argv),
+            "decision": strictest(decisions) if decisions else policy.default,
+        }
+        if command.dangerous:
+            entry["flags"] = list(command.dangerous)
+        if command.via:
+            entry["via"] = list(command.via)
+        breakdown.append(entry)
     return breakdown
