@@ -234,3 +234,40 @@ def test_a_workspace_containing_the_temporary_directory_is_refused(tmp_path):
         home.rmdir()
     assert result.returncode == 2
     assert "contains your temporary directory" in result.stderr
+
+
+def test_no_setuid_or_setgid_file_can_be_planted(tmp_path, workspace):
+    # As host root, a setuid-root copy of a shell left in the workspace would give
+    # every local user root after the run (nosuid only covers the sandbox's mount).
+    result = pi(
+        tmp_path,
+        workspace,
+        "cp /usr/bin/env ./suenv; chmod 4755 suenv; echo chmod=$?; chmod g+s suenv;"
+        " echo chmodg=$?; mkdir -m 2755 gdir; echo mkdir=$?;"
+        " python3 -c \"import os; os.open('x', os.O_CREAT | os.O_WRONLY, 0o4755)\"; echo open=$?;"
+        " install -m 4755 /usr/bin/env inst; echo install=$?; chmod 0755 suenv; echo plain=$?",
+    )
+    assert result.returncode == 0, result.stderr
+    out = tool_text(result.stdout)
+    for attempt in ("chmod", "chmodg", "mkdir", "open", "install"):
+        assert f"{attempt}=0" not in out
+    assert "plain=0" in out  # ordinary modes still work
+    for path in workspace.rglob("*"):
+        assert not path.lstat().st_mode & 0o6000, path
+
+
+def test_only_unix_inet_inet6_and_netlink_sockets_can_be_created(tmp_path, workspace):
+    result = pi(
+        tmp_path,
+        workspace,
+        'python3 -c "import socket\nfor family in (1, 2, 10, 16, 17, 40, 38, 45, 99):\n'
+        "    kind = socket.SOCK_DGRAM if family == 16 else socket.SOCK_STREAM\n"
+        "    try:\n        socket.socket(family, kind).close(); print(family, 'ok')\n"
+        '    except OSError as exc:\n        print(family, exc.errno)"',
+    )
+    assert result.returncode == 0, result.stderr
+    lines = dict(
+        line.split() for line in tool_text(result.stdout).splitlines() if line[:1].isdigit()
+    )
+    assert {lines[f] for f in ("1", "2", "10", "16")} == {"ok"}
+    assert {lines[f] for f in ("17", "40", "38", "45", "99")} == {"97"}  # EAFNOSUPPORT

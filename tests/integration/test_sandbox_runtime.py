@@ -20,6 +20,16 @@ from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
 pytestmark = pytest.mark.usefixtures("require_bwrap")
 
 
+@pytest.fixture(autouse=True)
+def private_placeholder_bookkeeping(tmp_path, monkeypatch):
+    """Placeholders are removed only when no other sandboxed run of this user is
+    active: give these in-process runs their own bookkeeping, so that a pi run
+    elsewhere on the machine cannot keep their placeholders alive."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setattr("pi_sandbox.sandbox.placeholders.state_dir", lambda: str(state))
+
+
 def make_pool(tmp_path: Path, workspace: Path, **settings) -> WorkerPool:
     records: list[dict] = []
     pool = WorkerPool(
@@ -168,7 +178,9 @@ async def test_rlimits_and_the_tmp_cap_follow_the_policy(tmp_path, workspace):
             pool,
             "ulimit -n; ulimit -t; ulimit -Hn; "
             "dd if=/dev/zero of=/tmp/big bs=1M count=16 2>&1 | grep -c 'No space'; "
-            "(dd if=/dev/zero of=big bs=1M count=16 2>&1); echo dd=$?",
+            "(dd if=/dev/zero of=big bs=1M count=16 2>&1); echo dd=$?; "
+            "dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>&1 | grep -c 'No space'; "
+            "touch /dev/planted; echo devtouch=$?",
         )
         await pool.aclose()
         nursery.cancel_scope.cancel()
@@ -176,6 +188,8 @@ async def test_rlimits_and_the_tmp_cap_follow_the_policy(tmp_path, workspace):
     assert lines[:3] == ["200", "7", "200"]
     assert lines[3] == "1"  # ENOSPC from the 4 MiB /tmp
     assert "dd=0" not in out  # SIGXFSZ at the file size limit
+    assert lines[-3] == "1"  # /dev/shm is sized like /tmp
+    assert "devtouch=0" not in out  # /dev itself is read-only
     assert os.path.getsize(workspace / "big") <= 8 * 1024 * 1024
 
 

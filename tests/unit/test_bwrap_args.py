@@ -98,6 +98,10 @@ def test_minimal_profile_builds_exact_argv():
         "--dev",
         "/dev",
         "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--tmpfs",
         "/tmp",
         "--ro-bind",
         "/usr",
@@ -159,6 +163,12 @@ def test_full_profile_orders_mounts_so_protected_and_masks_win(tmp_path: Path):
         "/proc/1",
         *proc_args(profile),
         "--dev",
+        "/dev",
+        "--size",
+        "1048576",
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
         "/dev",
         "--size",
         "1048576",
@@ -236,7 +246,7 @@ def test_redundant_binds_and_masks_of_unexposed_paths_are_dropped(tmp_path: Path
 
     argv = build_bwrap_argv(profile, ["true"], bwrap=BWRAP, seccomp_fd=3)
 
-    mounts = argv[argv.index("/tmp", argv.index("--dev") + 2) + 1 : argv.index("--seccomp")]
+    mounts = argv[argv.index("/tmp", argv.index("--dev")) + 1 : argv.index("--seccomp")]
     assert mounts == [
         "--bind",
         f"{root}/ws",
@@ -543,6 +553,12 @@ def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_
         "/proc/1",
         *proc_args(profile),
         "--dev",
+        "/dev",
+        "--size",
+        "4096",
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
         "/dev",
         "--size",
         "4096",

@@ -440,7 +440,7 @@ def test_hidden_files_are_masked(layout):
     assert (str(ws / "audit.jsonl"), "file") in profile.deny_masks
 
 
-@pytest.mark.parametrize("path", ["/tmp", "/", "~"])
+@pytest.mark.parametrize("path", ["/tmp", "/", "~", "/run", "/var/run"])
 def test_read_only_paths_that_contain_shared_directories_are_refused(layout, path):
     # A read-only bind still lets a process connect to the Unix sockets below it
     # (other runs' egress proxies, docker.sock) and read other runs' logs.

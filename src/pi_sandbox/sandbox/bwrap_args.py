@@ -7,7 +7,8 @@ the argv is laid out as:
 1. the fixed baseline flags (`BASELINE_FLAGS`), ``--proc /proc`` with ``/proc/1``
    (bwrap's init) hidden under a read-only tmpfs, ``/proc/sys`` and the other
    ``PROC_READ_ONLY`` entries bound read-only and the ``PROC_MASKED`` ones masked
-   (`SandboxProfile.proc_covers`), ``--dev /dev``
+   (`SandboxProfile.proc_covers`), ``--dev /dev`` with a sized ``/dev/shm``
+   tmpfs, then ``/dev`` read-only
    and the private ``/tmp`` (``--size N`` must directly precede its ``--tmpfs``);
 2. ``--symlink`` entries, created in the empty root before anything covers them;
 3. read-only and read-write binds as one sequence, parents before children: the
@@ -135,7 +136,12 @@ def build_bwrap_argv(
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
+    # /dev is a tmpfs bwrap fills with a few device nodes; its /dev/shm would be
+    # unbounded scratch space: size it like /tmp, and make /dev itself read-only.
     argv += ["--dev", "/dev"]
+    if profile.tmp_size_bytes is not None:
+        argv += ["--size", str(profile.tmp_size_bytes)]
+    argv += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     if profile.tmp_size_bytes is not None:
         argv += ["--size", str(profile.tmp_size_bytes)]
     argv += ["--tmpfs", "/tmp"]

@@ -195,6 +195,14 @@ PROC_MASKED = (
     "/proc/scsi",
     "/proc/timer_list",
     "/proc/timer_stats",
+    # Root-only (0400) host-wide files the kernel serves without a capability
+    # check; they help kernel exploits (page and slab layout).
+    "/proc/kpagecgroup",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/pagetypeinfo",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
 )
 
 PROXY_SOCKET_IN_SANDBOX = "/run/pi-sandbox/egress.sock"
@@ -485,8 +493,8 @@ def _host_can_create(directory: str) -> bool:
 
 def shared_directories(home: str | Path) -> list[tuple[str, str]]:
     """Directories no sandbox may see whole, as ``(what, canonical path)``: HOME
-    (every dotfile and token store), the temporary and runtime directories and
-    the sandbox bookkeeping directory (other runs' worker logs, egress proxy
+    (every dotfile and token store), the temporary and runtime directories
+    (``$XDG_RUNTIME_DIR``, ``/run``) and the sandbox bookkeeping directory (other runs' worker logs, egress proxy
     sockets, placeholder lists; a read-only bind still lets a process connect to
     the Unix sockets in it)."""
     found = [("home directory", os.path.realpath(home))]
@@ -495,6 +503,11 @@ def shared_directories(home: str | Path) -> list[tuple[str, str]]:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         found.append(("runtime directory", os.path.realpath(runtime)))
+    # System daemons' sockets (docker.sock, containerd, systemd, D-Bus): as root,
+    # connecting to one of them is host root.
+    for run in ("/run", "/var/run"):
+        if os.path.isdir(run):
+            found.append(("system runtime directory", os.path.realpath(run)))
     return list(dict.fromkeys(found))
 
 

@@ -41,11 +41,15 @@ from typing import NamedTuple
 from pi_sandbox.errors import SandboxUnavailableError
 
 __all__ = [
+    "ALLOWED_SOCKET_FAMILIES",
     "DENIED_IOCTLS",
     "DENIED_SYSCALLS",
     "IOCTL_REQUEST_MASK",
+    "MODE_ARGUMENTS",
+    "SETID_BITS",
     "TIOCLINUX",
     "TIOCSTI",
+    "UNFILTERABLE_SYSCALLS",
     "seccomp_memfd",
     "seccomp_program",
     "seccomp_status",
@@ -132,6 +136,39 @@ DENIED_IOCTLS: tuple[int, ...] = (TIOCSTI, TIOCLINUX)
 
 IOCTL_REQUEST_MASK = 0xFFFFFFFF
 """The bits of an ``ioctl`` request the kernel reads (it is an ``unsigned int``)."""
+
+SETID_BITS: tuple[int, ...] = (0o4000, 0o2000)
+"""``S_ISUID`` and ``S_ISGID``. A sandbox running as host root that creates a
+setuid-root file in the writable workspace hands every local user root once the
+run is over (``nosuid`` only applies to the sandbox's own mount), so a mode with
+either bit fails with ``EPERM`` in every call that sets a mode."""
+
+MODE_ARGUMENTS: tuple[tuple[str, int], ...] = (
+    ("chmod", 1),
+    ("fchmod", 1),
+    ("fchmodat", 2),
+    ("fchmodat2", 2),
+    ("open", 2),
+    ("openat", 3),
+    ("creat", 1),
+    ("mkdir", 1),
+    ("mkdirat", 2),
+    ("mknod", 1),
+    ("mknodat", 2),
+)
+"""``(system call, index of its mode argument)`` checked for `SETID_BITS`."""
+
+UNFILTERABLE_SYSCALLS: tuple[str, ...] = ("openat2",)
+"""Calls whose mode is inside a struct the filter cannot read: they fail with
+``ENOSYS``, as on a kernel that lacks them, so callers fall back to ``openat``."""
+
+ALLOWED_SOCKET_FAMILIES: tuple[int, ...] = (1, 2, 10, 16)
+"""``AF_UNIX``, ``AF_INET``, ``AF_INET6``, ``AF_NETLINK``. Every other address
+family fails with ``EAFNOSUPPORT`` in ``socket`` and ``socketpair``: some are not
+confined by the network namespace at all (``AF_VSOCK`` reaches the hypervisor and
+the host), the rest are kernel attack surface no worker needs."""
+
+_MAX_SOCKET_FAMILY = 45  # AF_MCTP; families above this do not exist (yet)
 
 BPF_INSTRUCTION_BYTES = 8
 """Size of one classic-BPF instruction (``struct sock_filter``)."""
@@ -280,6 +317,26 @@ def _build() -> _Built:
                 "ioctl",
                 pyseccomp.Arg(1, pyseccomp.MASKED_EQ, IOCTL_REQUEST_MASK, request),
             )
+        for name, index in MODE_ARGUMENTS:
+            if pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) < 0:
+                skipped.append(name)
+                continue
+            for bit in SETID_BITS:
+                step = f"adding the set-id mode rule for {name}"
+                filt.add_rule(deny, name, pyseccomp.Arg(index, pyseccomp.MASKED_EQ, bit, bit))
+        for name in UNFILTERABLE_SYSCALLS:
+            if pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) < 0:
+                skipped.append(name)
+                continue
+            step = f"adding the rule for {name}"
+            filt.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
+        no_family = pyseccomp.ERRNO(errno.EAFNOSUPPORT)
+        for name in ("socket", "socketpair"):
+            step = f"adding the address family rules for {name}"
+            for family in range(_MAX_SOCKET_FAMILY + 1):
+                if family not in ALLOWED_SOCKET_FAMILIES:
+                    filt.add_rule(no_family, name, pyseccomp.Arg(0, pyseccomp.EQ, family))
+            filt.add_rule(no_family, name, pyseccomp.Arg(0, pyseccomp.GT, _MAX_SOCKET_FAMILY))
         step = "exporting the BPF program"
         program = _export_bpf(filt)
     except OSError as exc:

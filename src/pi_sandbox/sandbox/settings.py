@@ -60,13 +60,17 @@ class SandboxLimits:
 
     def rlimits(self) -> dict[str, int]:
         """The limits the worker applies to itself at start, in the units of
-        ``setrlimit`` (bytes, counts): ``{"RLIMIT_AS": n, ...}``. ``RLIMIT_CPU`` is
+        ``setrlimit`` (bytes, counts): ``{"RLIMIT_AS": n, ...}``, including
+        ``RLIMIT_CORE`` = 0. ``RLIMIT_CPU`` is
         not among them: it is applied per command, not to the long-lived worker."""
         return {
             "RLIMIT_AS": self.address_space_mb * MIB,
             "RLIMIT_NPROC": self.processes,
             "RLIMIT_NOFILE": self.open_files,
             "RLIMIT_FSIZE": self.file_size_mb * MIB,
+            # No core dumps: on hosts that pipe cores to a root helper (apport,
+            # systemd-coredump) a crafted crash would feed that helper input.
+            "RLIMIT_CORE": 0,
         }
 
 

@@ -304,6 +304,7 @@ class ToolPipeline:
             "ctx": {"cwd": str(self.cwd), "has_ui": self.has_ui, "mode": self.pool.config.mode},
         }
         worker = item.tool.worker
+        before: dict[str, int] = {}
         try:
             if not worker.alive:
                 worker = await self._revive(item.tool)
@@ -340,6 +341,13 @@ class ToolPipeline:
         except RemoteError as exc:
             return _error_result(f"Tool {item.call.name} failed: {exc}")
         except PiSandboxError as exc:
+            if bitten := _limits_reached(before, worker):
+                # The kernel killed the worker for its cgroup limit (an OOM kill).
+                worker.kill()
+                return _error_result(
+                    f"Tool {item.call.name} failed: {bitten}; every process of this sandbox "
+                    "was stopped"
+                )
             tail = worker.log_tail(1500).strip()
             detail = f"\n--- worker log ---\n{tail}" if tail else ""
             return _error_result(f"Tool {item.call.name} failed: {exc}{detail}")

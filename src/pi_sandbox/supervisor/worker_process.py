@@ -110,6 +110,7 @@ class WorkerProcess:
         self._status_pipe: int | None = None
         self._cgroup: WorkerCgroup | None = None
         self._killed = False
+        self._final_events: dict[str, int] = {}
         # From bwrap --json-status-fd: the sandboxed child's host pid, its exit code.
         self.sandbox_pid: int | None = None
         self.sandbox_exit_code: int | None = None
@@ -310,6 +311,8 @@ class WorkerProcess:
             self.returncode = os.waitstatus_to_exitcode(status)
         finally:
             if self._cgroup is not None:
+                # Remember why it may have died (an OOM kill) before the cgroup goes.
+                self._final_events = self._cgroup.limit_events()
                 self._cgroup.remove()  # anything a fork bomb left behind goes with it
                 self._cgroup = None
             self.exited.set()
@@ -386,9 +389,11 @@ class WorkerProcess:
             raise
 
     def limit_events(self) -> dict[str, int]:
-        """Counters of the worker's cgroup limits (see `WorkerCgroup.limit_events`);
-        empty when it has no cgroup."""
-        return self._cgroup.limit_events() if self._cgroup is not None else {}
+        """Counters of the worker's cgroup limits (see `WorkerCgroup.limit_events`):
+        live while it runs, their last values once it exited; empty without a cgroup."""
+        if self._cgroup is not None:
+            return self._cgroup.limit_events()
+        return dict(self._final_events)
 
     def kill(self) -> None:
         """SIGKILL the worker's process group at once (bwrap takes its sandbox down with it)."""

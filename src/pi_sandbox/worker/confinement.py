@@ -43,6 +43,9 @@ def apply(params: dict[str, Any] | None) -> None:
     for name, value in (params.get("rlimits") or {}).items():
         if not name.startswith("RLIMIT_") or not hasattr(resource, name):
             raise ValueError(f"unknown rlimit {name!r}")
+        if name == "RLIMIT_CORE" and value == 0:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            continue
         resource.setrlimit(getattr(resource, name), (_positive(name, value),) * 2)
         _applied[name] = value
     if params.get("cpu_seconds") is not None:
