@@ -1,6 +1,7 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
-``pi [options] [message…]``, and ``pi sandbox doctor [--json]``. Exit status: 0 success; 1 the agent or provider failed;
+``pi [options] [message…]``, ``pi sandbox doctor [--json]``, and
+``pi policy check FILE…`` / ``pi policy explain …``. Exit status: 0 success; 1 the agent or provider failed;
 2 bad usage or configuration (names the argument or file); 3 a sandbox was required
 (``--sandbox``, or ``--trust sandboxed`` with project extensions) and bubblewrap cannot
 run here; 130 interrupted.
@@ -23,6 +24,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
+    "policy_main",
     "sandbox_main",
 ]
 
@@ -120,6 +122,97 @@ def sandbox_main(argv: Sequence[str]) -> int:
     return EXIT_SANDBOX_UNAVAILABLE if report.verdict == "unavailable" else EXIT_OK
 
 
+def policy_main(argv: Sequence[str]) -> int:
+    """``pi policy check FILE…`` and ``pi policy explain …`` (issue 4 CLI).
+
+    ``check``: validate each file and run its rules' examples; prints one line per
+    file (``FILE: ok, N rules`` or the problems, ``FILE:LINE: KEY: …``); exit 0
+    when all are valid, 2 otherwise.
+
+    ``explain --policy FILE… --tool NAME --input JSON [--json] [-C DIR]``: decide
+    one tool call as the gate would and say why: the decision, the rule, its tier
+    and file, the reason, and for shell commands each parsed simple command with
+    its own decision. ``--json`` prints one object with ``decision``, ``rule``,
+    ``tier``, ``reason``, ``source`` and ``commands``. Exit 0 (whatever the
+    decision), 2 on bad usage or a bad policy file.
+    """
+    parser = argparse.ArgumentParser(prog="pi policy", description="Check and explain policies.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check = commands.add_parser("check", help="validate policy files and run their examples")
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    explain = commands.add_parser("explain", help="show how a policy decides one tool call")
+    explain.add_argument(
+        "--policy", action="append", required=True, type=Path, metavar="FILE", help="policy file"
+    )
+    explain.add_argument("--tool", required=True, metavar="NAME", help="tool name, e.g. bash")
+    explain.add_argument(
+        "--input", required=True, metavar="JSON", help='tool arguments, e.g. \'{"command": "ls"}\''
+    )
+    explain.add_argument("-C", dest="directory", metavar="DIR", help="the workspace (default: .)")
+    explain.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+
+    import json
+
+    from pi_sandbox.errors import PolicyError
+    from pi_sandbox.policies import evaluate_tool_call, load_policies, load_policy_file
+
+    if args.command == "check":
+        status = EXIT_OK
+        for path in args.files:
+            try:
+                loaded = load_policy_file(path)
+            except PolicyError as exc:
+                print(str(exc), file=sys.stderr)
+                status = EXIT_USAGE
+                continue
+            rules = loaded.tool_call.rules
+            examples = sum(len(r.examples.match) + len(r.examples.not_match) for r in rules)
+            print(f"{path}: ok, {len(rules)} rules, {examples} examples pass")
+        return status
+
+    try:
+        arguments = json.loads(args.input)
+    except ValueError as exc:
+        parser.error(f"argument --input: not JSON: {exc}")
+    if not isinstance(arguments, dict):
+        parser.error("argument --input: must be a JSON object of tool arguments")
+    workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
+    if not workspace.is_dir():
+        parser.error(f"argument -C: not a directory: {args.directory}")
+    for path in args.policy:
+        if not path.is_file():
+            parser.error(f"argument --policy: no such file: {path}")
+    try:
+        policy = load_policies(args.policy)
+    except PolicyError as exc:
+        print(f"pi: policy error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    decision = evaluate_tool_call(policy, args.tool, arguments, workspace=workspace.resolve())
+    result = {
+        "decision": decision.decision,
+        "rule": decision.rule,
+        "tier": decision.tier,
+        "reason": decision.reason,
+        "source": decision.source,
+        "commands": decision.commands,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    where = f" ({decision.tier}, {decision.source})" if decision.source else f" ({decision.tier})"
+    print(f"{decision.decision}: {decision.rule or 'no rule'}{where}")
+    print(f"  reason: {decision.reason}")
+    for command in decision.commands:
+        extra = ""
+        if command.get("via"):
+            extra += f"  via {' > '.join(command['via'])}"
+        if command.get("flags"):
+            extra += f"  flags {', '.join(command['flags'])}"
+        print(f"  {command['decision']:5}  {json.dumps(command['argv'])}{extra}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring).
 
@@ -133,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sandbox"]:
         return sandbox_main(argv[1:])
+    if argv[:1] == ["policy"]:
+        return policy_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     # Heavy imports after argument parsing: `pi --help` stays fast.
