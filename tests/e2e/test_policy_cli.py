@@ -94,3 +94,61 @@ def test_explain_usage_errors_exit_2(extra, message):
     result = pi(*args, *extra)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_a_run_audits_each_tool_call_decision_and_outcome_with_secrets_redacted(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "- tool_calls:\n"
+        "    - {id: c1, name: bash, arguments: {command: 'echo sk-proj-abcdefghijklmnopqrstuvwx'}}\n"
+        "    - {id: c2, name: bash, arguments: {command: 'git push origin main'}}\n"
+        "- text: done\n"
+    )
+    log = tmp_path / "audit.jsonl"
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "-p",
+            "--model",
+            "scripted",
+            "--script",
+            str(script),
+            "--policy",
+            str(REPO / "policies" / "untrusted-repo.yaml"),
+            "--audit-log",
+            str(log),
+            "--no-session",
+            "-C",
+            str(tmp_path),
+            "go",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(env_home),
+            "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    text = log.read_text()
+    assert "sk-proj-abcdefghijklmnopqrstuvwx" not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    calls = {r["tool_call_id"]: r for r in records if r["event"] == "tool_call"}
+    outcomes = {r["tool_call_id"]: r for r in records if r["event"] == "tool_call_outcome"}
+    assert (
+        calls["c1"]["decision"] == "allow" and "[REDACTED]" in calls["c1"]["arguments"]["command"]
+    )
+    assert (calls["c2"]["decision"], calls["c2"]["rule"], calls["c2"]["tier"]) == (
+        "deny",
+        "git-push",
+        "managed",
+    )
+    assert calls["c2"]["policy_file"].endswith("untrusted-repo.yaml")
+    assert outcomes["c1"]["is_error"] is False
+    assert (outcomes["c2"]["is_error"], outcomes["c2"]["blocked_by"]) == (True, "policy")

@@ -34,6 +34,7 @@ from pi_sandbox.policies import Policy, evaluate_tool_call
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
 from pi_sandbox.protocol.messages import ToolResultWire
+from pi_sandbox.supervisor.audit_log import redact_secrets
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.schema_validation import validator_for
@@ -171,6 +172,20 @@ class ToolPipeline:
         effective = decision.decision
         if effective == "ask" and not self.has_ui:
             effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
+        self.pool.audit(
+            {
+                "event": "tool_call",
+                "tool_call_id": call.id,
+                "tool": call.name,
+                "arguments": redact_secrets(arguments),
+                "decision": decision.decision,
+                "effective": effective,
+                "rule": decision.rule,
+                "tier": decision.tier,
+                "policy_file": str(decision.source) if decision.source else None,
+                "reason": redact_secrets(decision.reason),
+            }
+        )
         await self.emit(
             {
                 "type": "policy_decision",
@@ -188,7 +203,7 @@ class ToolPipeline:
         if effective == "allow":
             return None
         rule = f" rule {decision.rule}" if decision.rule else ""
-        suffix = " (no user interface to ask)" if decision.decision == "ask" else ""
+        suffix = " (ask rule in a non-interactive run)" if decision.decision == "ask" else ""
         return f"Blocked by policy{rule}: {decision.reason}{suffix}"
 
     async def _preflight(self, call: ToolCall) -> _Prepared:
@@ -269,6 +284,17 @@ class ToolPipeline:
                 async with lock:
                     result = await self._call_worker(item)
             result = await self._transform(item, result)
+        self.pool.audit(
+            {
+                "event": "tool_call_outcome",
+                "tool_call_id": call.id,
+                "tool": call.name,
+                "is_error": bool(result.get("is_error")),
+                "blocked_by": (result.get("details") or {}).get("blocked_by")
+                if item.blocked
+                else None,
+            }
+        )
         await self.emit(
             {
                 "type": "tool_execution_end",

@@ -245,7 +245,7 @@ class WorkerPool:
                 # Listed before bwrap creates them: a run killed with SIGKILL
                 # leaves them to the next run in this workspace to remove.
                 self._lease.record(profile.placeholders)
-            self._audit(
+            self.audit(
                 {
                     "event": "sandbox_profile",
                     "worker": name,
@@ -272,7 +272,8 @@ class WorkerPool:
     def _audit_paths(self) -> tuple[Path, ...]:
         return (self.config.audit_log,) if self.config.audit_log is not None else ()
 
-    def _audit(self, record: dict[str, Any]) -> None:
+    def audit(self, record: dict[str, Any]) -> None:
+        """Pass one JSON-ready audit record to ``PoolConfig.audit`` (if any)."""
         if self.config.audit is not None:
             self.config.audit(record)
 
@@ -314,7 +315,7 @@ class WorkerPool:
             proxy = EgressProxy(
                 NetworkRules(allow=settings.network_allow, deny=settings.network_deny),
                 socket_path,
-                audit=self._audit,
+                audit=self.audit,
             )
             await nursery.start(proxy.serve)
             self._proxy_socket = str(socket_path)

@@ -1,0 +1,64 @@
+"""The audit log: JSON lines, appended and flushed, with credentials redacted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pi_sandbox.supervisor.audit_log import AuditLog, redact_secrets
+
+SECRETS = [
+    "sk-proj-abcdefghijklmnopqrstuvwx123456",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "github_pat_11ABCDEFG0abcdefghijklmnop",
+    "xoxb-1234567890-abcdefghij",
+    "AKIAIOSFODNN7EXAMPLE",
+    "AIzaSyA-abcdefghijklmnopqrstuvwxyz012345",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_credential_shapes_are_redacted_wherever_they_stand(secret):
+    value = {"command": f"curl -H 'X: {secret}' https://x", "list": [secret], "n": 3}
+    redacted = redact_secrets(value)
+    assert secret not in json.dumps(redacted)
+    assert "[REDACTED]" in redacted["command"] and redacted["n"] == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "curl https://user:hunter2@example.com/x",
+        "curl 'https://api.example.com/v1?api_key=abc123def456'",
+        "curl -H 'Authorization: Bearer abc.def.ghi'",
+        "mysql --password=s3cretvalue",
+        "export API_KEY=abcd1234efgh",
+    ],
+)
+def test_inline_credentials_are_redacted(text):
+    redacted = redact_secrets(text)
+    for secret in ("hunter2", "abc123def456", "abc.def.ghi", "s3cretvalue", "abcd1234efgh"):
+        assert secret not in redacted
+
+
+def test_ordinary_arguments_are_kept():
+    value = {"command": "git push origin main && ls -la src/", "path": "src/skeleton.py"}
+    assert redact_secrets(value) == value
+
+
+def test_records_are_appended_one_json_line_each_with_time_and_session(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    path.write_text('{"earlier": true}\n')
+    log = AuditLog(path)
+    log.session = "s1"
+    log.record({"event": "tool_call", "tool": "bash"})
+    log.record({"event": "egress", "host": "pypi.org"})
+    log.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"earlier": True}
+    assert [line["event"] for line in lines[1:]] == ["tool_call", "egress"]
+    assert all(line["session"] == "s1" and line["time"].endswith("+00:00") for line in lines[1:])
+    assert path.stat().st_mode & 0o777 in (0o600, 0o644)  # created 0600; kept if it existed
