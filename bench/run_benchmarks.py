@@ -18,6 +18,9 @@ Sections (see bench/README.md):
     scenario through the TypeScript ``pi`` (installed into a scratch folder under /tmp).
 (f) where the time goes: start-up of the pieces (imports, bwrap alone) and
     ``python -X importtime`` cumulative costs of the supervisor's and the worker's imports.
+(g) sandbox hardening: the pipeline against the bare-bwrap floor, the cost of seccomp.
+(h) policy decisions: ``evaluate_tool_call`` with a 200-rule policy on 1,000 varied calls
+    (shell parsing included) against one no-op ``tool_call`` round trip to a worker.
 
 Timing is ``time.perf_counter_ns``; every figure is printed in ms with 2 decimals.
 """
@@ -45,6 +48,8 @@ try:
     import trio
 
     import pi_sandbox
+    from pi_sandbox.policies import evaluate_tool_call, load_policies
+    from pi_sandbox.policies._shell_grammar import UnparseableCommand, parse_command
     from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
     from pi_sandbox.supervisor.providers.base import ToolCall
@@ -322,6 +327,8 @@ class Sizes:
     e2e_runs: int
     pieces: int
     importtime_runs: int
+    policy_passes: int  # (h): timed passes over the 1,000 calls
+    policy_round_trips: int  # (h): no-op round trips when (c) did not run
 
 
 QUICK = Sizes(
@@ -332,6 +339,8 @@ QUICK = Sizes(
     e2e_runs=2,
     pieces=6,
     importtime_runs=1,
+    policy_passes=1,
+    policy_round_trips=300,
 )
 FULL = Sizes(
     python_start=50,
@@ -341,6 +350,8 @@ FULL = Sizes(
     e2e_runs=5,
     pieces=20,
     importtime_runs=5,
+    policy_passes=3,
+    policy_round_trips=1000,
 )
 
 
@@ -769,6 +780,784 @@ def bench_hardening(env: Env, report: Report) -> None:
         "g.handshake_seccomp",
         base="g.handshake_noseccomp",
         base_label="same without the seccomp filter, p50",
+    )
+
+
+# --- (h) policy decisions ------------------------------------------------------------------
+
+# (argv prefix, decision) of the 120 `command` rules on bash.
+H_COMMAND_RULES: tuple[tuple[str, str], ...] = (
+    ("git push", "ask"),
+    ("git push --force", "deny"),
+    ("git reset --hard", "ask"),
+    ("git clean", "ask"),
+    ("git rebase", "ask"),
+    ("git filter-branch", "deny"),
+    ("git filter-repo", "deny"),
+    ("git commit", "allow"),
+    ("git add", "allow"),
+    ("git status", "allow"),
+    ("git diff", "allow"),
+    ("git log", "allow"),
+    ("git show", "allow"),
+    ("git checkout", "allow"),
+    ("git switch", "allow"),
+    ("git branch -D", "ask"),
+    ("git tag", "ask"),
+    ("git remote add", "ask"),
+    ("git config --global", "deny"),
+    ("git stash drop", "ask"),
+    ("git gc --prune=now", "ask"),
+    ("gh pr merge", "ask"),
+    ("gh pr create", "ask"),
+    ("gh release create", "deny"),
+    ("gh repo delete", "deny"),
+    ("rm -rf", "ask"),
+    ("rm -fr", "ask"),
+    ("rm -r", "ask"),
+    ("rm", "allow"),
+    ("rmdir", "allow"),
+    ("shred", "deny"),
+    ("dd", "deny"),
+    ("mkfs", "deny"),
+    ("fdisk", "deny"),
+    ("mount", "deny"),
+    ("chmod", "allow"),
+    ("chmod -R", "ask"),
+    ("chown", "ask"),
+    ("chattr", "deny"),
+    ("curl", "ask"),
+    ("wget", "ask"),
+    ("ssh", "deny"),
+    ("scp", "deny"),
+    ("rsync", "ask"),
+    ("sftp", "deny"),
+    ("nc", "deny"),
+    ("ncat", "deny"),
+    ("socat", "deny"),
+    ("telnet", "deny"),
+    ("nmap", "deny"),
+    ("npm publish", "deny"),
+    ("npm install", "ask"),
+    ("npm ci", "allow"),
+    ("npm test", "allow"),
+    ("npm run", "allow"),
+    ("npx", "ask"),
+    ("yarn publish", "deny"),
+    ("yarn add", "ask"),
+    ("pnpm publish", "deny"),
+    ("pnpm add", "ask"),
+    ("pip install", "ask"),
+    ("pip uninstall", "ask"),
+    ("pip3 install", "ask"),
+    ("uv pip install", "ask"),
+    ("uv run", "allow"),
+    ("poetry publish", "deny"),
+    ("poetry add", "ask"),
+    ("twine upload", "deny"),
+    ("cargo publish", "deny"),
+    ("cargo install", "ask"),
+    ("cargo build", "allow"),
+    ("cargo test", "allow"),
+    ("go install", "ask"),
+    ("go test", "allow"),
+    ("gem push", "deny"),
+    ("gem install", "ask"),
+    ("docker run", "ask"),
+    ("docker push", "deny"),
+    ("docker rm", "ask"),
+    ("docker system prune", "deny"),
+    ("docker exec", "ask"),
+    ("docker build", "allow"),
+    ("kubectl apply", "deny"),
+    ("kubectl delete", "deny"),
+    ("kubectl exec", "deny"),
+    ("helm install", "deny"),
+    ("terraform apply", "deny"),
+    ("terraform destroy", "deny"),
+    ("terraform plan", "allow"),
+    ("aws", "deny"),
+    ("gcloud", "deny"),
+    ("az", "deny"),
+    ("systemctl", "deny"),
+    ("service", "deny"),
+    ("shutdown", "deny"),
+    ("reboot", "deny"),
+    ("kill", "ask"),
+    ("pkill", "ask"),
+    ("crontab", "deny"),
+    ("sudo", "deny"),
+    ("su", "deny"),
+    ("doas", "deny"),
+    ("passwd", "deny"),
+    ("useradd", "deny"),
+    ("iptables", "deny"),
+    ("apt-get install", "ask"),
+    ("apt install", "ask"),
+    ("brew install", "ask"),
+    ("make install", "ask"),
+    ("make", "allow"),
+    ("pytest", "allow"),
+    ("python -m pip install", "ask"),
+    ("ls", "allow"),
+    ("cat", "allow"),
+    ("grep", "allow"),
+    ("rg", "allow"),
+    ("head", "allow"),
+    ("tail", "allow"),
+    ("wc", "allow"),
+    ("echo", "allow"),
+)
+
+# (id, regex, decision) of the 30 `command_regex` rules on bash.
+H_REGEX_RULES: tuple[tuple[str, str, str], ...] = (
+    ("pipe-to-shell", r"\b(curl|wget)\b[^\n]*\|\s*(sudo\s+)?(ba|z|da)?sh\b", "deny"),
+    ("proc-subst-shell", r"\b(ba|z)?sh\s+<\(\s*(curl|wget)\b", "deny"),
+    ("force-push", r"\bgit\s+(-\S+\s+)*push\b[^;&|\n]*\s(--force\b|-[a-zA-Z]*f\b|\+\S)", "ask"),
+    (
+        "rm-root",
+        r"(?<![\w.-])rm\s+-[a-zA-Z]*[rR][a-zA-Z]*\s+[\"']?(/|~|\$HOME)/?\*?[\"']?(\s|$)",
+        "deny",
+    ),
+    ("fork-bomb", r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:", "deny"),
+    ("raw-disk-write", r">\s*/dev/(sd[a-z]|nvme\d|xvd[a-z])", "deny"),
+    ("chmod-777", r"\bchmod\s+(-R\s+)?0?777\b", "ask"),
+    ("no-verify", r"\bgit\s+(commit|push)\b[^;&|\n]*--no-verify\b", "ask"),
+    ("curl-upload", r"\bcurl\b[^\n]*\s(-d|--data(-binary)?|-F|--upload-file|-T)\s+@", "deny"),
+    ("base64-exec", r"base64\s+(-d|--decode)\b[^\n]*\|\s*(ba)?sh\b", "deny"),
+    ("etc-shadow", r"/etc/(shadow|gshadow|sudoers)\b", "deny"),
+    ("ssh-dir", r"~/\.ssh/|\$HOME/\.ssh/|/root/\.ssh/", "deny"),
+    ("history-clear", r"\bhistory\s+-c\b|\bunset\s+HISTFILE\b", "ask"),
+    ("export-secret", r"\bexport\s+\w*(TOKEN|SECRET|PASSWORD|API_KEY)\w*=", "ask"),
+    ("aws-key-literal", r"\bAKIA[0-9A-Z]{16}\b", "deny"),
+    ("openai-key-literal", r"\bsk-[A-Za-z0-9_-]{20,}\b", "deny"),
+    ("github-token-literal", r"\bgh[pousr]_[A-Za-z0-9]{36}\b", "deny"),
+    ("npm-config-set", r"\bnpm\s+config\s+set\b", "ask"),
+    ("pip-index-url", r"\bpip3?\s+install\b[^\n]*--(extra-)?index-url\s+http://", "deny"),
+    ("plain-http", r"\bhttp://(?!localhost|127\.0\.0\.1)[\w.-]+", "ask"),
+    ("ip-literal-url", r"https?://\d{1,3}(\.\d{1,3}){3}", "ask"),
+    ("docker-privileged", r"\bdocker\s+run\b[^\n]*--privileged\b", "deny"),
+    ("docker-host-root", r"\bdocker\s+run\b[^\n]*-v\s+/:/", "deny"),
+    ("crontab-replace", r"\bcrontab\s+(-r|-)\s*$", "deny"),
+    ("rc-file-append", r">>?\s*(~|\$HOME)/\.(bash|zsh)(rc|_profile)\b", "ask"),
+    ("dotenv-cat", r"\b(cat|less|more|head|tail)\s+[^\n|;&]*\.env(\.\w+)?\b", "ask"),
+    ("kill-init", r"\bkill\s+-9\s+(1|-1)\b", "deny"),
+    ("xargs-rm", r"\bxargs\b[^\n|;&]*\brm\b", "ask"),
+    ("password-arg", r"(?i)--password[= ]\S+|\bpassword\s*=\s*\S+", "ask"),
+    ("python-inline-net", r"\bpython3?\s+-c\s+[\"'][^\"']*\b(socket|urllib|requests)\b", "ask"),
+)
+
+# (id, tools, globs, decision) of the 30 `path` rules.
+_RO = ["read", "write", "edit"]
+_WE = ["write", "edit"]
+H_PATH_RULES: tuple[tuple[str, list[str], list[str], str], ...] = (
+    ("env-files", _RO, ["**/.env", "**/.env.*"], "deny"),
+    ("pem-files", _RO, ["*.pem", "*.key", "*.p12"], "deny"),
+    ("ssh-dir", _RO, ["**/.ssh", "**/id_rsa*", "**/id_ed25519*"], "deny"),
+    ("cloud-creds", _RO, ["**/.aws", "**/.azure", "**/.config/gcloud"], "deny"),
+    ("gnupg", _RO, ["**/.gnupg"], "deny"),
+    ("netrc", _RO, ["**/.netrc", "**/.npmrc", "**/.pypirc"], "deny"),
+    ("etc", _RO, ["/etc/**"], "ask"),
+    ("proc-sys", _RO, ["/proc/**", "/sys/**", "/dev/**"], "deny"),
+    ("home-config", _RO, ["~/.config/**"], "ask"),
+    ("shell-rc", _RO, ["~/.bashrc", "~/.zshrc", "~/.profile", "~/.bash_profile"], "deny"),
+    ("git-internals", _WE, [".git/**"], "deny"),
+    ("ci-workflows", _WE, [".github/workflows/**", ".gitlab-ci.yml"], "ask"),
+    ("node-modules", _WE, ["**/node_modules/**"], "deny"),
+    ("build-output", _WE, ["dist/**", "build/**", "*.min.js"], "ask"),
+    ("lock-files", _WE, ["*.lock", "package-lock.json", "pnpm-lock.yaml"], "ask"),
+    ("secrets-dir", _RO, ["secrets", "**/secrets/**", "**/credentials*"], "deny"),
+    ("databases", _RO, ["*.sqlite", "*.sqlite3", "*.db"], "ask"),
+    ("dockerfile", _WE, ["Dockerfile", "**/Dockerfile.*", "docker-compose*.yml"], "ask"),
+    ("build-config", _WE, ["Makefile", "pyproject.toml", "setup.py", "package.json"], "ask"),
+    ("src", _RO, ["src/**", "lib/**", "app/**"], "allow"),
+    ("tests", _RO, ["tests/**", "test/**", "**/*_test.go", "**/*.test.ts"], "allow"),
+    ("docs", _RO, ["docs/**", "*.md", "*.rst"], "allow"),
+    ("tmp", _RO, ["/tmp/**"], "allow"),
+    ("outside-read", ["read"], ["/**"], "ask"),
+    ("outside-write", _WE, ["/**"], "deny"),
+    ("parent-dirs", _RO, ["../**"], "ask"),
+    ("certs", _RO, ["**/certs/**", "*.crt", "*.csr"], "ask"),
+    ("terraform-state", _RO, ["*.tfstate", "*.tfstate.backup", "**/.terraform/**"], "deny"),
+    ("kube-config", _RO, ["**/.kube/**", "kubeconfig*"], "deny"),
+    ("vendored", _WE, ["vendor/**", "third_party/**"], "ask"),
+)
+
+# (id, tool globs, arguments or None, decision) of the 20 extension-tool rules.
+H_EXTENSION_RULES: tuple[tuple[str, list[str], dict[str, str] | None, str], ...] = (
+    ("mcp-any", ["mcp_*"], None, "ask"),
+    ("mcp-read", ["mcp_*_get_*", "mcp_*_list_*", "mcp_*_search_*"], None, "allow"),
+    ("mcp-github-merge", ["mcp_github_merge_*"], None, "deny"),
+    ("mcp-github-write", ["mcp_github_create_*", "mcp_github_update_*"], None, "ask"),
+    ("mcp-github-delete", ["mcp_github_delete_*"], None, "deny"),
+    ("mcp-slack-post", ["mcp_slack_post_*"], {"channel": r"^#?(general|announce)"}, "deny"),
+    ("mcp-slack-dm", ["mcp_slack_*"], {"text": r"(?i)password|token|secret"}, "deny"),
+    ("mcp-fs-write", ["mcp_fs_write*", "mcp_filesystem_write*"], None, "deny"),
+    (
+        "mcp-db-mutate",
+        ["mcp_*postgres*", "mcp_*sql*"],
+        {"sql": r"(?i)\b(drop|delete|truncate|alter)\b"},
+        "deny",
+    ),
+    ("browser-any", ["browser_*"], None, "ask"),
+    (
+        "browser-local",
+        ["browser_*"],
+        {"url": r"^https?://(localhost|127\.0\.0\.1)(:\d+)?/"},
+        "allow",
+    ),
+    ("browser-file", ["browser_*"], {"url": r"^file:"}, "deny"),
+    ("deleters", ["*_delete", "*_delete_*", "*_destroy*"], None, "deny"),
+    ("deployers", ["*deploy*", "*_release*"], None, "deny"),
+    ("db-tools", ["db_*"], None, "ask"),
+    ("db-read", ["db_*"], {"sql": r"(?i)^\s*(select|explain|show)\b"}, "allow"),
+    ("web-search", ["web_search", "web_fetch"], None, "allow"),
+    (
+        "web-fetch-internal",
+        ["web_fetch"],
+        {"url": r"^https?://(10\.|192\.168\.|169\.254\.)"},
+        "deny",
+    ),
+    ("todo", ["todo_*"], None, "allow"),
+    ("send-email", ["*email*", "*_send_*"], None, "ask"),
+)
+
+H_POLICY_CALLS = 1000
+
+
+def write_bench_policy(path: Path) -> int:
+    """Write the 200-rule policy of (h) to ``path``; returns the number of rules."""
+    import yaml
+
+    rules: list[dict[str, Any]] = []
+    for i, (prefix, decision) in enumerate(H_COMMAND_RULES):
+        words = prefix.split()
+        slug = "-".join(w.strip("-").replace("=", "-") for w in words)
+        rules.append(
+            {
+                "id": f"cmd-{i:03d}-{slug}",
+                "tool": "bash",
+                "command": words,
+                "decision": decision,
+                "reason": f"{prefix!r} is {decision}ed by the benchmark policy.",
+            }
+        )
+    for rule_id, pattern, decision in H_REGEX_RULES:
+        rules.append(
+            {
+                "id": f"rx-{rule_id}",
+                "tool": "bash",
+                "command_regex": pattern,
+                "decision": decision,
+                "reason": f"command_regex rule {rule_id}.",
+            }
+        )
+    for rule_id, tools, globs, decision in H_PATH_RULES:
+        rules.append(
+            {
+                "id": f"path-{rule_id}",
+                "tool": tools,
+                "path": globs,
+                "decision": decision,
+                "reason": f"path rule {rule_id}.",
+            }
+        )
+    for rule_id, tools, arguments, decision in H_EXTENSION_RULES:
+        rule: dict[str, Any] = {"id": f"ext-{rule_id}", "tool": tools}
+        if arguments:
+            rule["arguments"] = arguments
+        rule.update({"decision": decision, "reason": f"extension tool rule {rule_id}."})
+        rules.append(rule)
+    data = {"version": 1, "tool_call": {"default": "ask", "unparseable": "ask", "rules": rules}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False, width=200))
+    return len(rules)
+
+
+class _CallGen:
+    """Deterministic, varied tool calls: mostly bash commands of realistic shapes."""
+
+    WORDS = (
+        "config",
+        "handler",
+        "parse",
+        "retry",
+        "cache",
+        "session",
+        "token",
+        "user",
+        "render",
+        "queue",
+        "worker",
+        "schema",
+        "client",
+        "server",
+        "fixture",
+        "migrate",
+        "index",
+        "lint",
+    )
+    DIRS = ("src/app", "src/app/api", "src/lib", "tests", "tests/unit", "docs", "scripts", "web")
+    EXTS = ("py", "ts", "js", "go", "rs", "md", "json", "yaml", "toml", "sh")
+    SIMPLE = (
+        "git status",
+        "git diff --stat",
+        "git log --oneline -n 20",
+        "git diff HEAD~1 -- {f}",
+        "ls -la {d}",
+        "cat {f}",
+        "head -n 50 {f}",
+        "tail -n 100 {f}",
+        "wc -l {f}",
+        "sed -n '1,80p' {f}",
+        "rg -n '{w}' {d}",
+        "grep -rn \"{w}\" {d} --include='*.{e}'",
+        "pytest -q tests/test_{w}.py",
+        "python -m pytest tests/test_{w}.py -x -k {w}",
+        "npm test -- --grep {w}",
+        "npm run build",
+        "make -j8",
+        "cargo test {w}",
+        "go test ./... -run {W}",
+        "git add {f} && git commit -m 'fix {w}'",
+        "git checkout -b feature/{w}-{n}",
+        "git push origin feature/{w}",
+        "git push --force",
+        "curl -sSL https://api.example.com/v1/{w}?page={n}",
+        "rm -rf build dist .cache",
+        "rm -f {f}",
+        "npm install {w}-utils@^{n}.0.0",
+        "pip install -e '.[dev]'",
+        "docker build -t app:{n} .",
+        "docker run --rm -it app:{n} {w}",
+        "kubectl get pods -n {w}",
+        "mkdir -p {d}/{w}",
+        "cp {f} {f}.bak",
+        "mv {f} {d}/{w}.{e}",
+        "touch {d}/__init__.py",
+        "python scripts/{w}.py --verbose --limit {n}",
+        "node scripts/{w}.js",
+        "ruff check {d}",
+        "black --check {d}",
+        "mypy src",
+        "echo done",
+        "true",
+        "jq '.{w}' package.json",
+        "wget -q https://example.com/{w}.tar.gz",
+        "ssh deploy@{w}.example.com uptime",
+        "chmod +x scripts/{w}.sh",
+        "find {d} -name '*.{e}' | head",
+        "du -sh {d}",
+        "env | sort",
+        "which python3",
+        "tar czf /tmp/{w}.tgz {d}",
+        "git stash && git pull --rebase && git stash pop",
+    )
+    STAGES = (
+        "grep -v '^#'",
+        "sort",
+        "uniq -c",
+        "sort -rn",
+        "head -n 20",
+        "awk '{{print $1}}'",
+        "sed 's/{w}/{W}/g'",
+        "tr -d '\\r'",
+        "jq -r '.items[] | .{w}'",
+        "xargs -n1 echo",
+        "wc -l",
+        "tee /tmp/{w}.txt",
+        "cut -d: -f1",
+        "grep -i {w}",
+        "column -t",
+        "less -R",
+    )
+    WRAPPERS = (
+        "env FOO={w} BAR={n}",
+        "sudo",
+        "sudo -u {w}",
+        "timeout 30",
+        "timeout -s KILL {n}s",
+        "nice -n 10",
+        "nohup",
+        "stdbuf -oL",
+        "time",
+        "ionice -c3",
+        "command",
+        "exec",
+    )
+    UNPARSEABLE = (
+        "$CMD {w} --fast",
+        'bash -c "$SCRIPT"',
+        'eval "$(pyenv init -)"',
+        "$(which git) push origin {w}",
+        'echo "unterminated {w}',
+        "if true; then echo {w}",
+        "cat <<EOF | sh\necho {w}\nrm -rf /tmp/{w}\nEOF",
+        "env -S 'python3 -u' scripts/{w}.py",
+        "for f in *.{e}; do echo $f",
+        "bash <<< 'git push origin {w}'",
+    )
+    DANGEROUS = (
+        "PATH=/tmp/bin:$PATH make test",
+        "GIT_SSH_COMMAND='ssh -i ~/.ssh/{w}' git fetch origin",
+        "LD_PRELOAD=./lib{w}.so ls -la",
+        "PYTHONPATH=src python -m {w}",
+        "NODE_OPTIONS=--max-old-space-size=4096 npm run build",
+        "export PATH=$HOME/.local/bin:$PATH; {w} --version",
+    )
+    READ_PATHS = (
+        "src/app/{w}.py",
+        "src/lib/{w}/{w}_{n}.ts",
+        "tests/test_{w}.py",
+        "README.md",
+        "docs/{w}.md",
+        ".env",
+        "config/.env.production",
+        "certs/server.pem",
+        "/etc/hosts",
+        "/etc/passwd",
+        "~/.ssh/config",
+        "~/.config/{w}/settings.json",
+        "../other/{w}.py",
+        "node_modules/{w}/index.js",
+        "build/{w}.js",
+        "package.json",
+        "pyproject.toml",
+        "/tmp/{w}.log",
+        "/proc/self/environ",
+        "data/{w}.sqlite",
+        "infra/terraform.tfstate",
+        ".github/workflows/ci.yml",
+        "web/src/components/{W}/{W}.test.ts",
+        "Makefile",
+        "vendor/{w}/lib.go",
+        "src/app/api/v{n}/handlers/{w}/{w}_handler.py",
+        ".git/config",
+        "secrets/{w}.txt",
+        "deploy/Dockerfile.prod",
+        "scripts/{w}.sh",
+    )
+    EXT_TOOLS = (
+        ("mcp_github_create_issue", lambda g: {"title": f"{g.w()} broken", "body": g.text(3)}),
+        ("mcp_github_merge_pull_request", lambda g: {"number": g.n()}),
+        ("mcp_github_get_file", lambda g: {"path": g.f()}),
+        ("mcp_github_list_issues", lambda g: {"state": "open"}),
+        ("mcp_slack_post_message", lambda g: {"channel": "#" + g.w(), "text": g.text(2)}),
+        ("mcp_slack_post_message", lambda g: {"channel": "#general", "text": "deploy done"}),
+        ("mcp_postgres_query", lambda g: {"sql": f"SELECT * FROM {g.w()} LIMIT {g.n()}"}),
+        ("mcp_postgres_query", lambda g: {"sql": f"DROP TABLE {g.w()}"}),
+        ("browser_navigate", lambda g: {"url": f"https://docs.example.com/{g.w()}"}),
+        ("browser_navigate", lambda g: {"url": f"http://localhost:{g.n()}/"}),
+        ("browser_click", lambda g: {"selector": f"#{g.w()}"}),
+        ("db_query", lambda g: {"sql": f"select id from {g.w()}"}),
+        ("deploy_service", lambda g: {"service": g.w(), "env": "prod"}),
+        ("web_fetch", lambda g: {"url": f"https://example.com/{g.w()}"}),
+        ("web_fetch", lambda g: {"url": "http://169.254.169.254/latest/meta-data/"}),
+        ("web_search", lambda g: {"query": g.text(1)}),
+        ("todo_write", lambda g: {"items": [g.w(), g.w()]}),
+        ("send_email", lambda g: {"to": f"{g.w()}@example.com", "body": g.text(2)}),
+        ("calculator", lambda g: {"expression": f"{g.n()} * {g.n()}"}),
+        ("artifact_delete", lambda g: {"id": g.n()}),
+    )
+
+    def __init__(self, seed: int = 4) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def w(self) -> str:
+        return self.rng.choice(self.WORDS)
+
+    def n(self) -> int:
+        return self.rng.randint(1, 9999)
+
+    def d(self) -> str:
+        return self.rng.choice(self.DIRS)
+
+    def f(self) -> str:
+        return f"{self.d()}/{self.w()}_{self.rng.randint(1, 99)}.{self.rng.choice(self.EXTS)}"
+
+    def text(self, sentences: int) -> str:
+        return " ".join(
+            " ".join(self.w() for _ in range(self.rng.randint(5, 14))) + "."
+            for _ in range(sentences)
+        )
+
+    def fill(self, template: str) -> str:
+        return template.format(
+            w=self.w(), W=self.w().capitalize(), n=self.n(), f=self.f(), d=self.d(),
+            e=self.rng.choice(self.EXTS),
+        )  # fmt: skip
+
+    def simple(self) -> str:
+        return self.fill(self.rng.choice(self.SIMPLE))
+
+    def pipeline(self) -> str:
+        head = self.rng.choice(
+            ("cat {f}", "git log --format='%an'", "ps aux", "rg -l {w} {d}", "cat /var/log/{w}.log")
+        )
+        stages = [self.fill(head)] + [
+            self.fill(self.rng.choice(self.STAGES)) for _ in range(self.rng.randint(1, 5))
+        ]
+        return " | ".join(stages)
+
+    def chain(self) -> str:
+        parts = [
+            self.rng.choice((self.simple, self.pipeline))() for _ in range(self.rng.randint(2, 5))
+        ]
+        out = parts[0]
+        for part in parts[1:]:
+            out += self.rng.choice((" && ", " && ", "; ", " || ")) + part
+        return out
+
+    def shell_c(self) -> str:
+        import shlex
+
+        shell = self.rng.choice(("bash -c", "sh -c", "bash -lc", "zsh -c", "bash -euo pipefail -c"))
+        return f"{shell} {shlex.quote(self.rng.choice((self.chain, self.pipeline))())}"
+
+    def substitution(self) -> str:
+        return self.fill(
+            self.rng.choice(
+                (
+                    'echo "$(git rev-parse --short HEAD)"',
+                    "kill $(lsof -t -i :{n})",
+                    'cd "$(git rev-parse --show-toplevel)" && make -j4 test',
+                    "export VERSION=$(python -c 'import {w}; print({w}.__version__)') && echo $VERSION",
+                    'for f in $(git diff --name-only HEAD~{n}); do ruff check "$f"; done',
+                    "diff <(sort {f}) <(sort {f}.bak)",
+                    "echo `date +%s` > /tmp/{w}.stamp",
+                    'test -n "$(git status --porcelain)" && git stash || echo clean',
+                    "docker rm -f $(docker ps -aq --filter name={w})",
+                    'git commit -m "release $(cat VERSION)" && git tag v$(cat VERSION)',
+                )
+            )
+        )
+
+    def wrapped(self) -> str:
+        wrappers = [
+            self.fill(self.rng.choice(self.WRAPPERS)) for _ in range(self.rng.randint(1, 3))
+        ]
+        tail = " &" if self.rng.random() < 0.2 else ""
+        return " ".join([*wrappers, self.simple()]) + tail
+
+    def find_exec(self) -> str:
+        return self.fill(
+            self.rng.choice(
+                (
+                    "find {d} -name '*.pyc' -exec rm -f {{}} +",
+                    "find . -type f -name '*.{e}' -exec grep -l '{w}' {{}} \\;",
+                    "find {d} -mtime +{n} -execdir rm -rf {{}} \\;",
+                    "find . -name '*.{e}' -print0 | xargs -0 sed -i 's/{w}/{W}/g'",
+                    "find {d} -type f | xargs grep -n {w}",
+                    "find . -path ./node_modules -prune -o -name '*.ts' -exec wc -l {{}} +",
+                )
+            )
+        )
+
+    def long_args(self) -> str:
+        files = " ".join(self.f() for _ in range(self.rng.randint(30, 150)))
+        return self.rng.choice(
+            (
+                f"git add {files}",
+                f"python -m pytest {files} -q -x",
+                f"rm -f {files}",
+                f"wc -l {files}",
+            )
+        )
+
+    def script(self) -> str:
+        kind = self.rng.randrange(3)
+        if kind == 0:  # a here-document writing a file, then running it
+            body = "\n".join(
+                f"    {self.w()}_{i} = {self.w()}({self.n()}, '{self.w()}')"
+                for i in range(self.rng.randint(10, 80))
+            )
+            name = self.f()
+            return f"cat > {name} <<'EOF'\ndef main():\n{body}\nEOF\npython {name}"
+        if kind == 1:
+            return self.fill(
+                "set -euo pipefail\nfor f in {d}/*.{e}; do\n  if grep -q '{w}' \"$f\"; then\n"
+                '    echo "$f"\n    sed -i \'s/{w}/{W}/\' "$f"\n  fi\ndone\ngit diff --stat'
+            )
+        lines = [
+            self.rng.choice((self.simple, self.pipeline, self.substitution))() for _ in range(8)
+        ]
+        return "#!/bin/bash\n# generated\n" + "\n".join(lines)
+
+    def unparseable(self) -> str:
+        return self.fill(self.rng.choice(self.UNPARSEABLE))
+
+    def dangerous(self) -> str:
+        return self.fill(self.rng.choice(self.DANGEROUS))
+
+    def bash(self) -> str:
+        shapes = (
+            (self.simple, 150), (self.pipeline, 90), (self.chain, 110), (self.shell_c, 50),
+            (self.substitution, 60), (self.wrapped, 60), (self.find_exec, 40),
+            (self.long_args, 35), (self.script, 45), (self.unparseable, 40), (self.dangerous, 20),
+        )  # fmt: skip
+        makers, weights = zip(*shapes, strict=True)
+        return self.rng.choices(makers, weights)[0]()
+
+    def calls(self, count: int) -> list[tuple[str, dict[str, Any]]]:
+        """``count`` calls: 70 % bash, 22 % read/write/edit, 2 % ls, 6 % extension tools."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for _ in range(count):
+            roll = self.rng.random()
+            if roll < 0.70:
+                out.append(("bash", {"command": self.bash(), "timeout": 120}))
+            elif roll < 0.81:
+                out.append(("read", {"path": self.fill(self.rng.choice(self.READ_PATHS))}))
+            elif roll < 0.86:
+                path = self.fill(self.rng.choice(self.READ_PATHS))
+                out.append(("write", {"path": path, "content": self.text(40)}))
+            elif roll < 0.92:
+                path = self.fill(self.rng.choice(self.READ_PATHS))
+                out.append(
+                    ("edit", {"path": path, "oldText": self.text(2), "newText": self.text(2)})
+                )
+            elif roll < 0.94:
+                out.append(("ls", {"path": self.d()}))
+            else:
+                name, make = self.rng.choice(self.EXT_TOOLS)
+                out.append((name, make(self)))
+        return out
+
+
+def _decision_series(
+    policy: Any, calls: Sequence[tuple[str, dict[str, Any]]], workspace: Path, passes: int
+) -> tuple[list[int], list[Any]]:
+    """Time each ``evaluate_tool_call`` (ns), after one untimed warm-up pass."""
+    decisions = [
+        evaluate_tool_call(policy, tool, args, workspace=workspace) for tool, args in calls
+    ]
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    for _ in range(passes):
+        for tool, args in calls:
+            start = clock()
+            evaluate_tool_call(policy, tool, args, workspace=workspace)
+            samples.append(clock() - start)
+    return samples, decisions
+
+
+def _parse_series(commands: Sequence[str], passes: int) -> list[int]:
+    """Time ``parse_command`` alone on each command (ns), after one warm-up pass."""
+
+    def parse(text: str) -> None:
+        try:
+            parse_command(text)
+        except UnparseableCommand:
+            pass
+
+    for text in commands:
+        parse(text)
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    for _ in range(passes):
+        for text in commands:
+            start = clock()
+            parse(text)
+            samples.append(clock() - start)
+    return samples
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.1f} µs"
+
+
+def bench_policy(env: Env, report: Report) -> None:
+    policy_path = env.root / "bench-policy.yaml"
+    n_rules = write_bench_policy(policy_path)
+    start = time.perf_counter_ns()
+    policy = load_policies([policy_path])
+    load_ns = time.perf_counter_ns() - start
+    if len(policy.rules) != n_rules:
+        raise RuntimeError(f"loaded {len(policy.rules)} rules, wrote {n_rules}")
+    calls = _CallGen().calls(H_POLICY_CALLS)
+    passes = env.sizes.policy_passes
+    samples, decisions = _decision_series(policy, calls, env.workspace, passes)
+    report.add_series("h.policy_decision", samples)
+    bash_index = [i for i, (tool, _) in enumerate(calls) if tool == "bash"]
+    bash_samples = [samples[p * len(calls) + i] for p in range(passes) for i in bash_index]
+    other_samples = [
+        samples[p * len(calls) + i]
+        for p in range(passes)
+        for i, (tool, _) in enumerate(calls)
+        if tool != "bash"
+    ]
+    report.add_series("h.policy_decision_bash", bash_samples)
+    report.add_series("h.policy_decision_other", other_samples)
+    bash_commands = [calls[i][1]["command"] for i in bash_index]
+    report.add_series("h.parse_command", _parse_series(bash_commands, passes))
+
+    rt_key = "c.dispatch_unsandboxed"
+    if rt_key not in report.samples:
+        rt_key = "h.dispatch_unsandboxed"
+        n = env.sizes.policy_round_trips
+        report.add_series(rt_key, trio.run(lambda: _dispatch_series(env, sandbox=False, n=n)))
+
+    # ns-precision figures (the table shows ms with 2 decimals); also in the JSON series.
+    ns: dict[str, dict[str, int]] = {}
+    for name in ("h.policy_decision", "h.policy_decision_bash", "h.policy_decision_other",
+                 "h.parse_command", rt_key):  # fmt: skip
+        data = report.samples[name]
+        ns[name] = {
+            "p50": int(statistics.median(data)),
+            "p90": int(percentile(data, 90)),
+            "p99": int(percentile(data, 99)),
+            "max": max(data),
+        }
+        report.series[name].update({f"{k}_ns": v for k, v in ns[name].items()})
+    rt = ns[rt_key]
+    decision = ns["h.policy_decision"]
+    base_label = f"no-op tool_call round trip p50 ({rt_key[0]})"
+    for name, label in (
+        ("h.policy_decision", "policy decision, 200 rules, 1,000 varied calls"),
+        ("h.policy_decision_bash", "  same, bash calls only (parse included)"),
+        ("h.policy_decision_other", "  same, read/write/edit/ls/extension calls"),
+    ):
+        for key in ("p50", "p99"):
+            report.row(
+                "(h)",
+                f"{label}, {key}",
+                name,
+                key,
+                base=rt_key,
+                base_label=base_label,
+                value=ms(ns[name][key]),
+            )
+    ratio = decision["p99"] / rt["p50"]
+    parse = ns["h.parse_command"]
+    counts: dict[str, int] = {}
+    unparseable = 0
+    for result in decisions:
+        counts[result.decision] = counts.get(result.decision, 0) + 1
+        unparseable += result.reason.startswith("the command cannot be parsed")
+    bash_p50 = ns["h.policy_decision_bash"]["p50"]
+    slowest = sorted(range(len(samples)), key=samples.__getitem__)[-3:]
+    slow_text = ", ".join(
+        f"{calls[i % len(calls)][0]} ({len(str(calls[i % len(calls)][1]))} chars) {_us(samples[i])}"
+        for i in reversed(slowest)
+    )
+    report.series["h.policy_decision"]["ratio_p99_to_round_trip_p50"] = round(ratio, 3)
+    report.notes.extend(
+        [
+            f"(h) policy decision ({n_rules} rules, {len(calls)} calls x {passes} pass(es), "
+            f"{len(bash_index)} bash): p50 {_us(decision['p50'])}, p90 {_us(decision['p90'])}, "
+            f"p99 {_us(decision['p99'])}, max {_us(decision['max'])}; no-op round trip "
+            f"({rt_key}) p50 {_us(rt['p50'])}, p99 {_us(rt['p99'])}; "
+            f"policy p99 / round-trip p50 = {ratio:.2f}x "
+            f"(target: below 1x, {'met' if ratio < 1 else 'NOT met'})",
+            f"(h) load_policies of the {n_rules}-rule file (no examples): {ms(load_ns):.2f} ms; "
+            f"decisions: {', '.join(f'{k} {v}' for k, v in sorted(counts.items()))} "
+            f"({unparseable} decided as unparseable); slowest: {slow_text}",
+            f"(h) no parse cache: every evaluate_tool_call parses its command afresh "
+            f"(tree-sitter parser reused per thread, parse result cached only within one call), "
+            f"and the gate runs again after a hook changes the input; parse_command alone on "
+            f"the bash commands: p50 {_us(parse['p50'])}, p99 {_us(parse['p99'])} "
+            f"({parse['p50'] / bash_p50:.0%} of a bash decision's p50)",
+        ]
     )
 
 
@@ -1413,7 +2202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
     )
     parser.add_argument(
-        "--only", default="abcdefg", help="sections to run, e.g. 'abc' (default: all)"
+        "--only", default="abcdefgh", help="sections to run, e.g. 'abc' (default: all)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
@@ -1461,6 +2250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     sections.append(("g", "(g) sandbox hardening", lambda: bench_hardening(env, report)))
+    sections.append(("h", "(h) policy decisions", lambda: bench_policy(env, report)))
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
     try:

@@ -219,7 +219,8 @@ def test_an_audit_log_inside_the_workspace_is_neither_readable_nor_writable(tmp_
     for attempt in ("trunc", "forge", "mv"):
         assert f"{attempt}=0" not in out
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert records and all(r["event"] == "sandbox_profile" for r in records)
+    events = {r["event"] for r in records}
+    assert events == {"sandbox_profile", "tool_call", "tool_call_outcome"}  # nothing forged
     assert '"sandbox_profile"' not in out  # not readable inside either
 
 
@@ -271,3 +272,64 @@ def test_only_unix_inet_inet6_and_netlink_sockets_can_be_created(tmp_path, works
     )
     assert {lines[f] for f in ("1", "2", "10", "16")} == {"ok"}
     assert {lines[f] for f in ("17", "40", "38", "45", "99")} == {"97"}  # EAFNOSUPPORT
+
+
+def test_a_deny_read_file_stays_hidden_after_renaming_its_parent_and_a_respawn(tmp_path, workspace):
+    (workspace / "config").mkdir()
+    (workspace / "config" / "prod.secret").write_text("SENTINEL-DENYREAD-7731\n")
+    policy = tmp_path / "p.yaml"
+    policy.write_text("version: 1\nsandbox:\n  filesystem: {deny_read: [config/prod.secret]}\n")
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "bash",
+                            "arguments": {
+                                "command": "mv config config2; echo mv=$?; kill -9 $PPID"
+                            },
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {
+                            "name": "bash",
+                            "arguments": {"command": "cat config2/prod.secret config/prod.secret"},
+                        }
+                    ]
+                },
+                {"text": "done"},
+            ]
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--sandbox",
+            "--mode",
+            "json",
+            "--model",
+            "scripted",
+            "--script",
+            str(script),
+            "--policy",
+            str(policy),
+            "--no-session",
+            "-C",
+            str(workspace),
+            "go",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert "SENTINEL-DENYREAD-7731" not in result.stdout + result.stderr
+    assert "mv=0" not in tool_text(result.stdout)  # the parent is pinned
+    assert sorted(p.name for p in workspace.iterdir()) == ["config"]

@@ -32,3 +32,9 @@ def test_repeated_or_empty_tool_call_ids_are_made_distinct():
         ],
     )
     assert [c.id for c in _with_unique_call_ids(turn).tool_calls] == ["same", "same_2", "call_2"]
+
+
+def test_bidirectional_controls_are_escaped():
+    from pi_sandbox.supervisor.output_modes import printable
+
+    assert printable("ok\u202egnp.exe\u2066") == "ok\\u202egnp.exe\\u2066"

@@ -446,3 +446,11 @@ def test_read_only_paths_that_contain_shared_directories_are_refused(layout, pat
     # (other runs' egress proxies, docker.sock) and read other runs' logs.
     with pytest.raises(SandboxError, match=r"sandbox\.filesystem\.read_only"):
         profile_for(layout, read_only=(path,))
+
+
+def test_deny_read_masks_and_nested_read_only_binds_pin_their_parents(layout):
+    ws = layout["ws"]
+    (ws / "config").mkdir()
+    (ws / "config" / "prod.secret").write_text("s")
+    profile = profile_for(layout, deny_read=("config/prod.secret",))
+    assert str(ws / "config") in profile.pins

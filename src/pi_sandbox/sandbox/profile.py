@@ -406,7 +406,22 @@ class SandboxProfile(BaseModel):
         # cannot be renamed or removed (EBUSY), so `mv sub x; mkdir -p sub/.git`
         # cannot move a protected path out of the way and recreate it.
         pins: set[str] = set()
-        for path in mounts:
+        # Every mount destination inside a writable root: protected paths and
+        # placeholders, deny-read masks, read-only binds nested in a writable root.
+        # Renamed away, a parent would leave the mask behind in this sandbox and, in
+        # the next one (a respawned worker reuses the profile), make bwrap create the
+        # destination afresh at the old path, or through a symlink put there.
+        masked_dirs = [path for path, kind in self._deny_masks if kind == "dir"]
+        destinations = [*mounts]
+        destinations += [
+            path
+            for path, _ in self._deny_masks
+            if not any(is_within(path, d) and path != d for d in masked_dirs)
+        ]
+        destinations += [
+            path for path in self.ro_binds if any(is_within(path, r) for r in self.rw_binds)
+        ]
+        for path in destinations:
             roots = [r for r in self.rw_binds if is_within(path, r)]
             if not roots:
                 continue
@@ -461,11 +476,13 @@ class SandboxProfile(BaseModel):
 
     @property
     def pins(self) -> tuple[str, ...]:
-        """Directories between a writable root and a protected path, parents first.
+        """Directories between a writable root and a mount inside it (a protected
+        path, a deny-read mask, a nested read-only bind), parents first.
 
         Each is bound writable onto itself so that it is a mount point: its
-        contents stay writable, but it cannot be renamed or removed, so a protected
-        path below it cannot be moved aside and recreated.
+        contents stay writable, but it cannot be renamed or removed, so a mount
+        below it cannot be moved aside (and its path recreated, or replaced by a
+        symlink that a respawned sandbox's bwrap would follow).
         """
         return self._pins
 

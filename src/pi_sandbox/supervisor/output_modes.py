@@ -21,13 +21,22 @@ __all__ = ["JsonOutput", "PrintOutput", "printable", "silence_stdout"]
 _CONTROL = {
     c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
 }
+# Unicode bidirectional controls reorder what a terminal shows ("Trojan Source"):
+# tool output could make a line read as something it is not.
+_CONTROL.update(
+    {
+        c: f"\\u{c:04x}"
+        for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    }
+)
 
 
 _CONTROL_AND_NEWLINES = {**_CONTROL, 0x0A: "\\n"}
 
 
 def printable(text: str, *, newlines: bool = True) -> str:
-    """``text`` with terminal control characters shown as ``\\xNN`` escapes.
+    """``text`` with terminal control characters shown as ``\\xNN`` escapes, and
+    Unicode bidirectional controls (U+202A–U+202E, U+2066–U+2069, …) as ``\\uNNNN``.
 
     Tool output, block reasons, file names and model text are untrusted: printed raw,
     an escape sequence could overwrite the line that says a call was blocked. With
