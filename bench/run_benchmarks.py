@@ -1076,166 +1076,68 @@ def write_bench_policy(path: Path) -> int:
 class _CallGen:
     """Deterministic, varied tool calls: mostly bash commands of realistic shapes."""
 
+    # fmt: off
     WORDS = (
-        "config",
-        "handler",
-        "parse",
-        "retry",
-        "cache",
-        "session",
-        "token",
-        "user",
-        "render",
-        "queue",
-        "worker",
-        "schema",
-        "client",
-        "server",
-        "fixture",
-        "migrate",
-        "index",
-        "lint",
+        "config", "handler", "parse", "retry", "cache", "session", "token", "user", "render",
+        "queue", "worker", "schema", "client", "server", "fixture", "migrate", "index", "lint",
     )
-    DIRS = ("src/app", "src/app/api", "src/lib", "tests", "tests/unit", "docs", "scripts", "web")
-    EXTS = ("py", "ts", "js", "go", "rs", "md", "json", "yaml", "toml", "sh")
+    DIRS = (
+        "src/app", "src/app/api", "src/lib", "tests", "tests/unit", "docs", "scripts", "web",
+    )
+    EXTS = (
+        "py", "ts", "js", "go", "rs", "md", "json", "yaml", "toml", "sh",
+    )
     SIMPLE = (
-        "git status",
-        "git diff --stat",
-        "git log --oneline -n 20",
-        "git diff HEAD~1 -- {f}",
-        "ls -la {d}",
-        "cat {f}",
-        "head -n 50 {f}",
-        "tail -n 100 {f}",
-        "wc -l {f}",
-        "sed -n '1,80p' {f}",
-        "rg -n '{w}' {d}",
-        "grep -rn \"{w}\" {d} --include='*.{e}'",
-        "pytest -q tests/test_{w}.py",
-        "python -m pytest tests/test_{w}.py -x -k {w}",
-        "npm test -- --grep {w}",
-        "npm run build",
-        "make -j8",
-        "cargo test {w}",
-        "go test ./... -run {W}",
-        "git add {f} && git commit -m 'fix {w}'",
-        "git checkout -b feature/{w}-{n}",
-        "git push origin feature/{w}",
-        "git push --force",
-        "curl -sSL https://api.example.com/v1/{w}?page={n}",
-        "rm -rf build dist .cache",
-        "rm -f {f}",
-        "npm install {w}-utils@^{n}.0.0",
-        "pip install -e '.[dev]'",
-        "docker build -t app:{n} .",
-        "docker run --rm -it app:{n} {w}",
-        "kubectl get pods -n {w}",
-        "mkdir -p {d}/{w}",
-        "cp {f} {f}.bak",
-        "mv {f} {d}/{w}.{e}",
-        "touch {d}/__init__.py",
-        "python scripts/{w}.py --verbose --limit {n}",
-        "node scripts/{w}.js",
-        "ruff check {d}",
-        "black --check {d}",
-        "mypy src",
-        "echo done",
-        "true",
-        "jq '.{w}' package.json",
-        "wget -q https://example.com/{w}.tar.gz",
-        "ssh deploy@{w}.example.com uptime",
-        "chmod +x scripts/{w}.sh",
-        "find {d} -name '*.{e}' | head",
-        "du -sh {d}",
-        "env | sort",
-        "which python3",
-        "tar czf /tmp/{w}.tgz {d}",
+        "git status", "git diff --stat", "git log --oneline -n 20", "git diff HEAD~1 -- {f}",
+        "ls -la {d}", "cat {f}", "head -n 50 {f}", "tail -n 100 {f}", "wc -l {f}",
+        "sed -n '1,80p' {f}", "rg -n '{w}' {d}", "grep -rn \"{w}\" {d} --include='*.{e}'",
+        "pytest -q tests/test_{w}.py", "python -m pytest tests/test_{w}.py -x -k {w}",
+        "npm test -- --grep {w}", "npm run build", "make -j8", "cargo test {w}",
+        "go test ./... -run {W}", "git add {f} && git commit -m 'fix {w}'",
+        "git checkout -b feature/{w}-{n}", "git push origin feature/{w}", "git push --force",
+        "curl -sSL https://api.example.com/v1/{w}?page={n}", "rm -rf build dist .cache",
+        "rm -f {f}", "npm install {w}-utils@^{n}.0.0", "pip install -e '.[dev]'",
+        "docker build -t app:{n} .", "docker run --rm -it app:{n} {w}", "kubectl get pods -n {w}",
+        "mkdir -p {d}/{w}", "cp {f} {f}.bak", "mv {f} {d}/{w}.{e}", "touch {d}/__init__.py",
+        "python scripts/{w}.py --verbose --limit {n}", "node scripts/{w}.js", "ruff check {d}",
+        "black --check {d}", "mypy src", "echo done", "true", "jq '.{w}' package.json",
+        "wget -q https://example.com/{w}.tar.gz", "ssh deploy@{w}.example.com uptime",
+        "chmod +x scripts/{w}.sh", "find {d} -name '*.{e}' | head", "du -sh {d}", "env | sort",
+        "which python3", "tar czf /tmp/{w}.tgz {d}",
         "git stash && git pull --rebase && git stash pop",
     )
     STAGES = (
-        "grep -v '^#'",
-        "sort",
-        "uniq -c",
-        "sort -rn",
-        "head -n 20",
-        "awk '{{print $1}}'",
-        "sed 's/{w}/{W}/g'",
-        "tr -d '\\r'",
-        "jq -r '.items[] | .{w}'",
-        "xargs -n1 echo",
-        "wc -l",
-        "tee /tmp/{w}.txt",
-        "cut -d: -f1",
-        "grep -i {w}",
-        "column -t",
-        "less -R",
+        "grep -v '^#'", "sort", "uniq -c", "sort -rn", "head -n 20", "awk '{{print $1}}'",
+        "sed 's/{w}/{W}/g'", "tr -d '\\r'", "jq -r '.items[] | .{w}'", "xargs -n1 echo", "wc -l",
+        "tee /tmp/{w}.txt", "cut -d: -f1", "grep -i {w}", "column -t", "less -R",
     )
     WRAPPERS = (
-        "env FOO={w} BAR={n}",
-        "sudo",
-        "sudo -u {w}",
-        "timeout 30",
-        "timeout -s KILL {n}s",
-        "nice -n 10",
-        "nohup",
-        "stdbuf -oL",
-        "time",
-        "ionice -c3",
-        "command",
-        "exec",
+        "env FOO={w} BAR={n}", "sudo", "sudo -u {w}", "timeout 30", "timeout -s KILL {n}s",
+        "nice -n 10", "nohup", "stdbuf -oL", "time", "ionice -c3", "command", "exec",
     )
     UNPARSEABLE = (
-        "$CMD {w} --fast",
-        'bash -c "$SCRIPT"',
-        'eval "$(pyenv init -)"',
-        "$(which git) push origin {w}",
-        'echo "unterminated {w}',
-        "if true; then echo {w}",
-        "cat <<EOF | sh\necho {w}\nrm -rf /tmp/{w}\nEOF",
-        "env -S 'python3 -u' scripts/{w}.py",
-        "for f in *.{e}; do echo $f",
-        "bash <<< 'git push origin {w}'",
+        "$CMD {w} --fast", "bash -c \"$SCRIPT\"", "eval \"$(pyenv init -)\"",
+        "$(which git) push origin {w}", "echo \"unterminated {w}", "if true; then echo {w}",
+        "cat <<EOF | sh\necho {w}\nrm -rf /tmp/{w}\nEOF", "env -S 'python3 -u' scripts/{w}.py",
+        "for f in *.{e}; do echo $f", "bash <<< 'git push origin {w}'",
     )
     DANGEROUS = (
-        "PATH=/tmp/bin:$PATH make test",
-        "GIT_SSH_COMMAND='ssh -i ~/.ssh/{w}' git fetch origin",
-        "LD_PRELOAD=./lib{w}.so ls -la",
-        "PYTHONPATH=src python -m {w}",
+        "PATH=/tmp/bin:$PATH make test", "GIT_SSH_COMMAND='ssh -i ~/.ssh/{w}' git fetch origin",
+        "LD_PRELOAD=./lib{w}.so ls -la", "PYTHONPATH=src python -m {w}",
         "NODE_OPTIONS=--max-old-space-size=4096 npm run build",
         "export PATH=$HOME/.local/bin:$PATH; {w} --version",
     )
     READ_PATHS = (
-        "src/app/{w}.py",
-        "src/lib/{w}/{w}_{n}.ts",
-        "tests/test_{w}.py",
-        "README.md",
-        "docs/{w}.md",
-        ".env",
-        "config/.env.production",
-        "certs/server.pem",
-        "/etc/hosts",
-        "/etc/passwd",
-        "~/.ssh/config",
-        "~/.config/{w}/settings.json",
-        "../other/{w}.py",
-        "node_modules/{w}/index.js",
-        "build/{w}.js",
-        "package.json",
-        "pyproject.toml",
-        "/tmp/{w}.log",
-        "/proc/self/environ",
-        "data/{w}.sqlite",
-        "infra/terraform.tfstate",
-        ".github/workflows/ci.yml",
-        "web/src/components/{W}/{W}.test.ts",
-        "Makefile",
-        "vendor/{w}/lib.go",
-        "src/app/api/v{n}/handlers/{w}/{w}_handler.py",
-        ".git/config",
-        "secrets/{w}.txt",
-        "deploy/Dockerfile.prod",
-        "scripts/{w}.sh",
+        "src/app/{w}.py", "src/lib/{w}/{w}_{n}.ts", "tests/test_{w}.py", "README.md",
+        "docs/{w}.md", ".env", "config/.env.production", "certs/server.pem", "/etc/hosts",
+        "/etc/passwd", "~/.ssh/config", "~/.config/{w}/settings.json", "../other/{w}.py",
+        "node_modules/{w}/index.js", "build/{w}.js", "package.json", "pyproject.toml",
+        "/tmp/{w}.log", "/proc/self/environ", "data/{w}.sqlite", "infra/terraform.tfstate",
+        ".github/workflows/ci.yml", "web/src/components/{W}/{W}.test.ts", "Makefile",
+        "vendor/{w}/lib.go", "src/app/api/v{n}/handlers/{w}/{w}_handler.py", ".git/config",
+        "secrets/{w}.txt", "deploy/Dockerfile.prod", "scripts/{w}.sh",
     )
+    # fmt: on
     EXT_TOOLS = (
         ("mcp_github_create_issue", lambda g: {"title": f"{g.w()} broken", "body": g.text(3)}),
         ("mcp_github_merge_pull_request", lambda g: {"number": g.n()}),
@@ -1462,6 +1364,22 @@ def _parse_series(commands: Sequence[str], passes: int) -> list[int]:
     return samples
 
 
+def _selection_series(
+    policy: Any, calls: Sequence[tuple[str, dict[str, Any]]], passes: int
+) -> list[int]:
+    """Time the gate's first step alone (ns): which rules' ``tool`` globs match the name."""
+    for tool, _ in calls:
+        [rule for rule in policy.rules if rule.applies_to(tool)]
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    for _ in range(passes):
+        for tool, _ in calls:
+            start = clock()
+            [rule for rule in policy.rules if rule.applies_to(tool)]
+            samples.append(clock() - start)
+    return samples
+
+
 def _us(ns: float) -> str:
     return f"{ns / 1000:.1f} µs"
 
@@ -1490,6 +1408,7 @@ def bench_policy(env: Env, report: Report) -> None:
     report.add_series("h.policy_decision_other", other_samples)
     bash_commands = [calls[i][1]["command"] for i in bash_index]
     report.add_series("h.parse_command", _parse_series(bash_commands, passes))
+    report.add_series("h.rule_selection", _selection_series(policy, calls, passes))
 
     rt_key = "c.dispatch_unsandboxed"
     if rt_key not in report.samples:
@@ -1500,7 +1419,7 @@ def bench_policy(env: Env, report: Report) -> None:
     # ns-precision figures (the table shows ms with 2 decimals); also in the JSON series.
     ns: dict[str, dict[str, int]] = {}
     for name in ("h.policy_decision", "h.policy_decision_bash", "h.policy_decision_other",
-                 "h.parse_command", rt_key):  # fmt: skip
+                 "h.parse_command", "h.rule_selection", rt_key):  # fmt: skip
         data = report.samples[name]
         ns[name] = {
             "p50": int(statistics.median(data)),
@@ -1529,6 +1448,7 @@ def bench_policy(env: Env, report: Report) -> None:
             )
     ratio = decision["p99"] / rt["p50"]
     parse = ns["h.parse_command"]
+    select = ns["h.rule_selection"]
     counts: dict[str, int] = {}
     unparseable = 0
     for result in decisions:
@@ -1548,7 +1468,8 @@ def bench_policy(env: Env, report: Report) -> None:
             f"p99 {_us(decision['p99'])}, max {_us(decision['max'])}; no-op round trip "
             f"({rt_key}) p50 {_us(rt['p50'])}, p99 {_us(rt['p99'])}; "
             f"policy p99 / round-trip p50 = {ratio:.2f}x "
-            f"(target: below 1x, {'met' if ratio < 1 else 'NOT met'})",
+            f"(target < 1x: {'met' if ratio < 1 else 'NOT met'}); "
+            f"policy p99 / round-trip p99 = {decision['p99'] / rt['p99']:.2f}x",
             f"(h) load_policies of the {n_rules}-rule file (no examples): {ms(load_ns):.2f} ms; "
             f"decisions: {', '.join(f'{k} {v}' for k, v in sorted(counts.items()))} "
             f"({unparseable} decided as unparseable); slowest: {slow_text}",
@@ -1557,6 +1478,8 @@ def bench_policy(env: Env, report: Report) -> None:
             f"and the gate runs again after a hook changes the input; parse_command alone on "
             f"the bash commands: p50 {_us(parse['p50'])}, p99 {_us(parse['p99'])} "
             f"({parse['p50'] / bash_p50:.0%} of a bash decision's p50)",
+            f"(h) rule selection alone (the {n_rules} rules' tool globs against the tool "
+            f"name, fnmatch, no cache): p50 {_us(select['p50'])}, p99 {_us(select['p99'])}",
         ]
     )
 
