@@ -25,56 +25,63 @@ pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 PLACEHOLDER_NAMES = (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json")
 
 
-def script_for(tmp_path: Path, command: str) -> Path:
+def script_for(tmp_path: Path, command: str | list[str]) -> Path:
+    commands = [command] if isinstance(command, str) else command
+    turns = [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": text}}]} for text in commands
+    ]
     script = tmp_path / "script.yaml"
-    script.write_text(
-        yaml.safe_dump(
-            [
-                {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
-                {"text": "done"},
-            ]
-        )
-    )
+    script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
     return script
+
+
+def pi_argv(workspace: Path, script: Path, *flags: str) -> list[str]:
+    """``pi --sandbox --mode json`` over ``script`` in ``workspace``."""
+    return [
+        sys.executable,
+        "-m",
+        "pi_sandbox.cli",
+        "--sandbox",
+        "--mode",
+        "json",
+        "--model",
+        "scripted",
+        "--script",
+        str(script),
+        "--no-session",
+        "-C",
+        str(workspace),
+        *flags,
+        "go",
+    ]
+
+
+def pi_env(tmp_path: Path, *, agent: Path | None = None, home: Path | None = None) -> dict:
+    home = home or tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "PI_CODING_AGENT_DIR": str(agent or tmp_path / "agent"),
+    }
 
 
 def pi(
     tmp_path: Path,
     workspace: Path,
-    command: str,
+    command: str | list[str],
     *flags: str,
     agent: Path | None = None,
     home: Path | None = None,
 ):
-    home = home or tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "PI_CODING_AGENT_DIR": str(agent or tmp_path / "agent"),
-    }
+    """Run one sandboxed session whose scripted model makes one ``bash`` call per
+    command given, then stops."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--sandbox",
-            "--mode",
-            "json",
-            "--model",
-            "scripted",
-            "--script",
-            str(script_for(tmp_path, command)),
-            "--no-session",
-            "-C",
-            str(workspace),
-            *flags,
-            "go",
-        ],
+        pi_argv(workspace, script_for(tmp_path, command), *flags),
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=pi_env(tmp_path, agent=agent, home=home),
     )
 
 
@@ -165,24 +172,9 @@ def test_an_agent_directory_inside_the_workspace_cannot_be_planted(tmp_path, wor
 
 
 def test_placeholders_of_a_killed_run_are_removed_by_the_next_run(tmp_path, workspace):
-    script = script_for(tmp_path, "sleep 60")
-    env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--sandbox",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            "--no-session",
-            "-C",
-            str(workspace),
-            "go",
-        ],
-        env=env,
+        pi_argv(workspace, script_for(tmp_path, "sleep 60")),
+        env=pi_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -279,56 +271,15 @@ def test_a_deny_read_file_stays_hidden_after_renaming_its_parent_and_a_respawn(t
     (workspace / "config" / "prod.secret").write_text("SENTINEL-DENYREAD-7731\n")
     policy = tmp_path / "p.yaml"
     policy.write_text("version: 1\nsandbox:\n  filesystem: {deny_read: [config/prod.secret]}\n")
-    script = tmp_path / "script.yaml"
-    script.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "bash",
-                            "arguments": {
-                                "command": "mv config config2; echo mv=$?; kill -9 $PPID"
-                            },
-                        }
-                    ]
-                },
-                {
-                    "tool_calls": [
-                        {
-                            "name": "bash",
-                            "arguments": {"command": "cat config2/prod.secret config/prod.secret"},
-                        }
-                    ]
-                },
-                {"text": "done"},
-            ]
-        )
-    )
-    env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
-    result = subprocess.run(
+    result = pi(
+        tmp_path,
+        workspace,
         [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--sandbox",
-            "--mode",
-            "json",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            "--policy",
-            str(policy),
-            "--no-session",
-            "-C",
-            str(workspace),
-            "go",
+            "mv config config2; echo mv=$?; kill -9 $PPID",
+            "cat config2/prod.secret config/prod.secret",
         ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+        "--policy",
+        str(policy),
     )
     assert "SENTINEL-DENYREAD-7731" not in result.stdout + result.stderr
     assert "mv=0" not in tool_text(result.stdout)  # the parent is pinned
