@@ -284,3 +284,17 @@ def test_a_deny_read_file_stays_hidden_after_renaming_its_parent_and_a_respawn(t
     assert "SENTINEL-DENYREAD-7731" not in result.stdout + result.stderr
     assert "mv=0" not in tool_text(result.stdout)  # the parent is pinned
     assert sorted(p.name for p in workspace.iterdir()) == ["config"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root-run sandbox owns the host's /dev nodes")
+def test_a_mode_change_to_a_host_device_node_is_put_back_after_the_call(tmp_path, workspace):
+    before = os.stat("/dev/full").st_mode
+    result = pi(
+        tmp_path,
+        workspace,
+        ["chmod 0600 /dev/full; echo chmod=$?", "stat -c %a /dev/full"],
+    )
+    assert os.stat("/dev/full").st_mode == before
+    assert result.returncode == 0, result.stderr
+    assert "pi put it back" in "\n".join(warnings(result.stdout))
+    assert tool_text(result.stdout).splitlines()[-1] == "666"  # repaired before the next call

@@ -142,6 +142,15 @@ class ToolPipeline:
         async with trio.open_nursery() as nursery:
             for index, item in enumerate(prepared):
                 nursery.start_soon(execute, index, item)
+        for path in self.pool.repair_host_devices():
+            self.pool.repaired_devices.append(path)
+            await self.emit(
+                {
+                    "type": "warning",
+                    "message": f"a sandboxed tool changed the mode of the host's {path}; "
+                    "pi put it back",
+                }
+            )
         return [o for o in outcomes if o is not None]
 
     # --- preflight (steps 1-4) -------------------------------------------------------------

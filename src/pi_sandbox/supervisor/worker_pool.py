@@ -31,6 +31,7 @@ from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
+from pi_sandbox.sandbox.device_guard import DeviceGuard
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
@@ -204,7 +205,10 @@ class WorkerPool:
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
         self.placeholders: set[str] = set()
+        # Host device nodes whose mode a sandbox changed and the pool put back.
+        self.repaired_devices: list[str] = []
         self._lease: PlaceholderLease | None = None
+        self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
 
     @property
@@ -272,6 +276,14 @@ class WorkerPool:
     def _audit_paths(self) -> tuple[Path, ...]:
         return (self.config.audit_log,) if self.config.audit_log is not None else ()
 
+    def repair_host_devices(self) -> list[str]:
+        """Undo mode changes a root-run sandbox made to the host's bound device nodes
+        (see `pi_sandbox.sandbox.device_guard`); returns the paths repaired."""
+        repaired = self._devices.restore() if self._devices is not None else []
+        for path in repaired:
+            self.audit({"event": "device_repaired", "path": path})
+        return repaired
+
     def audit(self, record: dict[str, Any]) -> None:
         """Pass one JSON-ready audit record to ``PoolConfig.audit`` (if any)."""
         if self.config.audit is not None:
@@ -306,6 +318,7 @@ class WorkerPool:
         remove_stale_cgroups()
         self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
         self._lease = PlaceholderLease.acquire()
+        self._devices = DeviceGuard()
         settings = self.config.settings
         if settings.network_enabled:
             from pi_sandbox.sandbox.network_rules import NetworkRules
@@ -567,6 +580,7 @@ class WorkerPool:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
+        self.repaired_devices += self.repair_host_devices()
         if self._lease is not None:
             # Every sandbox of this run is gone: placeholders may go unless another
             # run in this workspace still relies on them (see placeholders.py).
