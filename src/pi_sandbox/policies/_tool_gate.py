@@ -107,6 +107,24 @@ class _Call:
         self.arguments = arguments
         self._workspace = workspace
         self._resolve_symlinks = resolve_symlinks
+        # id(rule) -> the rule's outcome for each simple command (one matching pass
+        # serves both the decision and the per-command breakdown).
+        self.command_outcomes: dict[int, list[_Outcome]] = {}
+
+    @cached_property
+    def first_words(self) -> tuple[tuple[str, str, bool], ...]:
+        """Per simple command: (its program word, the word's basename, whether the
+        shell could still expand it), computed once for every rule."""
+        commands = self.commands
+        assert not isinstance(commands, UnparseableCommand)
+        facts = []
+        for command in commands:
+            word = command.argv[0] if command.argv else ""
+            expandable = bool(
+                "$" in word or _BRACE_EXPANSION.search(word) or _GLOB_CHARS.search(word)
+            )
+            facts.append((word, posixpath.basename(word), expandable))
+        return tuple(facts)
 
     @cached_property
     def command_text(self) -> str | None:
@@ -245,13 +263,41 @@ class PolicyRule:
         commands = call.commands
         if isinstance(commands, UnparseableCommand):
             return _Outcome(_Verdict.UNKNOWN, commands.reason)
-        return _Outcome.combine([self._match_command(command) for command in commands])
+        return _Outcome.combine(self._command_outcomes(call))
 
-    def _match_command(self, command: SimpleCommand) -> _Outcome:
+    def _command_outcomes(self, call: _Call) -> list[_Outcome]:
+        """This rule's outcome for each simple command of ``call``, computed once."""
+        cached = call.command_outcomes.get(id(self))
+        if cached is None:
+            commands = call.commands
+            assert not isinstance(commands, UnparseableCommand)
+            cached = [
+                self._match_command(command, facts)
+                for command, facts in zip(commands, call.first_words, strict=True)
+            ]
+            call.command_outcomes[id(self)] = cached
+        return cached
+
+    def _match_command(
+        self, command: SimpleCommand, facts: tuple[str, str, bool] | None = None
+    ) -> _Outcome:
         """`_match_argv`, but a command that a dangerous leading assignment
         (``LD_PRELOAD=…``, ``PATH=…``, ``GIT_…``) can make run something else is
-        UNKNOWN when it would otherwise not match (issue 4 case 3)."""
-        outcome = self._match_argv(command.argv)
+        UNKNOWN when it would otherwise not match (issue 4 case 3).
+
+        ``facts`` (from `_Call.first_words`) lets a rule whose first word differs
+        from the command's program skip the word-by-word comparison: the result
+        is the same, it is only cheaper.
+        """
+        assert self.command is not None
+        expected = self.command[0]
+        if facts is not None and not facts[2]:
+            word, basename, _ = facts
+            program = word if "/" in expected else basename
+        if facts is not None and not facts[2] and program != expected:
+            outcome = _NO
+        else:
+            outcome = self._match_argv(command.argv)
         if outcome.verdict is _Verdict.NO and command.dangerous:
             names = ", ".join(command.dangerous)
             return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
@@ -336,6 +382,18 @@ class Policy:
     default_source: Path | None = None
     sources: tuple[Path, ...] = ()
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    _by_tool: dict[str, tuple[PolicyRule, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def rules_for(self, tool_name: str) -> tuple[PolicyRule, ...]:
+        """The rules whose ``tool`` patterns match ``tool_name``, in order (cached)."""
+        found = self._by_tool.get(tool_name)
+        if found is None:
+            found = tuple(rule for rule in self.rules if rule.applies_to(tool_name))
+            if len(self._by_tool) < 1024:  # tool names come from models: bound the cache
+                self._by_tool[tool_name] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -391,7 +449,7 @@ def evaluate_tool_call(
     if policy is None:
         return ToolCallDecision("allow", None, "no policy is in effect", "default")
     call = _Call(arguments, os.path.abspath(workspace), resolve_symlinks=True)
-    applicable = [rule for rule in policy.rules if rule.applies_to(tool_name)]
+    applicable = policy.rules_for(tool_name)
     commands = _command_breakdown(policy, applicable, call)
 
     best: tuple[int, int] | None = None
@@ -443,10 +501,11 @@ def _command_breakdown(
     ]
     breakdown: list[dict[str, Any]] = []
     assert not isinstance(call.commands, UnparseableCommand)
-    for command in call.commands:
+    outcomes = [rule._command_outcomes(call) for rule in command_rules]
+    for index, command in enumerate(call.commands):
         decisions: list[Decision] = []
-        for rule in command_rules:
-            verdict = rule._match_command(command).verdict
+        for rule, per_command in zip(command_rules, outcomes, strict=True):
+            verdict = per_command[index].verdict
             if verdict is _Verdict.YES:
                 decisions.append(rule.decision)
             elif verdict is _Verdict.UNKNOWN:
