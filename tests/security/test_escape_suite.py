@@ -246,7 +246,11 @@ class LogWatcher:
             self._link_new()
 
     def _link_new(self) -> None:
-        for path in self.tmpdir.glob("pi-workers-*/**/*"):
+        try:
+            paths = list(self.tmpdir.glob("pi-workers-*/**/*"))
+        except OSError:
+            return  # a log directory vanished mid-walk (the run ended): next tick
+        for path in paths:
             if path in self.linked or not path.is_file() or path.is_symlink():
                 continue
             link = self.keep / f"{len(self.linked):03d}-{path.name}"
