@@ -246,8 +246,8 @@ class WorkerPool:
             )
             self.placeholders.update(profile.placeholders)
             if self._lease is not None:
-                # Listed before bwrap creates them: a run killed with SIGKILL
-                # leaves them to the next run in this workspace to remove.
+                # Listed before bwrap creates them: after a run killed with SIGKILL
+                # the next run to end with no other run active removes them.
                 self._lease.record(profile.placeholders)
             self.audit(
                 {
@@ -291,10 +291,11 @@ class WorkerPool:
 
     async def _prepare_sandbox(self, nursery: trio.Nursery) -> None:
         """Everything sandboxed workers share: bwrap, the seccomp program, cgroups,
-        the workspace lease for placeholders, and the egress proxy.
+        the placeholder lease, the device guard, and the egress proxy.
 
         Raises:
-            SandboxError: the workspace contains HOME.
+            SandboxError: the workspace contains HOME, the temporary or runtime
+                directory, or /run (`shared_directories`).
             SandboxUnavailableError: bwrap cannot run here, or the seccomp filter
                 cannot be built (fail closed, issue 3).
         """
