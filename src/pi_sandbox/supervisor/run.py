@@ -138,7 +138,7 @@ def run_print_session(options: RunOptions) -> int:
 
 def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
     """An empty directory the sandbox made to protect a missing path (still held
-    by a concurrent run in this workspace), not something a tool created."""
+    by a concurrent sandboxed run), not something a tool created."""
     try:
         return str(path) in pool.placeholders and path.is_dir() and not any(path.iterdir())
     except OSError:

@@ -584,7 +584,7 @@ class WorkerPool:
         self.repaired_devices += self.repair_host_devices()
         if self._lease is not None:
             # Every sandbox of this run is gone: placeholders may go unless another
-            # run in this workspace still relies on them (see placeholders.py).
+            # sandboxed run of this user is still active (see placeholders.py).
             self._lease.release(self.placeholders)
             self._lease = None
         if self.cgroups is not None:
