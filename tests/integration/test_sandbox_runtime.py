@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,18 @@ def make_pool(tmp_path: Path, workspace: Path, **settings) -> WorkerPool:
     return pool
 
 
+@asynccontextmanager
+async def running(pool: WorkerPool):
+    """The pool started with no extensions; stopped (every worker reaped) on exit."""
+    async with trio.open_nursery() as nursery:
+        await pool.start(nursery, [])
+        try:
+            yield pool
+        finally:
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
+
+
 async def bash(pool: WorkerPool, command: str, timeout: float = 30) -> str:
     worker = await pool.ensure_tool_worker()
     raw = await worker.request(
@@ -71,8 +84,7 @@ def workspace(tmp_path: Path) -> Path:
 
 async def test_the_tool_worker_runs_under_seccomp_with_no_capabilities(tmp_path, workspace):
     pool = make_pool(tmp_path, workspace)
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
+    async with running(pool):
         out = await bash(pool, "grep -E '^(CapEff|Seccomp|NoNewPrivs):' /proc/self/status")
         assert "CapEff:\t0000000000000000" in out
         assert "Seccomp:\t2" in out
@@ -83,15 +95,12 @@ async def test_the_tool_worker_runs_under_seccomp_with_no_capabilities(tmp_path,
             await worker.sandbox_status.wait()
         assert worker.sandbox_pid is not None and worker.sandbox_pid != worker.pid
         assert os.path.exists(f"/proc/{worker.sandbox_pid}")
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
     assert worker.sandbox_exit_code is not None
 
 
 async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, workspace):
     pool = make_pool(tmp_path, workspace)
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
+    async with running(pool):
         out = await bash(
             pool,
             "mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit; echo git=$?;"
@@ -104,8 +113,6 @@ async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, 
             assert f"{name}=0" not in out
         # while the run lasts, the host sees empty placeholder directories
         assert (workspace / ".git").is_dir() and not any((workspace / ".git").iterdir())
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
     assert (workspace / "notes.txt").read_text() == "ok\n"
     for name in (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json", ".claude"):
         assert not os.path.lexists(workspace / name), name
@@ -116,10 +123,8 @@ async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, 
 async def test_placeholders_stay_while_another_run_is_active(tmp_path, workspace):
     other = PlaceholderLease.acquire()
     pool = make_pool(tmp_path, workspace)
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
+    async with running(pool):
+        pass
     assert (workspace / ".pi").is_dir()  # the other run may be relying on it
     assert str(workspace / ".pi") in other.release([])  # the last one out removes it
     assert not (workspace / ".pi").exists()
@@ -134,15 +139,12 @@ async def test_a_descriptor_left_inheritable_in_the_supervisor_is_closed_inside(
     os.set_inheritable(fd, True)
     try:
         pool = make_pool(tmp_path, workspace)
-        async with trio.open_nursery() as nursery:
-            await pool.start(nursery, [])
+        async with running(pool):
             out = await bash(
                 pool,
                 f"ls /proc/self/fd; cat <&{fd}; cat /proc/$PPID/fd/{fd}; "
                 f"python3 -c 'import os; print(os.listdir(\"/proc/%d/fd\" % os.getppid()))'",
             )
-            await pool.aclose()
-            nursery.cancel_scope.cancel()
     finally:
         os.close(fd)
     assert "LEAKED-FD-SENTINEL" not in out
@@ -172,8 +174,7 @@ async def test_a_sandboxed_start_fails_closed_when_seccomp_cannot_be_built(
 async def test_rlimits_and_the_tmp_cap_follow_the_policy(tmp_path, workspace):
     limits = SandboxLimits(open_files=200, file_size_mb=8, tmp_size_mb=4, cpu_seconds=7)
     pool = make_pool(tmp_path, workspace, limits=limits)
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
+    async with running(pool):
         out = await bash(
             pool,
             "ulimit -n; ulimit -t; ulimit -Hn; "
@@ -182,8 +183,6 @@ async def test_rlimits_and_the_tmp_cap_follow_the_policy(tmp_path, workspace):
             "dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>&1 | grep -c 'No space'; "
             "touch /dev/planted; echo devtouch=$?",
         )
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
     lines = out.splitlines()
     assert lines[:3] == ["200", "7", "200"]
     assert lines[3] == "1"  # ENOSPC from the 4 MiB /tmp
@@ -204,15 +203,12 @@ def _have_pids_cgroup() -> bool:
 @pytest.mark.skipif(not _have_pids_cgroup(), reason="no writable pids cgroup here")
 async def test_a_fork_bomb_is_held_by_the_pids_cgroup_and_the_worker_recovers(tmp_path, workspace):
     pool = make_pool(tmp_path, workspace, limits=SandboxLimits(processes=48))
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
+    async with running(pool):
         with trio.fail_after(60):
             out = await bash(pool, "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", 8)
         assert "process limit" in out
         with trio.fail_after(30):
             assert "alive" in await bash(pool, "echo alive")
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace):
@@ -221,15 +217,12 @@ async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace
     # namespace. Each attempt writes back the current value, so a failure of the
     # sandbox changes nothing on the host.
     pool = make_pool(tmp_path, workspace)
-    async with trio.open_nursery() as nursery:
-        await pool.start(nursery, [])
+    async with running(pool):
         out = await bash(
             pool,
             "for f in /proc/sys/vm/stat_interval /proc/sys/kernel/core_pattern; do"
             ' v=$(cat $f); printf "%s\\n" "$v" > $f && echo "WROTE $f"; done;'
             " grep -c ' /proc/sys ro,' /proc/self/mountinfo",
         )
-        await pool.aclose()
-        nursery.cancel_scope.cancel()
     assert "WROTE" not in out
     assert out.strip().splitlines()[-1] == "1"  # /proc/sys is a read-only mount
