@@ -64,9 +64,21 @@ tool_call:
 def test_the_public_surface_is_the_explicit_all():
     assert sorted(policies.__all__) == sorted(
         [
+            "AUDIT_RECORDS",
+            "CAPABILITIES",
+            "MANAGED_POLICY_DIR",
             "SUPPORTED_VERSION",
+            "AuditSettings",
             "Decision",
+            "ExtensionRules",
+            "LoadedPolicyFile",
             "Policy",
+            "PolicyLocations",
+            "PolicyTier",
+            "TrustRules",
+            "ValueOrigin",
+            "build_policy",
+            "load_effective_policy",
             "PolicyFile",
             "PolicyRule",
             "RuleExamples",
@@ -460,7 +472,7 @@ def test_a_command_prefix_matches_any_simple_command(tmp_path, command):
 )
 def test_a_command_prefix_is_literal_and_anchored_at_the_command(tmp_path, command):
     decision = decide(policy_from(tmp_path, RM_RF), "bash", tmp_path, command=command)
-    assert (decision.decision, decision.rule, decision.tier) == ("allow", None, "default")
+    assert (decision.decision, decision.rule, decision.tier) == ("allow", None, "managed")
 
 
 @pytest.mark.parametrize(
@@ -658,7 +670,7 @@ def test_a_matching_allow_rule_beats_a_stricter_default(tmp_path):
     policy = policy_from(tmp_path, STRICTEST.format(default="deny"))
     assert decide(policy, "bash", tmp_path, command="ls").decision == "allow"
     fallback = decide(policy, "bash", tmp_path, command="make")
-    assert (fallback.decision, fallback.rule, fallback.tier) == ("deny", None, "default")
+    assert (fallback.decision, fallback.rule, fallback.tier) == ("deny", None, "managed")
     assert "default" in fallback.reason
 
 
@@ -715,7 +727,9 @@ def test_several_files_accumulate_rules_and_the_strictest_default_wins(tmp_path)
 
 
 def test_no_files_make_an_empty_allowing_policy():
-    assert load_policies([]) == Policy()
+    policy = load_policies([])
+    assert (policy.tiers, policy.rules, policy.default) == ((), (), "allow")
+    assert policy.sandbox == Policy().sandbox
 
 
 # -- paths ------------------------------------------------------------------------

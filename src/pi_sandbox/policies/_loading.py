@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +20,20 @@ import yaml
 from pydantic_core import ErrorDetails
 
 from pi_sandbox.errors import PolicyFileError
-from pi_sandbox.policies._schema import PolicyFile, SandboxSection
-from pi_sandbox.policies._tool_gate import _SEVERITY, Policy, PolicyRule
-from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
+from pi_sandbox.policies._effective import LoadedPolicyFile, Policy, build_policy
+from pi_sandbox.policies._schema import PolicyFile
+from pi_sandbox.policies._tool_gate import PolicyRule, Tier
 
-__all__ = ["load_policies", "load_policy_file", "merge_sandbox_sections"]
+__all__ = [
+    "MANAGED_POLICY_DIR",
+    "PolicyLocations",
+    "load_effective_policy",
+    "load_policies",
+    "load_policy_file",
+]
 
 _KeyPath = tuple[str | int, ...]
 _Problem = tuple[int, _KeyPath, str]  # line, key path, message
-
-# The tier of files given with --policy; user and project tiers are a later issue.
-_MANAGED = "managed"
 
 
 def load_policy_file(path: Path) -> PolicyFile:
@@ -60,99 +64,93 @@ def load_policy_file(path: Path) -> PolicyFile:
     return _parse(text, Path(path))
 
 
+MANAGED_POLICY_DIR = Path("/etc/pi/policy.d")
+"""Where an organisation installs managed policy files (``*.yaml``, name order)."""
+
+
 def load_policies(paths: Sequence[Path]) -> Policy:
-    """Load several policy files into one effective policy.
+    """Load ``--policy`` files (managed tier) into one effective policy.
 
     Rules accumulate in file order, then rule order; the strictest ``default`` and
-    the strictest ``unparseable`` win (the first file wins a tie). Rule ids must be
-    unique within a file only: the decision names the rule's file. A file given
-    twice (same real path) is loaded once. All files are ``managed`` tier.
+    the strictest ``unparseable`` win (the first file wins a tie). A file given
+    twice (same real path) is loaded once.
 
     Args:
         paths: the policy files (``--policy`` options, in order).
 
     Returns:
-        The effective policy; with no paths, an empty policy whose default is allow.
+        The effective policy; with no paths, one without tiers (allows everything).
 
     Raises:
         PolicyFileError: as :func:`load_policy_file`, for the first bad file.
     """
-    files = [load_policy_file(path) for path in _unique(paths)]
-    rules = tuple(
-        PolicyRule.from_model(rule, source=file.source, tier=_MANAGED)
-        for file in files
-        for rule in file.tool_call.rules
-    )
-    if not files:
-        return Policy()
-    default_file = _first_strictest(files, lambda f: f.tool_call.default)
-    unparseable_file = _first_strictest(files, lambda f: f.tool_call.unparseable)
-    return Policy(
-        rules=rules,
-        default=default_file.tool_call.default,
-        unparseable=unparseable_file.tool_call.unparseable,
-        default_source=default_file.source,
-        sources=tuple(file.source for file in files if file.source is not None),
-        sandbox=merge_sandbox_sections([f.sandbox for f in files if f.sandbox is not None]),
+    return build_policy(
+        [LoadedPolicyFile("managed", path, load_policy_file(path)) for path in _unique(paths)]
     )
 
 
-def merge_sandbox_sections(sections: Sequence[SandboxSection]) -> SandboxSettings:
-    """Combine ``sandbox`` sections so that no file can loosen another (DESIGN §7).
+@dataclass(frozen=True)
+class PolicyLocations:
+    """Where a run's policy files come from, tier by tier (issue 4).
 
-    Deny lists and read-only paths accumulate; ``workspace: read`` beats ``write``;
-    writable roots, network allowlists and environment allowlists intersect across
-    the files that set them (a file that does not mention one does not constrain
-    it); network ``none`` beats ``allowlist``; each limit is the smallest given,
-    else the `SandboxLimits` default.
-
-    Args:
-        sections: the files' sections, in load order.
-
-    Returns:
-        The effective settings; `SandboxSettings()` when ``sections`` is empty.
+    Attributes:
+        policy_files: ``--policy`` files (managed tier, after the managed dirs).
+        managed_dirs: directories whose ``*.yaml`` files are managed policy, in
+            name order; a missing directory contributes nothing.
+        user_file: ``~/.pi/agent/policy.yaml`` (read if it exists).
+        project_file: ``.pi/policy.yaml`` of the workspace, or None when the project
+            is not trusted (then it is never read).
     """
-    if not sections:
-        return SandboxSettings()
 
-    def union(values: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(item for value in values for item in value))
+    policy_files: tuple[Path, ...] = ()
+    managed_dirs: tuple[Path, ...] = (MANAGED_POLICY_DIR,)
+    user_file: Path | None = None
+    project_file: Path | None = None
 
-    def intersect(field_sets: list[tuple[str, ...]]) -> tuple[str, ...]:
-        if not field_sets:
-            return ()
-        common = set(field_sets[0]).intersection(*map(set, field_sets[1:]))
-        return tuple(item for item in field_sets[0] if item in common)
+    def files(self) -> list[tuple[Tier, Path]]:
+        """The files that exist, highest tier first.
 
-    fs = [s.filesystem for s in sections]
-    net = [s.network for s in sections]
-    limits: dict[str, int] = {}
-    for section in sections:
-        for name in section.limits.model_fields_set:
-            value = getattr(section.limits, name)
-            limits[name] = min(value, limits.get(name, value))
-    allowlists = [n for n in net if n.mode == "allowlist"]
-    network = (
-        "none"
-        if any(n.mode == "none" and "mode" in n.model_fields_set for n in net)
-        else ("allowlist" if allowlists else "none")
-    )
-    return SandboxSettings(
-        workspace_writable=all(f.workspace == "write" for f in fs),
-        writable_roots=intersect(
-            [f.writable_roots for f in fs if "writable_roots" in f.model_fields_set]
-        ),
-        read_only=union(f.read_only for f in fs),
-        deny_read=union(f.deny_read for f in fs),
-        deny_write=union(f.deny_write for f in fs),
-        network=network,
-        network_allow=intersect([n.allow for n in allowlists]) if network == "allowlist" else (),
-        network_deny=union(n.deny for n in net),
-        environment_allow=intersect(
-            [s.environment.allow for s in sections if "allow" in s.environment.model_fields_set]
-        ),
-        limits=SandboxLimits(**limits),
-    )
+        Raises:
+            PolicyFileError: a managed directory exists but cannot be listed, or a
+                policy path exists but is not a regular file.
+        """
+        found: list[tuple[Tier, Path]] = []
+        for directory in self.managed_dirs:
+            try:
+                entries = sorted(directory.iterdir())
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise PolicyFileError(
+                    f"{directory}: cannot list managed policy directory: {exc.strerror or exc}"
+                ) from exc
+            found += [("managed", entry) for entry in entries if entry.name.endswith(".yaml")]
+        found += [("managed", path) for path in self.policy_files]
+        for tier, path in (("user", self.user_file), ("project", self.project_file)):
+            if path is not None and os.path.lexists(path):
+                found.append((tier, path))  # type: ignore[arg-type]
+        return found
+
+
+def load_effective_policy(locations: PolicyLocations) -> Policy:
+    """Load every tier's files and combine them (see `pi_sandbox.policies._effective`).
+
+    Every file must be valid: a malformed file of any tier is fatal, never "no
+    policy" (issue 4). A file reachable twice (same real path) is loaded once, in
+    its highest tier.
+
+    Raises:
+        PolicyFileError: naming each bad file, line and key.
+    """
+    loaded: list[LoadedPolicyFile] = []
+    seen: set[str] = set()
+    for tier, path in locations.files():
+        key = os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        loaded.append(LoadedPolicyFile(tier, path, load_policy_file(path)))
+    return build_policy(loaded)
 
 
 def _unique(paths: Iterable[Path]) -> list[Path]:
@@ -164,14 +162,6 @@ def _unique(paths: Iterable[Path]) -> list[Path]:
             seen.add(key)
             unique.append(Path(path))
     return unique
-
-
-def _first_strictest(files: Sequence[PolicyFile], decision_of: Any) -> PolicyFile:
-    best = files[0]
-    for file in files[1:]:
-        if _SEVERITY[decision_of(file)] > _SEVERITY[decision_of(best)]:
-            best = file
-    return best
 
 
 def _parse(text: str, path: Path) -> PolicyFile:

@@ -29,6 +29,21 @@ Sections implemented: ``tool_call`` and ``sandbox``::
                open_files: 4096, file_size_mb: 4096, cpu_seconds: 600,
                tmp_size_mb: 512, tool_timeout_s: 600}
       environment: {allow: []}
+    extensions:
+      project: allow        # allow | deny: whether project extensions may load at all
+      allow: []             # names or path globs; when given, only matching extensions load
+      deny: []              # names or path globs; never load
+      capabilities:         # name or path glob -> capabilities (every matching entry applies)
+        "*": {override_builtin_tools: false, send_user_messages: true, ui: true,
+              exec: true, network: false}
+    trust:
+      default: ask          # ask | no | sandboxed | yes, when neither --trust nor the store decides
+      users_may_trust: yes  # yes | sandboxed (never full trust) | no (projects are never trusted)
+    audit:
+      file: /var/log/pi/audit.jsonl   # absolute or ~/...; records are appended
+      include: [tool_call, tool_call_outcome, sandbox_profile, egress, trust, extension, policy]
+      arguments: true       # include the (redacted) tool-call arguments
+    lock: [sandbox]         # sections lower tiers may not set (issue 4 tiers)
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     StrictInt,
     StrictStr,
     model_validator,
@@ -52,13 +68,17 @@ from pydantic_core import PydanticCustomError
 
 __all__ = [
     "SUPPORTED_VERSION",
+    "AuditSection",
     "Decision",
     "Example",
+    "ExtensionCapabilities",
+    "ExtensionsSection",
     "PolicyFile",
     "RuleExamples",
     "SandboxSection",
     "ToolCallRule",
     "ToolCallSection",
+    "TrustSection",
 ]
 
 SUPPORTED_VERSION = 1
@@ -279,6 +299,121 @@ class SandboxSection(_Strict):
     environment: Annotated[EnvironmentSection, BeforeValidator(_not_null)] = EnvironmentSection()
 
 
+Glob = Annotated[NonEmptyStr, AfterValidator(lambda value: _valid_glob(value))]
+
+
+def _valid_glob(pattern: str) -> str:
+    if "\0" in pattern:
+        raise PydanticCustomError("nul_glob", "pattern contains a NUL byte")
+    if pattern.count("[") != pattern.count("]"):
+        raise PydanticCustomError(
+            "impossible_glob", "unbalanced brackets in glob {pattern}", {"pattern": repr(pattern)}
+        )
+    return pattern
+
+
+Globs = Annotated[tuple[Glob, ...], BeforeValidator(_not_null)]
+
+CAPABILITIES = ("override_builtin_tools", "send_user_messages", "ui", "exec", "network")
+"""Extension capabilities a policy can grant or withhold, in documentation order."""
+
+
+class ExtensionCapabilities(_Strict):
+    """What an extension may do beyond handling events (issue 4 ``extensions``).
+
+    Unset fields leave the capability to other entries and tiers; across every
+    entry that matches an extension, in every file, ``false`` wins. Defaults
+    (no entry sets it): ``override_builtin_tools`` false, ``network`` false, the
+    others true.
+    """
+
+    override_builtin_tools: StrictBool | None = None
+    send_user_messages: StrictBool | None = None
+    ui: StrictBool | None = None
+    exec: StrictBool | None = None
+    network: StrictBool | None = None
+
+
+class ExtensionsSection(_Strict):
+    """The ``extensions`` section: which extensions may load, and what they may do.
+
+    ``allow``/``deny``/``capabilities`` keys are extension names (the file's stem or
+    the package directory's name) or, when they contain ``/``, globs on the
+    extension's canonical path.
+    """
+
+    project: Literal["allow", "deny"] = "allow"
+    allow: Annotated[Globs | None, BeforeValidator(_not_null)] = None
+    deny: Globs = ()
+    capabilities: Annotated[
+        dict[Glob, Annotated[ExtensionCapabilities, BeforeValidator(_not_null)]],
+        BeforeValidator(_not_null),
+    ] = Field(default_factory=dict)
+
+
+def _trust_word(value: Any) -> Any:
+    # YAML 1.1 reads yes/no as booleans; in a trust field they can only mean the words.
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    return value
+
+
+TrustDecision = Annotated[Literal["ask", "no", "sandboxed", "yes"], BeforeValidator(_trust_word)]
+UserTrust = Annotated[Literal["yes", "sandboxed", "no"], BeforeValidator(_trust_word)]
+
+
+class TrustSection(_Strict):
+    """The ``trust`` section (DESIGN §8; issue 6 uses it for the trust store).
+
+    ``default`` decides when neither ``--trust`` nor the trust store does (``ask``
+    becomes ``no`` without a UI). ``users_may_trust``: ``yes`` any decision,
+    ``sandboxed`` only ``sandboxed`` or ``no``, ``no`` projects are never trusted.
+    """
+
+    default: TrustDecision = "ask"
+    users_may_trust: UserTrust = "yes"
+
+
+AUDIT_RECORDS = (
+    "tool_call",
+    "tool_call_outcome",
+    "sandbox_profile",
+    "egress",
+    "trust",
+    "extension",
+    "policy",
+    "device_repaired",
+)
+"""The audit record kinds (the ``event`` field of each line)."""
+
+
+def _valid_audit_file(path: str) -> str:
+    _valid_policy_path(path)
+    if not (path.startswith("/") or path.startswith("~/")):
+        raise PydanticCustomError(
+            "audit_path",
+            "audit.file must be absolute or start with ~/, got {path}",
+            {"path": repr(path)},
+        )
+    return path
+
+
+class AuditSection(_Strict):
+    """The ``audit`` section: where records go and which records are written."""
+
+    file: Annotated[NonEmptyStr | None, AfterValidator(lambda v: v and _valid_audit_file(v))] = None
+    include: Annotated[
+        tuple[Literal[AUDIT_RECORDS], ...], BeforeValidator(_not_null)  # type: ignore[valid-type]
+    ] = AUDIT_RECORDS
+    arguments: StrictBool = True
+
+
+SECTIONS = ("tool_call", "sandbox", "extensions", "trust", "audit")
+"""The sections a higher tier can ``lock``."""
+
+
 class PolicyFile(_Strict):
     """A validated policy file. Load one with :func:`load_policy_file`.
 
@@ -292,6 +427,12 @@ class PolicyFile(_Strict):
     version: Annotated[StrictInt, AfterValidator(_supported_version)]
     tool_call: ToolCallSection = ToolCallSection()
     sandbox: Annotated[SandboxSection | None, BeforeValidator(_not_null)] = None
+    extensions: Annotated[ExtensionsSection | None, BeforeValidator(_not_null)] = None
+    trust: Annotated[TrustSection | None, BeforeValidator(_not_null)] = None
+    audit: Annotated[AuditSection | None, BeforeValidator(_not_null)] = None
+    lock: Annotated[
+        tuple[Literal[SECTIONS], ...], BeforeValidator(_one_or_many)  # type: ignore[valid-type]
+    ] = ()
 
     _source: Path | None = PrivateAttr(default=None)
 

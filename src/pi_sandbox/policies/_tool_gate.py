@@ -10,6 +10,7 @@ instead of its own. Across the rules that matched, the strictest decision wins
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import fnmatch
 import os
@@ -19,25 +20,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
-from pi_sandbox.sandbox.settings import SandboxSettings
+
+if TYPE_CHECKING:
+    from pi_sandbox.policies._effective import Policy
 
 __all__ = [
-    "Policy",
     "PolicyRule",
+    "PolicyTier",
     "ToolCallDecision",
     "evaluate_tool_call",
     "strictest",
 ]
 
-# Where a rule comes from (DESIGN §7); only --policy files (managed) exist so far.
+# Where a rule comes from (DESIGN §7), highest first.
 Tier = Literal["managed", "user", "project"]
+TIERS: tuple[Tier, ...] = ("managed", "user", "project")
 
 _SEVERITY: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
@@ -361,27 +365,26 @@ class PolicyRule:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """The effective policy: the rules of every loaded file, and the combined defaults.
-
-    Build one with :func:`load_policies`.
+class PolicyTier:
+    """One tier's ``tool_call`` gate: the rules of its files and their combined defaults.
 
     Attributes:
-        rules: every file's rules, in file order then rule order.
-        default: the decision when no rule matches (the strictest of the files').
+        tier: ``"managed"``, ``"user"`` or ``"project"``.
+        rules: the tier's rules, in file order then rule order.
+        default: the decision when none of the tier's rules matches (the strictest
+            of its files').
         unparseable: the decision a ``command`` rule yields for a command that
-            cannot be parsed with confidence (the strictest of the files').
+            cannot be parsed with confidence (the strictest of its files').
         default_source: the file whose ``default`` won (None without files).
-        sources: the files, in load order.
-        sandbox: the merged ``sandbox`` sections (defaults without any).
+        sources: the tier's files, in load order.
     """
 
+    tier: Tier = "managed"
     rules: tuple[PolicyRule, ...] = ()
     default: Decision = "allow"
     unparseable: Decision = "ask"
     default_source: Path | None = None
     sources: tuple[Path, ...] = ()
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     _by_tool: dict[str, tuple[PolicyRule, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -404,8 +407,9 @@ class ToolCallDecision:
         decision: ``"allow"``, ``"ask"`` or ``"deny"``.
         rule: the id of the deciding rule; None when no rule matched.
         reason: why, for the model and the user.
-        tier: the tier of the deciding rule (``"managed"`` for ``--policy`` files), or
-            ``"default"`` when no policy was given or no rule matched.
+        tier: the tier of the deciding rule, or of the default that decided when
+            ``rule`` is None (``"managed"``, ``"user"``, ``"project"``);
+            ``"default"`` when no policy is in effect at all.
         source: the file of the deciding rule, or of the winning ``default``.
         commands: for a call with a string ``command`` argument, one
             ``{"argv": [...], "decision": ...}`` per simple command (wrappers and
@@ -430,28 +434,60 @@ def evaluate_tool_call(
     *,
     workspace: Path,
 ) -> ToolCallDecision:
-    """Decide a tool call against the effective policy (DESIGN §5 step 2).
+    """Decide a tool call against the effective policy (DESIGN §5 step 2, §7).
+
+    Each tier decides on its own (its rules, strictest wins; none matched: its
+    default); then the strictest tier decision wins, so a lower tier can only
+    tighten: a user ``allow`` rule never lifts a managed ``deny`` or a managed
+    ``default: ask`` (issue 4, "Tiers and precedence"). Ties go to a rule over a
+    default, then to the higher tier.
 
     Pure apart from reading symlinks under ``workspace`` for ``path`` matchers;
     never raises for odd arguments (a matcher whose argument is missing or not a
     string does not match).
 
     Args:
-        policy: the effective policy; None allows everything (the sandbox still
-            applies).
+        policy: the effective policy; None (or one without tiers) allows
+            everything (the sandbox still applies).
         tool_name: the tool's name (``bash``, ``read``, an extension tool...).
         arguments: the tool call's arguments, already schema-validated.
         workspace: the session's working directory; ``path`` globs are relative to it.
 
     Returns:
-        The decision, the rule and file behind it, and the per-command breakdown.
+        The decision, the rule, tier and file behind it, and the per-command breakdown.
     """
-    if policy is None:
+    if policy is None or not policy.tiers:
         return ToolCallDecision("allow", None, "no policy is in effect", "default")
     call = _Call(arguments, os.path.abspath(workspace), resolve_symlinks=True)
-    applicable = policy.rules_for(tool_name)
-    commands = _command_breakdown(policy, applicable, call)
+    chosen: ToolCallDecision | None = None
+    best: tuple[int, int] | None = None
+    breakdowns: list[list[dict[str, Any]]] = []
+    for tier in policy.tiers:
+        decision, commands = _decide_in_tier(tier, tool_name, call)
+        breakdowns.append(commands)
+        key = (_SEVERITY[decision.decision], int(decision.rule is not None))
+        if best is None or key > best:
+            best, chosen = key, decision
+    assert chosen is not None
+    return dataclasses.replace(chosen, commands=_merge_breakdowns(breakdowns))
 
+
+def _merge_breakdowns(breakdowns: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per simple command, the strictest of the tiers' decisions."""
+    if len(breakdowns) == 1:
+        return breakdowns[0]
+    merged = [dict(entry) for entry in breakdowns[0]]
+    for other in breakdowns[1:]:
+        for entry, theirs in zip(merged, other, strict=False):
+            entry["decision"] = strictest([entry["decision"], theirs["decision"]])
+    return merged
+
+
+def _decide_in_tier(
+    tier: PolicyTier, tool_name: str, call: _Call
+) -> tuple[ToolCallDecision, list[dict[str, Any]]]:
+    applicable = tier.rules_for(tool_name)
+    commands = _command_breakdown(tier, applicable, call)
     best: tuple[int, int] | None = None
     chosen: ToolCallDecision | None = None
     for rule in applicable:
@@ -459,7 +495,7 @@ def evaluate_tool_call(
         if outcome.verdict is _Verdict.NO:
             continue
         definite = outcome.verdict is _Verdict.YES
-        decision = rule.decision if definite else policy.unparseable
+        decision = rule.decision if definite else tier.unparseable
         # Ties go to the first rule, preferring a real match over an unparseable one.
         key = (_SEVERITY[decision], int(definite))
         if best is not None and key <= best:
@@ -472,27 +508,24 @@ def evaluate_tool_call(
             f"so rule {rule.id!r} cannot be checked"
         )
         chosen = ToolCallDecision(
-            decision,
-            rule.id,
-            reason,
-            rule.tier,
-            str(rule.source) if rule.source else None,
-            commands,
+            decision, rule.id, reason, rule.tier, str(rule.source) if rule.source else None
         )
     if chosen is not None:
-        return chosen
-    return ToolCallDecision(
-        policy.default,
-        None,
-        f"no rule matched; the policy default is {policy.default!r}",
-        "default",
-        str(policy.default_source) if policy.default_source else None,
+        return chosen, commands
+    return (
+        ToolCallDecision(
+            tier.default,
+            None,
+            f"no {tier.tier} rule matched; the {tier.tier} default is {tier.default!r}",
+            tier.tier,
+            str(tier.default_source) if tier.default_source else None,
+        ),
         commands,
     )
 
 
 def _command_breakdown(
-    policy: Policy, applicable: Sequence[PolicyRule], call: _Call
+    policy: PolicyTier, applicable: Sequence[PolicyRule], call: _Call
 ) -> list[dict[str, Any]]:
     if call.command_text is None or isinstance(call.argvs, UnparseableCommand):
         return []
