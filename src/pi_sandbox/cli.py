@@ -1,10 +1,11 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
 ``pi [options] [message…]``, ``pi sandbox doctor [--json]``, and
-``pi policy check FILE…`` / ``pi policy explain …``. Exit status: 0 success; 1 the agent or provider failed;
-2 bad usage or configuration (names the argument or file); 3 a sandbox was required
-(``--sandbox``, or ``--trust sandboxed`` with project extensions) and bubblewrap cannot
-run here; 130 interrupted.
+``pi policy check|show|explain``. Exit status: 0 success; 1 the agent or provider
+failed; 2 bad usage or configuration (names the argument or file); 3 a sandbox was
+required (``--sandbox``, or ``--trust sandboxed`` with project extensions) and
+bubblewrap cannot run here — in ``--ci`` mode that is 2, and 3 means the run
+finished but the policy denied at least one tool call; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox = parser.add_mutually_exclusive_group()
     sandbox.add_argument(
-        "--sandbox", dest="sandbox", action="store_true", default=False, help="run workers in bwrap"
+        "--sandbox", dest="sandbox", action="store_true", default=None, help="run workers in bwrap"
     )
     sandbox.add_argument(
         "--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap"
@@ -90,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project"
     )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="CI mode: implies --sandbox and -p, asks are denied, read-only workspace and no "
+        "network unless the policy grants them, audit log in ./pi-output/audit.jsonl, "
+        "exit 3 when a tool call was denied",
+    )
     parser.add_argument(
         "--audit-log", type=Path, metavar="FILE", help="append audit records (JSON lines) to FILE"
     )
@@ -122,40 +130,71 @@ def sandbox_main(argv: Sequence[str]) -> int:
     return EXIT_SANDBOX_UNAVAILABLE if report.verdict == "unavailable" else EXIT_OK
 
 
+def managed_policy_dirs() -> tuple[Path, ...]:
+    """``/etc/pi/policy.d`` plus the directories in ``$PI_MANAGED_POLICY_DIR``
+    (``:``-separated). The variable can only add managed files (which only tighten:
+    managed files combine strictest-wins), never remove ``/etc/pi/policy.d``."""
+    from pi_sandbox.policies import MANAGED_POLICY_DIR
+
+    extra = [Path(p) for p in os.environ.get("PI_MANAGED_POLICY_DIR", "").split(":") if p]
+    return (MANAGED_POLICY_DIR, *extra)
+
+
 def policy_main(argv: Sequence[str]) -> int:
-    """``pi policy check FILE…`` and ``pi policy explain …`` (issue 4 CLI).
+    """``pi policy check|show|explain`` (issue 4 CLI).
 
-    ``check``: validate each file and run its rules' examples; prints one line per
-    file (``FILE: ok, N rules`` or the problems, ``FILE:LINE: KEY: …``); exit 0
-    when all are valid, 2 otherwise.
+    ``check FILE…``: validate each file and run its rules' examples; prints one
+    line per file (``FILE: ok, N rules`` or the problems, ``FILE:LINE: KEY: …``);
+    exit 0 when all are valid, 2 otherwise.
 
-    ``explain --policy FILE… --tool NAME --input JSON [--json] [-C DIR]``: decide
-    one tool call as the gate would and say why: the decision, the rule, its tier
-    and file, the reason, and for shell commands each parsed simple command with
-    its own decision. ``--json`` prints one object with ``decision``, ``rule``,
-    ``tier``, ``reason``, ``source`` and ``commands``. Exit 0 (whatever the
-    decision), 2 on bad usage or a bad policy file.
+    ``show [--json]`` and ``explain --tool NAME --input JSON [--json]`` load the
+    policy a run in ``-C DIR`` would load: ``/etc/pi/policy.d/*.yaml`` (and
+    ``$PI_MANAGED_POLICY_DIR``), every ``--policy FILE``, the user's
+    ``policy.yaml``, and the project's ``.pi/policy.yaml`` when ``--trust yes`` or
+    ``--trust sandboxed`` is given. ``show`` prints every effective value with the
+    file and tier it came from, and what was ignored. ``explain`` decides one tool
+    call as the gate would: the decision, the rule, its tier and file, the reason,
+    and for shell commands each parsed simple command with its own decision;
+    ``--json`` prints one object with ``decision``, ``rule``, ``tier``, ``reason``,
+    ``source`` and ``commands``. Exit 0 (whatever the decision), 2 on bad usage or
+    a bad policy file.
     """
-    parser = argparse.ArgumentParser(prog="pi policy", description="Check and explain policies.")
+    parser = argparse.ArgumentParser(
+        prog="pi policy", description="Check, show and explain policies."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     check = commands.add_parser("check", help="validate policy files and run their examples")
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    explain = commands.add_parser("explain", help="show how a policy decides one tool call")
-    explain.add_argument(
-        "--policy", action="append", required=True, type=Path, metavar="FILE", help="policy file"
+    show = commands.add_parser(
+        "show", help="print the effective policy and where each value came from"
     )
+    explain = commands.add_parser("explain", help="show how the policy decides one tool call")
+    for sub in (show, explain):
+        sub.add_argument(
+            "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy file"
+        )
+        sub.add_argument("-C", dest="directory", metavar="DIR", help="the workspace (default: .)")
+        sub.add_argument(
+            "--trust",
+            choices=["yes", "no", "sandboxed"],
+            help="treat the project as trusted: include its .pi/policy.yaml",
+        )
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
     explain.add_argument("--tool", required=True, metavar="NAME", help="tool name, e.g. bash")
     explain.add_argument(
         "--input", required=True, metavar="JSON", help='tool arguments, e.g. \'{"command": "ls"}\''
     )
-    explain.add_argument("-C", dest="directory", metavar="DIR", help="the workspace (default: .)")
-    explain.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
     import json
 
     from pi_sandbox.errors import PolicyError
-    from pi_sandbox.policies import evaluate_tool_call, load_policies, load_policy_file
+    from pi_sandbox.policies import (
+        PolicyLocations,
+        evaluate_tool_call,
+        load_effective_policy,
+        load_policy_file,
+    )
 
     if args.command == "check":
         status = EXIT_OK
@@ -171,24 +210,38 @@ def policy_main(argv: Sequence[str]) -> int:
             print(f"{path}: ok, {len(rules)} rules, {examples} examples pass")
         return status
 
-    try:
-        arguments = json.loads(args.input)
-    except ValueError as exc:
-        parser.error(f"argument --input: not JSON: {exc}")
-    if not isinstance(arguments, dict):
-        parser.error("argument --input: must be a JSON object of tool arguments")
+    arguments = None
+    if args.command == "explain":
+        try:
+            arguments = json.loads(args.input)
+        except ValueError as exc:
+            parser.error(f"argument --input: not JSON: {exc}")
+        if not isinstance(arguments, dict):
+            parser.error("argument --input: must be a JSON object of tool arguments")
     workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not workspace.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
+    workspace = workspace.resolve()
     for path in args.policy:
         if not path.is_file():
             parser.error(f"argument --policy: no such file: {path}")
+    project = workspace / ".pi" / "policy.yaml"
+    locations = PolicyLocations(
+        policy_files=tuple(args.policy),
+        managed_dirs=managed_policy_dirs(),
+        user_file=agent_dir() / "policy.yaml",
+        project_file=project if args.trust in ("yes", "sandboxed") else None,
+    )
     try:
-        policy = load_policies(args.policy)
+        policy = load_effective_policy(locations)
     except PolicyError as exc:
         print(f"pi: policy error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    decision = evaluate_tool_call(policy, args.tool, arguments, workspace=workspace.resolve())
+    if args.command == "show":
+        return _show_policy(policy, as_json=args.json)
+
+    assert arguments is not None
+    decision = evaluate_tool_call(policy, args.tool, arguments, workspace=workspace)
     result = {
         "decision": decision.decision,
         "rule": decision.rule,
@@ -210,6 +263,36 @@ def policy_main(argv: Sequence[str]) -> int:
         if command.get("flags"):
             extra += f"  flags {', '.join(command['flags'])}"
         print(f"  {command['decision']:5}  {json.dumps(command['argv'])}{extra}")
+    return EXIT_OK
+
+
+def _show_policy(policy: object, *, as_json: bool) -> int:
+    """Print the effective policy: every value with its tier and file(s)."""
+    import json
+
+    from pi_sandbox.policies import Policy
+
+    assert isinstance(policy, Policy)
+    report = {
+        "files": [{"tier": f.tier, "file": str(f.path)} for f in policy.files],
+        "values": [origin.as_dict() for origin in policy.provenance],
+        "ignored": list(policy.diagnostics),
+    }
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    if not policy.files:
+        print("no policy files: every tool call is allowed (the sandbox still applies)")
+    for loaded in policy.files:
+        print(f"{loaded.tier:8} {loaded.path}")
+    print()
+    width = max((len(o.key) for o in policy.provenance), default=10)
+    for origin in policy.provenance:
+        value = json.dumps(origin.value) if not isinstance(origin.value, str) else origin.value
+        where = ", ".join(origin.files) if origin.files else "built-in default"
+        print(f"{origin.key:{width}}  {value}  [{origin.tier}: {where}]")
+    for line in policy.diagnostics:
+        print(f"ignored: {line}")
     return EXIT_OK
 
 
@@ -256,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument --script: {what}: {args.script}")
     if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
         parser.error(f"argument --base-url: not an http(s) URL: {args.base_url}")
+    if args.ci and args.sandbox is False:
+        parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
     options = RunOptions(
         message=message,
         cwd=cwd,
@@ -267,7 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key,
         extensions=[p.resolve() for p in args.extension],
         no_extensions=args.no_extensions,
-        sandbox=args.sandbox,
+        sandbox=bool(args.sandbox) or args.ci,
+        ci=args.ci,
+        managed_policy_dirs=managed_policy_dirs(),
         audit_log=args.audit_log.absolute() if args.audit_log else None,
         policies=[p.resolve() for p in args.policy],
         trust=args.trust,

@@ -105,3 +105,7 @@ class ProviderError(PiSandboxError):
 
 class UsageError(PiSandboxError):
     """Bad command-line input; the CLI exits with status 2."""
+
+
+class AuditLogError(PiSandboxError):
+    """An audit record could not be written where losing it is not allowed (CI mode)."""

@@ -75,6 +75,8 @@ def test_the_public_surface_is_the_explicit_all():
             "Policy",
             "PolicyLocations",
             "PolicyTier",
+            "PolicyStore",
+            "ReloadResult",
             "TrustRules",
             "ValueOrigin",
             "build_policy",

@@ -36,6 +36,7 @@ from pi_sandbox.policies._schema import (
     ToolCallRule,
     ToolCallSection,
 )
+from pi_sandbox.policies._store import PolicyStore, ReloadResult
 from pi_sandbox.policies._tool_gate import (
     PolicyRule,
     PolicyTier,
@@ -57,7 +58,9 @@ __all__ = [
     "PolicyFile",
     "PolicyLocations",
     "PolicyRule",
+    "PolicyStore",
     "PolicyTier",
+    "ReloadResult",
     "RuleExamples",
     "ToolCallDecision",
     "ToolCallRule",

@@ -483,73 +483,116 @@ def _merge_breakdowns(breakdowns: list[list[dict[str, Any]]]) -> list[dict[str, 
     return merged
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """One decision that takes part in a tier's verdict."""
+
+    decision: Decision
+    rule: PolicyRule | None  # None: the tier's default
+    reason: str
+    definite: bool = True  # False: a rule that could not be checked (unparseable)
+
+    def key(self) -> tuple[int, int, int]:
+        # Strictest first; at equal severity a real match beats "cannot be checked",
+        # and a rule beats the default.
+        return (_SEVERITY[self.decision], int(self.definite), int(self.rule is not None))
+
+
+def _best(candidates: Sequence[_Candidate]) -> _Candidate:
+    """The strictest candidate; ties go to the first."""
+    best = candidates[0]
+    for candidate in candidates[1:]:
+        if candidate.key() > best.key():
+            best = candidate
+    return best
+
+
 def _decide_in_tier(
     tier: PolicyTier, tool_name: str, call: _Call
 ) -> tuple[ToolCallDecision, list[dict[str, Any]]]:
-    applicable = tier.rules_for(tool_name)
-    commands = _command_breakdown(tier, applicable, call)
-    best: tuple[int, int] | None = None
-    chosen: ToolCallDecision | None = None
-    for rule in applicable:
-        outcome = rule._match(call)
-        if outcome.verdict is _Verdict.NO:
+    """One tier's verdict on a call, and its per-simple-command breakdown.
+
+    Rules without a ``command`` matcher judge the whole call. ``command`` rules
+    judge each simple command: a command no rule covers gets the tier's default
+    (or, when whole-call rules matched, their verdict), so an ``allow`` for
+    ``echo`` does not carry ``id`` in ``echo ok && id`` (issue 4 case 1). The
+    strictest of all of it is the tier's verdict.
+    """
+    whole: list[_Candidate] = []
+    command_rules: list[PolicyRule] = []
+    for rule in tier.rules_for(tool_name):
+        held = rule._other_matchers_hold(call)
+        if held is False:
             continue
-        definite = outcome.verdict is _Verdict.YES
-        decision = rule.decision if definite else tier.unparseable
-        # Ties go to the first rule, preferring a real match over an unparseable one.
-        key = (_SEVERITY[decision], int(definite))
-        if best is not None and key <= best:
-            continue
-        best = key
-        reason = (
-            rule.reason
-            if definite
-            else f"the command cannot be parsed with confidence ({outcome.why}), "
-            f"so rule {rule.id!r} cannot be checked"
-        )
-        chosen = ToolCallDecision(
-            decision, rule.id, reason, rule.tier, str(rule.source) if rule.source else None
-        )
-    if chosen is not None:
-        return chosen, commands
-    return (
-        ToolCallDecision(
-            tier.default,
-            None,
-            f"no {tier.tier} rule matched; the {tier.tier} default is {tier.default!r}",
-            tier.tier,
-            str(tier.default_source) if tier.default_source else None,
-        ),
-        commands,
+        if held is None:
+            why = f"a regex check took longer than {REGEX_TIMEOUT_S:g} s"
+            whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
+        elif rule.command is None:
+            whole.append(_Candidate(rule.decision, rule, rule.reason))
+        elif call.command_text is not None:
+            command_rules.append(rule)
+    default = _Candidate(
+        tier.default,
+        None,
+        f"no {tier.tier} rule matched; the {tier.tier} default is {tier.default!r}",
     )
-
-
-def _command_breakdown(
-    policy: PolicyTier, applicable: Sequence[PolicyRule], call: _Call
-) -> list[dict[str, Any]]:
-    if call.command_text is None or isinstance(call.argvs, UnparseableCommand):
-        return []
-    command_rules = [
-        rule for rule in applicable if rule.command is not None and rule._other_matchers_hold(call)
-    ]
+    fallback = _best(whole) if whole else default
+    candidates = list(whole)
     breakdown: list[dict[str, Any]] = []
-    assert not isinstance(call.commands, UnparseableCommand)
-    outcomes = [rule._command_outcomes(call) for rule in command_rules]
-    for index, command in enumerate(call.commands):
-        decisions: list[Decision] = []
-        for rule, per_command in zip(command_rules, outcomes, strict=True):
-            verdict = per_command[index].verdict
-            if verdict is _Verdict.YES:
-                decisions.append(rule.decision)
-            elif verdict is _Verdict.UNKNOWN:
-                decisions.append(policy.unparseable)
-        entry: dict[str, Any] = {
-            "argv": list(command.argv),
-            "decision": strictest(decisions) if decisions else policy.default,
-        }
+    commands = call.commands if call.command_text is not None else ()
+    if isinstance(commands, UnparseableCommand):
+        if command_rules:
+            rule = command_rules[0]
+            candidates.append(
+                _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
+            )
+        commands = ()
+    for index, command in enumerate(commands):
+        covered: list[_Candidate] = []
+        for rule in command_rules:
+            outcome = rule._command_outcomes(call)[index]
+            if outcome.verdict is _Verdict.YES:
+                covered.append(_Candidate(rule.decision, rule, rule.reason))
+            elif outcome.verdict is _Verdict.UNKNOWN:
+                covered.append(
+                    _Candidate(tier.unparseable, rule, _unchecked(rule, outcome.why), False)
+                )
+        if covered:
+            verdict = _best(covered)
+        elif whole:
+            verdict = fallback
+        else:
+            program = command.argv[0] if command.argv else ""
+            verdict = _Candidate(
+                tier.default,
+                None,
+                f"no {tier.tier} rule covers {program!r}; the {tier.tier} default is "
+                f"{tier.default!r}",
+            )
+        candidates.append(verdict)
+        entry: dict[str, Any] = {"argv": list(command.argv), "decision": verdict.decision}
         if command.dangerous:
             entry["flags"] = list(command.dangerous)
         if command.via:
             entry["via"] = list(command.via)
         breakdown.append(entry)
-    return breakdown
+    chosen = _best(candidates) if candidates else default
+    rule = chosen.rule
+    source = rule.source if rule is not None else tier.default_source
+    return (
+        ToolCallDecision(
+            chosen.decision,
+            rule.id if rule is not None else None,
+            chosen.reason,
+            rule.tier if rule is not None else tier.tier,
+            str(source) if source else None,
+        ),
+        breakdown,
+    )
+
+
+def _unchecked(rule: PolicyRule, why: str) -> str:
+    return (
+        f"the command cannot be parsed with confidence ({why}), so rule {rule.id!r} "
+        "cannot be checked"
+    )

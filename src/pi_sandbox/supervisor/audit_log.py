@@ -17,8 +17,11 @@ import datetime
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+from pi_sandbox.errors import AuditLogError
 
 __all__ = ["AuditLog", "redact_secrets"]
 
@@ -59,45 +62,86 @@ def redact_secrets(value: Any) -> Any:
 
 
 class AuditLog:
-    """Appends audit records to a file (or keeps nothing when ``path`` is None).
+    """Appends audit records to one or more files (or keeps nothing without files).
 
     Args:
-        path: the JSON-lines file; created 0600 if missing, appended otherwise.
+        paths: JSON-lines files (``--audit-log``, the policy's ``audit.file``
+            entries); each is created 0600 if missing and appended otherwise. A
+            single path or None is accepted too.
+        include: the record kinds to write (the ``event`` field); others are
+            counted but not written. None: every kind.
+        arguments: whether ``tool_call`` records keep their (redacted) arguments.
+        fatal: a failed write raises `AuditLogError` (CI mode: "a full disk or an
+            unwritable log is a fatal error, not silent loss", issue 4) instead of
+            being reported once on stderr and dropping later records.
 
     Raises:
-        OSError: the file cannot be opened (the CLI reports it, exit 2).
+        OSError: a file cannot be opened (the CLI reports it, exit 2).
     """
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+    def __init__(
+        self,
+        paths: Path | Sequence[Path] | None,
+        *,
+        include: Iterable[str] | None = None,
+        arguments: bool = True,
+        fatal: bool = False,
+    ) -> None:
+        if paths is None:
+            paths = ()
+        elif isinstance(paths, str | os.PathLike):
+            paths = (Path(paths),)
+        self.paths: tuple[Path, ...] = tuple(dict.fromkeys(Path(p) for p in paths))
+        self.path = self.paths[0] if self.paths else None
         self.session: str | None = None
         self.records = 0
-        self._failed = False
-        self._handle: TextIO | None = None
-        if path is not None:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            self._handle = os.fdopen(fd, "a", encoding="utf-8")
+        self.include = frozenset(include) if include is not None else None
+        self.arguments = arguments
+        self.fatal = fatal
+        self._failed: set[Path] = set()
+        self._handles: list[tuple[Path, TextIO]] = []
+        try:
+            for path in self.paths:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._handles.append((path, os.fdopen(fd, "a", encoding="utf-8")))
+        except OSError as exc:
+            self.close()
+            exc.filename = exc.filename or str(path)
+            raise
 
     def record(self, entry: dict[str, Any]) -> None:
-        """Write one record (a JSON-ready dict). A failed write is reported on
-        stderr once and later records are dropped; it never raises."""
+        """Write one record (a JSON-ready dict with an ``event`` key).
+
+        Raises:
+            AuditLogError: only with ``fatal``: a write failed.
+        """
         self.records += 1
-        if self._handle is None or self._failed:
+        if not self._handles:
             return
+        if self.include is not None and entry.get("event") not in self.include:
+            return
+        if not self.arguments and "arguments" in entry:
+            entry = {key: value for key, value in entry.items() if key != "arguments"}
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        line = json.dumps({"time": now, "session": self.session, **entry}, default=str)
-        try:
-            self._handle.write(line + "\n")
-            self._handle.flush()
-        except OSError as exc:
-            self._failed = True
-            print(f"pi: audit log {self.path}: write failed: {exc}", file=sys.stderr, flush=True)
+        line = json.dumps({"time": now, "session": self.session, **entry}, default=str) + "\n"
+        for path, handle in self._handles:
+            if path in self._failed:
+                continue
+            try:
+                handle.write(line)
+                handle.flush()
+            except OSError as exc:
+                self._failed.add(path)
+                message = f"audit log {path}: write failed: {exc.strerror or exc}"
+                if self.fatal:
+                    raise AuditLogError(message) from exc
+                print(f"pi: {message}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
-        if self._handle is not None:
+        """Close the files (idempotent; a failing flush is ignored)."""
+        for _, handle in self._handles:
             try:
-                self._handle.close()
+                handle.close()
             except OSError:
                 pass
-            self._handle = None
+        self._handles = []

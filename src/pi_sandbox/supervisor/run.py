@@ -9,6 +9,7 @@ reaped, even when the run fails.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ import pydantic
 import trio
 
 from pi_sandbox.errors import (
+    AuditLogError,
     PiSandboxError,
     PolicyError,
     ProviderError,
@@ -56,15 +58,37 @@ class RunOptions:
     session: bool = True
     home: Path = field(default_factory=Path.home)
     audit_log: Path | None = None
+    ci: bool = False
+    managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
+
+
+CI_AUDIT_LOG = Path("pi-output") / "audit.jsonl"
+"""CI mode's audit log, relative to the working directory, unless ``--audit-log``."""
+
+EXIT_DENIED = 3
+"""CI mode: the run finished but the policy denied at least one tool call."""
+
+
+@dataclass
+class _Start:
+    """What the policy decided before any worker starts."""
+
+    policy: Any
+    store: Any
+    trust: str | None
+    trust_source: str
+    audit_paths: list[Path]
 
 
 def run_print_session(options: RunOptions) -> int:
     """Run one prompt to completion; returns the process exit status.
 
     0: the agent finished; 1: provider or agent failure; 2: bad configuration (policy
-    file, provider arguments); 3: a sandbox was required and bwrap cannot run.
+    file, provider arguments, a trust decision the policy forbids, an audit log that
+    cannot be opened); 3: a sandbox was required and bwrap cannot run — except in
+    CI mode (``options.ci``, issue 4), where that is 2 and 3 means the run finished
+    but the policy denied at least one tool call.
     """
-    from pi_sandbox.policies import load_policies
     from pi_sandbox.supervisor.output_modes import (
         JsonOutput,
         PrintOutput,
@@ -78,9 +102,11 @@ def run_print_session(options: RunOptions) -> int:
         return code
 
     try:
-        policy = load_policies(options.policies) if options.policies else None
+        start = _load_policy(options)
     except PolicyError as exc:
         return fail(f"policy error: {exc}", 2)
+    except UsageError as exc:
+        return fail(str(exc), 2)
     try:
         provider = create_provider(
             options.model, script=options.script, base_url=options.base_url, api_key=options.api_key
@@ -92,21 +118,47 @@ def run_print_session(options: RunOptions) -> int:
     output = JsonOutput() if options.mode == "json" else PrintOutput()
     from pi_sandbox.supervisor.audit_log import AuditLog
 
+    policy = start.policy
     try:
-        audit = AuditLog(options.audit_log)
-    except OSError as exc:
-        return fail(
-            f"argument --audit-log: cannot open {options.audit_log}: {exc.strerror or exc}", 2
+        audit = AuditLog(
+            start.audit_paths,
+            include=policy.audit.include,
+            arguments=policy.audit.arguments,
+            fatal=options.ci,
         )
+    except OSError as exc:
+        return fail(f"cannot open audit log {exc.filename}: {exc.strerror or exc}", 2)
     try:
-        return trio.run(_run, options, provider, policy, output, audit)
+        audit.record(
+            {
+                "event": "policy",
+                "action": "loaded",
+                "files": [{"tier": f.tier, "file": str(f.path)} for f in policy.files],
+                "diagnostics": list(policy.diagnostics),
+            }
+        )
+        audit.record(
+            {
+                "event": "trust",
+                "project": str(options.cwd),
+                "decision": start.trust or "undecided",
+                "source": start.trust_source,
+            }
+        )
+    except AuditLogError as exc:
+        audit.close()
+        return fail(str(exc), 2)
+    try:
+        return trio.run(_run, options, provider, start, output, audit)
     except UsageError as exc:
         return fail(str(exc), 2)
+    except AuditLogError as exc:
+        return fail(f"{exc} (CI mode: audit records must not be lost)", 1)
     except SandboxUnavailableError as exc:
         return fail(
-            f"a sandbox is required (--sandbox, or --trust sandboxed with project extensions) "
-            f"but bubblewrap cannot run here: {exc}",
-            3,
+            f"a sandbox is required (--sandbox, --ci, or --trust sandboxed with project "
+            f"extensions) but bubblewrap cannot run here: {exc}",
+            2 if options.ci else 3,  # CI mode: 3 means "a tool call was denied"
         )
     except SandboxError as exc:
         return fail(str(exc), 2)
@@ -136,6 +188,71 @@ def run_print_session(options: RunOptions) -> int:
         audit.close()
 
 
+def _load_policy(options: RunOptions) -> _Start:
+    """Load the managed and user tiers, decide trust, then add the project tier.
+
+    Trust comes from ``--trust`` (refused if the policy's ``trust.users_may_trust``
+    forbids it), else the policy's ``trust.default`` (``ask`` without a UI leaves
+    the project untrusted). The project's ``.pi/policy.yaml`` is read only once the
+    project is trusted (``yes`` or ``sandboxed``), never before (issue 4, DESIGN §8).
+
+    Raises:
+        PolicyError: a policy file of any tier is malformed (fatal, issue 4).
+        UsageError: the requested trust decision is forbidden by policy; an audit
+            file named by the policy cannot be used.
+    """
+    from pi_sandbox.policies import PolicyLocations, PolicyStore, load_effective_policy
+
+    locations = PolicyLocations(
+        policy_files=tuple(options.policies),
+        managed_dirs=options.managed_policy_dirs,
+        user_file=options.agent_dir / "policy.yaml",
+    )
+    policy = load_effective_policy(locations)
+    rules = policy.trust
+    if options.trust is not None:
+        refusal = rules.refusal(options.trust)
+        if refusal is not None:
+            raise UsageError(f"argument --trust: {options.trust!r} is not allowed: {refusal}")
+        trust: str | None = options.trust
+        trust_source = "--trust"
+    else:
+        trust = rules.default
+        trust_source = f"policy {rules.default_source}" if rules.default_source else "default"
+        if trust == "ask":
+            trust = None  # nobody to ask in a non-interactive run: not trusted
+        elif rules.refusal(trust) is not None:
+            trust = "sandboxed" if rules.users_may_trust == "sandboxed" else "no"
+            trust_source += f" (limited by policy {rules.users_may_trust_source})"
+    if trust in ("yes", "sandboxed"):
+        project_file = options.cwd / ".pi" / "policy.yaml"
+        if os.path.lexists(project_file):
+            locations = dataclasses.replace(locations, project_file=project_file)
+            policy = load_effective_policy(locations)
+    audit_paths: list[Path] = []
+    if options.audit_log is not None:
+        audit_paths.append(options.audit_log)
+    elif options.ci:
+        default = options.cwd / CI_AUDIT_LOG
+        try:
+            default.parent.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"CI mode writes its audit log to {default} but cannot create "
+                f"{default.parent}: {exc.strerror or exc}; give --audit-log FILE"
+            ) from exc
+        audit_paths.append(default)
+    for written, source in policy.audit.files:
+        path = options.home / written[2:] if written.startswith("~/") else Path(written)
+        if not path.parent.is_dir():
+            raise UsageError(
+                f"policy {source}: audit.file {written}: directory {path.parent} does not exist"
+            )
+        audit_paths.append(path)
+    store = PolicyStore(locations, policy)
+    return _Start(policy, store, trust, trust_source, audit_paths)
+
+
 def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
     """An empty directory the sandbox made to protect a missing path (still held
     by a concurrent sandboxed run), not something a tool created."""
@@ -161,9 +278,8 @@ def _forbid_ptrace_and_proc_reads() -> None:
         pass
 
 
-async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, audit: Any) -> int:
+async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
-    from pi_sandbox.sandbox.settings import SandboxSettings
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.session_file import SessionWriter
@@ -176,25 +292,47 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
         # session store is masked from every worker (it may lie inside a workspace).
         with contextlib.suppress(OSError):
             (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
+    policy = start.policy
+    refused: list[Any] = []
     sources, notices = discover_extensions(
         cwd=options.cwd,
         agent_dir=options.agent_dir,
         cli_paths=options.extensions,
         no_extensions=options.no_extensions,
-        project_trust=options.trust,
+        project_trust=start.trust,
+        rules=policy.extensions,
+        refused=refused,
     )
+    for source, why in refused:
+        audit.record(
+            {
+                "event": "extension",
+                "action": "refused",
+                "extension": str(source.path),
+                "origin": source.origin,
+                "reason": why,
+            }
+        )
+    notices = [*(f"Policy: {line}" for line in policy.diagnostics), *notices]
+    settings = policy.sandbox
+    if options.ci and not policy.workspace_write_granted:
+        # CI mode: a read-only workspace unless a managed or user policy grants it.
+        settings = dataclasses.replace(settings, workspace_writable=False)
     config = PoolConfig(
         cwd=options.cwd,
         agent_dir=options.agent_dir,
         home=options.home,
         sandbox=options.sandbox,
-        project_trust=options.trust,
+        project_trust=start.trust,
         mode=options.mode,
         has_ui=False,
-        settings=policy.sandbox if policy is not None else SandboxSettings(),
+        settings=settings,
         audit=audit.record,
-        policy_files=tuple(options.policies),
-        audit_log=options.audit_log,
+        # Every tier's files stay read-only in every sandbox: a tool must not rewrite
+        # the policy that a reload or the next run reads.
+        policy_files=tuple(dict.fromkeys([*options.policies, *policy.sources])),
+        audit_logs=tuple(start.audit_paths),
+        extension_rules=policy.extensions,
     )
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
@@ -249,6 +387,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
     pool = WorkerPool(config)
+    pipeline: ToolPipeline | None = None
     writer: SessionWriter | None = None
     status = 0
     keep_logs = False
@@ -302,6 +441,26 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                         }
                     )
                 for source, worker in pool.extensions:
+                    audit.record(
+                        {
+                            "event": "extension",
+                            "action": "loaded",
+                            "extension": str(source.path),
+                            "origin": source.origin,
+                            "sandboxed": worker.spec.sandbox is not None,
+                            "capabilities": pool.capabilities(source),
+                        }
+                    )
+                for failure in pool.load_errors:
+                    audit.record(
+                        {
+                            "event": "extension",
+                            "action": "failed",
+                            "extension": failure.get("path"),
+                            "reason": failure.get("message"),
+                        }
+                    )
+                for source, worker in pool.extensions:
                     where = (
                         "in a sandbox" if worker.spec.sandbox is not None else "without a sandbox"
                     )
@@ -320,6 +479,7 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
                     emit=output,
                     tool_timeout_s=float(config.settings.limits.tool_timeout_s),
                 )
+                nursery.start_soon(_reload_on_sighup, start.store, pipeline, output, audit)
                 session = AgentSession(
                     provider=provider,
                     pool=pool,
@@ -403,4 +563,36 @@ async def _run(options: RunOptions, provider: Any, policy: Any, output: Any, aud
             writer.close()
     if getattr(output, "failed", False):
         status = status or 1
+    if options.ci and status == 0 and pipeline is not None and pipeline.denied:
+        status = EXIT_DENIED
     return status
+
+
+async def _reload_on_sighup(store: Any, pipeline: Any, output: Any, audit: Any) -> None:
+    """Reload the policy on ``SIGHUP``; a bad file keeps the last valid policy
+    (issue 4 case 8) and the error is reported on the output and in the audit log."""
+    import signal
+
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            result = store.reload()
+            audit.record(
+                {
+                    "event": "policy",
+                    "action": "reloaded" if result.ok else "reload_failed",
+                    "error": result.error,
+                    "files": [{"tier": f.tier, "file": str(f.path)} for f in store.current.files],
+                }
+            )
+            if not result.ok:
+                message = (
+                    f"policy reload failed; the last valid policy stays in force: {result.error}"
+                )
+                await output({"type": "error", "error": message})
+                print(f"pi: {message}", file=sys.stderr, flush=True)
+                continue
+            pipeline.policy = store.current
+            note = "policy reloaded"
+            if result.sandbox_changed:
+                note += "; sandbox changes apply to the next run (running workers keep theirs)"
+            await output({"type": "notice", "message": note})

@@ -120,6 +120,8 @@ class ToolPipeline:
             ``limits.tool_timeout_s``). An extension worker past it is killed (it is
             respawned for the next call); the tool worker enforces it on ``bash``
             itself (capping the call's ``timeout``) and gets 30 s grace here.
+        denied: how many tool calls the policy denied (``ask`` without a UI
+            included); CI mode exits 3 when it is not zero.
     """
 
     pool: WorkerPool
@@ -128,6 +130,7 @@ class ToolPipeline:
     emit: EmitFn
     has_ui: bool = False
     tool_timeout_s: float = 600.0
+    denied: int = 0
     _validators: dict[str, Any] = field(default_factory=dict)
     _path_locks: dict[str, trio.Lock] = field(default_factory=dict)
 
@@ -211,6 +214,7 @@ class ToolPipeline:
         )
         if effective == "allow":
             return None
+        self.denied += 1
         rule = f" rule {decision.rule}" if decision.rule else ""
         suffix = " (ask rule in a non-interactive run)" if decision.decision == "ask" else ""
         return f"Blocked by policy{rule}: {decision.reason}{suffix}"

@@ -27,6 +27,7 @@ from pi_sandbox.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
+from pi_sandbox.policies._effective import ExtensionRules
 from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
@@ -45,6 +46,7 @@ __all__ = [
     "RegisteredTool",
     "WorkerPool",
     "discover_extensions",
+    "extension_name",
     "unsandboxed_env",
 ]
 
@@ -103,6 +105,10 @@ class PoolConfig:
             each worker got, every egress proxy decision); None to drop them.
         policy_files: the policy files in force; kept read-only in every sandbox.
         audit_log: the audit log file; kept read-only and masked in every sandbox.
+        audit_logs: further audit log files (the policy's ``audit.file``), treated
+            like ``audit_log``.
+        extension_rules: the policy's ``extensions`` section (capabilities); None:
+            the defaults of `ExtensionRules`.
     """
 
     cwd: Path
@@ -118,6 +124,8 @@ class PoolConfig:
     audit: Callable[[dict[str, Any]], None] | None = None
     policy_files: tuple[Path, ...] = ()
     audit_log: Path | None = None
+    audit_logs: tuple[Path, ...] = ()
+    extension_rules: ExtensionRules | None = None
 
 
 def _extension_entries(directory: Path) -> list[Path]:
@@ -142,12 +150,17 @@ def discover_extensions(
     cli_paths: Sequence[Path],
     no_extensions: bool,
     project_trust: str | None,
+    rules: ExtensionRules | None = None,
+    refused: list[tuple[ExtensionSource, str]] | None = None,
 ) -> tuple[list[ExtensionSource], list[str]]:
     """Find extensions in load order: ``-e`` paths, project ``.pi/extensions``, user extensions.
 
     ``--no-extensions`` disables discovery but not explicit ``-e`` paths. Project
     extensions load only with trust ``yes`` or ``sandboxed`` (DESIGN §8); otherwise
     they are skipped and a notice says so. Duplicates (same canonical path) load once.
+    The policy's ``extensions`` section (``rules``) refuses extensions by name or
+    path glob, and project extensions as a whole (issue 4); each refusal is a
+    notice naming the policy file, and is appended to ``refused``.
 
     Returns:
         ``(sources, notices)``; notices are human-readable lines for the user.
@@ -174,8 +187,21 @@ def discover_extensions(
         if canonical in seen:
             continue
         seen.add(canonical)
-        sources.append(ExtensionSource(canonical, candidate.origin))
+        source = ExtensionSource(canonical, candidate.origin)
+        why = rules.refusal(extension_name(canonical), canonical, source.origin) if rules else None
+        if why is not None:
+            notices.append(f"Refused {source.origin} extension {canonical}: {why}")
+            if refused is not None:
+                refused.append((source, why))
+            continue
+        sources.append(source)
     return sources, notices
+
+
+def extension_name(path: Path) -> str:
+    """An extension's name for policy patterns: the file's stem, or the package
+    directory's name (``foo.py`` → ``foo``, ``pkg/`` → ``pkg``)."""
+    return path.stem if path.suffix == ".py" else path.name
 
 
 class WorkerPool:
@@ -227,6 +253,7 @@ class WorkerPool:
         role: str,
         sandboxed: bool,
         extra_ro: Sequence[Path] = (),
+        network: bool = True,
     ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
@@ -240,7 +267,7 @@ class WorkerPool:
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
                 settings=self.config.settings,
-                proxy_socket=self._proxy_socket,
+                proxy_socket=self._proxy_socket if network else None,
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
             )
@@ -274,7 +301,13 @@ class WorkerPool:
         )
 
     def _audit_paths(self) -> tuple[Path, ...]:
-        return (self.config.audit_log,) if self.config.audit_log is not None else ()
+        single = (self.config.audit_log,) if self.config.audit_log is not None else ()
+        return (*single, *self.config.audit_logs)
+
+    def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
+        """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""
+        rules = self.config.extension_rules or ExtensionRules()
+        return rules.capabilities_for(extension_name(source.path), source.path)
 
     def repair_host_devices(self) -> list[str]:
         """Undo mode changes a root-run sandbox made to the host's bound device nodes
@@ -373,14 +406,22 @@ class WorkerPool:
             # sandboxed trust runs project code under the strictest profile even without --sandbox.
             untrusted = source.origin == "project" and self.config.project_trust == "sandboxed"
             sandboxed = self.config.sandbox or untrusted
+            capabilities = self.capabilities(source)
             spec = self._spec(
                 f"extension {source.path}",
-                {"kind": "extension", "path": str(source.path), "ctx": self._ctx()},
+                {
+                    "kind": "extension",
+                    "path": str(source.path),
+                    "ctx": {**self._ctx(), "capabilities": capabilities},
+                },
                 role="sandboxed-extension" if untrusted else "extension",
                 sandboxed=sandboxed,
                 # Only the extension itself (the file, or its package directory) is
                 # bound: binding a file's parent would expose its neighbours.
                 extra_ro=[source.path],
+                # The policy's network allowlist reaches an extension only with the
+                # ``network`` capability (issue 4; off by default).
+                network=capabilities["network"],
             )
             worker = WorkerProcess(spec, generation=self.generation)
             worker.tool_updates = on_tool_update
@@ -496,15 +537,35 @@ class WorkerPool:
         rank = {"cli": 0, "user": 1, "project": 2}
         for source, worker in sorted(self.extensions, key=lambda item: rank[item[0].origin]):
             assert worker.registrations is not None
+            may_override = self.capabilities(source)["override_builtin_tools"]
             for definition in worker.registrations.tools:
                 existing = self.tools.get(definition.name)
+                if existing is not None and existing.source == "builtin" and may_override:
+                    # The policy's ``override_builtin_tools`` capability (issue 4).
+                    self.tools[definition.name] = RegisteredTool(
+                        definition, worker, str(source.path)
+                    )
+                    self.audit(
+                        {
+                            "event": "extension",
+                            "action": "override_builtin_tool",
+                            "extension": str(source.path),
+                            "tool": definition.name,
+                        }
+                    )
+                    continue
                 if existing is not None:
-                    # Overriding built-in tools is a capability a later issue grants by policy.
+                    why = (
+                        " (overriding a built-in tool needs the override_builtin_tools "
+                        "capability in the policy's extensions section)"
+                        if existing.source == "builtin"
+                        else ""
+                    )
                     self.load_errors.append(
                         {
                             "path": str(source.path),
                             "message": f"Extension {source.path}: tool {definition.name!r} is already "
-                            f"registered by {existing.source}; the first registration wins.",
+                            f"registered by {existing.source}; the first registration wins{why}.",
                         }
                     )
                     continue
