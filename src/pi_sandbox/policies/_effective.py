@@ -271,11 +271,11 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
             allowed.add(section)
         usable.append((loaded, allowed))
         for section in loaded.file.lock:
-            locked_by.setdefault(section, (rank, str(loaded.path)))
-        if locked_by:
-            for section, (lock_rank, locker) in locked_by.items():
-                if lock_rank == rank and str(loaded.path) == locker:
-                    origins.append(ValueOrigin(f"lock.{section}", True, loaded.tier, (locker,)))
+            if section not in locked_by:
+                locked_by[section] = (rank, str(loaded.path))
+                origins.append(
+                    ValueOrigin(f"lock.{section}", True, loaded.tier, (str(loaded.path),))
+                )
 
     tiers = _tool_call_tiers(usable, origins)
     sandbox, workspace_write_granted = _sandbox(usable, origins, diagnostics)

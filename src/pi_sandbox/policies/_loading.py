@@ -145,12 +145,28 @@ def load_effective_policy(locations: PolicyLocations) -> Policy:
     loaded: list[LoadedPolicyFile] = []
     seen: set[str] = set()
     for tier, path in locations.files():
+        if tier == "project":
+            _check_project_file(path)
         key = os.path.realpath(path)
         if key in seen:
             continue
         seen.add(key)
         loaded.append(LoadedPolicyFile(tier, path, load_policy_file(path)))
     return build_policy(loaded)
+
+
+def _check_project_file(path: Path) -> None:
+    """A project policy must be a regular file inside the project: a repository must
+    not make pi read (and quote in an error) a file elsewhere, such as a key."""
+    project_root = path.parent.parent
+    if path.is_symlink():
+        raise PolicyFileError(f"{path}: a project policy must be a regular file, not a symlink")
+    real = os.path.realpath(path)
+    root = os.path.realpath(project_root)
+    if not real.startswith(root.rstrip("/") + "/"):
+        raise PolicyFileError(f"{path}: resolves outside the project ({real})")
+    if not os.path.isfile(real):
+        raise PolicyFileError(f"{path}: not a regular file")
 
 
 def _unique(paths: Iterable[Path]) -> list[Path]:
@@ -337,7 +353,10 @@ def _a(value: Any) -> str:
     if isinstance(value, float):
         return f"a number ({value})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        # Short: a file that is not a policy at all (a key, a token) must not be
+        # echoed into terminals and CI logs.
+        shown = value if len(value) <= 40 else value[:24] + "…"
+        return f"a string ({shown!r})"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

@@ -549,9 +549,14 @@ def _decide_in_tier(
         commands = ()
     for index, command in enumerate(commands):
         covered: list[_Candidate] = []
+        program = command.argv[0] if command.argv else ""
         for rule in command_rules:
             outcome = rule._command_outcomes(call)[index]
             if outcome.verdict is _Verdict.YES:
+                if rule.decision == "allow" and "/" in program and "/" not in rule.command[0]:
+                    # ``./cat`` is matched by basename for deny and ask, but it is
+                    # not the known-safe ``cat`` an allow rule names (case 5).
+                    continue
                 covered.append(_Candidate(rule.decision, rule, rule.reason))
             elif outcome.verdict is _Verdict.UNKNOWN:
                 covered.append(
@@ -562,7 +567,6 @@ def _decide_in_tier(
         elif whole:
             verdict = fallback
         else:
-            program = command.argv[0] if command.argv else ""
             verdict = _Candidate(
                 tier.default,
                 None,
