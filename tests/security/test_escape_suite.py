@@ -1017,6 +1017,8 @@ def test_07_network_allowlist_admits_only_the_listed_destination(h: Harness):
         turns = [[bash("bash", command, timeout=120), tool("ext", "net")]]
         tools = {"net": consts(PORT=port, OTHER=other.port, WHO="ext") + ALLOWLIST_EXT}
         pol = policy(network={"mode": "allowlist", "allow": [f"localhost:{port}"]})
+        # Extensions reach the allowlist only with the network capability (issue 4).
+        pol["extensions"] = {"capabilities": {"*": {"network": True}}}
 
         run = h.run(turns, tools=tools, policy=pol)
         run.assert_finished()
@@ -1096,6 +1098,22 @@ def probe_results(text: str) -> dict:
     match = re.search(r"PROBE\[(\{.*?\})\]", text)
     assert match, f"the probe printed no result:\n{text[-3000:]}"
     return json.loads(match.group(1))
+
+
+def test_07b_an_extension_without_the_network_capability_gets_no_network(h: Harness):
+    allowed, other = HttpServer("allowed"), HttpServer("other")
+    try:
+        port = allowed.port
+        turns = [[tool("ext", "net")]]
+        tools = {"net": consts(PORT=port, OTHER=other.port, WHO="ext") + ALLOWLIST_EXT}
+        pol = policy(network={"mode": "allowlist", "allow": [f"localhost:{port}"]})
+        run = h.run(turns, tools=tools, policy=pol)
+        run.assert_finished()
+        run.expect("ext", fail=("allowed", "direct", "unlisted"))
+        assert allowed.paths == [] and other.paths == []
+    finally:
+        allowed.close()
+        other.close()
 
 
 def test_08_tiocsti_is_refused(h: Harness):
