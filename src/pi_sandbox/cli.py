@@ -132,8 +132,9 @@ def sandbox_main(argv: Sequence[str]) -> int:
 
 def managed_policy_dirs() -> tuple[Path, ...]:
     """``/etc/pi/policy.d`` plus the directories in ``$PI_MANAGED_POLICY_DIR``
-    (``:``-separated). The variable can only add managed files (which only tighten:
-    managed files combine strictest-wins), never remove ``/etc/pi/policy.d``."""
+    (``:``-separated). The variable adds managed files with exactly the power of
+    ``--policy FILE`` (whoever sets a run's environment can pass options too); it
+    never removes ``/etc/pi/policy.d``, whose files still bind every value they set."""
     from pi_sandbox.policies import MANAGED_POLICY_DIR
 
     extra = [Path(p) for p in os.environ.get("PI_MANAGED_POLICY_DIR", "").split(":") if p]

@@ -101,6 +101,9 @@ class ExtensionRules:
         allow_lists: one ``(patterns, file)`` per file that set ``allow``.
         deny: ``(pattern, file)`` pairs.
         capabilities: ``(pattern, capability, value, file)`` entries.
+        project_files: project-tier policy files; their entries govern project
+            extensions only (a repository must not switch off the user's own
+            guard extensions).
     """
 
     project_allowed: bool = True
@@ -108,6 +111,7 @@ class ExtensionRules:
     allow_lists: tuple[tuple[tuple[str, ...], str], ...] = ()
     deny: tuple[tuple[str, str], ...] = ()
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
+    project_files: frozenset[str] = frozenset()
 
     def refusal(self, name: str, path: Path, origin: str) -> str | None:
         """Why the extension may not load (naming the policy file), or None when it may.
@@ -120,20 +124,25 @@ class ExtensionRules:
         if origin == "project" and not self.project_allowed:
             return f"project extensions are not allowed by policy {self.project_denied_by}"
         for pattern, source in self.deny:
-            if _matches(pattern, name, path):
+            if self._governs(source, origin) and _matches(pattern, name, path):
                 return f"denied by pattern {pattern!r} in policy {source}"
         for patterns, source in self.allow_lists:
+            if not self._governs(source, origin):
+                continue
             if not any(_matches(pattern, name, path) for pattern in patterns):
                 return f"not in the extensions.allow list of policy {source}"
         return None
 
-    def capabilities_for(self, name: str, path: Path) -> dict[str, bool]:
+    def _governs(self, source: str, origin: str) -> bool:
+        return origin == "project" or source not in self.project_files
+
+    def capabilities_for(self, name: str, path: Path, origin: str = "project") -> dict[str, bool]:
         """Each capability in `CAPABILITIES` for this extension: ``false`` from any
         matching entry wins, else ``true`` from any, else the default."""
         result = dict(_DEFAULT_CAPABILITIES)
         said: dict[str, bool] = {}
-        for pattern, capability, value, _source in self.capabilities:
-            if _matches(pattern, name, path):
+        for pattern, capability, value, source in self.capabilities:
+            if self._governs(source, origin) and _matches(pattern, name, path):
                 said[capability] = said.get(capability, True) and value
         result.update(said)
         return result
@@ -422,11 +431,8 @@ def _sandbox(
             workspace_write_granted = True
         if "writable_roots" in fs.model_fields_set:
             refused = writable.apply(fs.writable_roots, source)
-            if refused and tier == "project":
-                diagnostics.append(
-                    f"{source}: sandbox.filesystem.writable_roots {refused} ignored: a project "
-                    "policy cannot grant what no higher tier granted"
-                )
+            if refused:
+                diagnostics.append(_not_granted(source, "filesystem.writable_roots", refused, tier))
         for key, values in (
             ("read_only", fs.read_only),
             ("deny_read", fs.deny_read),
@@ -440,24 +446,20 @@ def _sandbox(
         if net.mode == "allowlist":
             allowlist_by.append((tier, source))
             refused = net_allow.apply(net.allow, source)
-            if refused and tier == "project":
-                diagnostics.append(
-                    f"{source}: sandbox.network.allow {refused} ignored: a project policy "
-                    "cannot grant network access no higher tier granted"
-                )
+            if refused:
+                diagnostics.append(_not_granted(source, "network.allow", refused, tier))
         if "allow" in section.environment.model_fields_set:
             refused = env_allow.apply(section.environment.allow, source)
-            if refused and tier == "project":
-                diagnostics.append(
-                    f"{source}: sandbox.environment.allow {refused} ignored: a project "
-                    "policy cannot pass variables no higher tier passes"
-                )
+            if refused:
+                diagnostics.append(_not_granted(source, "environment.allow", refused, tier))
         for name in section.limits.model_fields_set:
             value = getattr(section.limits, name)
             if name not in limits or value < limits[name][0]:
                 limits[name] = (value, tier, source)
 
     network = "allowlist" if allowlist_by and not network_none_by else "none"
+    if network == "allowlist" and not net_allow.values():
+        network = "none"  # every host was refused: an empty allowlist is no network
     settings = SandboxSettings(
         workspace_writable=not workspace_read,
         writable_roots=writable.values(),
@@ -509,6 +511,15 @@ def _sandbox(
     return settings, workspace_write_granted
 
 
+def _not_granted(source: str, key: str, refused: Sequence[str], tier: str) -> str:
+    why = (
+        "a project policy cannot grant what no higher tier granted"
+        if tier == "project"
+        else "another policy file of the same or a higher tier does not grant them"
+    )
+    return f"{source}: sandbox.{key} {list(refused)} ignored: {why}"
+
+
 def _tier_of(sources: Sequence[str], usable: list[tuple[LoadedPolicyFile, set[str]]]) -> str:
     """The highest tier among ``sources`` (policy file paths)."""
     tiers = [loaded.tier for loaded, _ in usable if str(loaded.path) in sources]
@@ -521,6 +532,7 @@ def _extensions(
     diagnostics: list[str],
 ) -> ExtensionRules:
     project_allowed, denied_by = True, None
+    project_files = frozenset(str(f.path) for f, _ in usable if f.tier == "project")
     allow_lists: list[tuple[tuple[str, ...], str]] = []
     deny: list[tuple[str, str]] = []
     capabilities: list[tuple[str, str, bool, str]] = []
@@ -563,6 +575,7 @@ def _extensions(
         allow_lists=tuple(allow_lists),
         deny=tuple(deny),
         capabilities=tuple(capabilities),
+        project_files=project_files,
     )
 
 
@@ -632,7 +645,13 @@ def _audit(
         for kind in section.include:  # a file that does not set it includes everything
             include.setdefault(kind, []).append(source)
         if "arguments" in section.model_fields_set and arguments is None:
-            arguments = (section.arguments, tier, source)
+            if tier == "project":
+                diagnostics.append(
+                    f"{source}: audit.arguments ignored: a project policy cannot change "
+                    "what the audit log records"
+                )
+            else:
+                arguments = (section.arguments, tier, source)
     kinds = tuple(kind for kind in AUDIT_RECORDS if kind in include) if include else AUDIT_RECORDS
     for kind in kinds:
         sources = include.get(kind, [])

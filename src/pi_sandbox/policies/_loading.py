@@ -124,7 +124,12 @@ class PolicyLocations:
                 raise PolicyFileError(
                     f"{directory}: cannot list managed policy directory: {exc.strerror or exc}"
                 ) from exc
-            found += [("managed", entry) for entry in entries if entry.name.endswith(".yaml")]
+            found += [
+                ("managed", entry)
+                for entry in entries
+                # Hidden files are editor droppings (``.#x.yaml`` lock links), not policy.
+                if entry.name.endswith(".yaml") and not entry.name.startswith(".")
+            ]
         found += [("managed", path) for path in self.policy_files]
         for tier, path in (("user", self.user_file), ("project", self.project_file)):
             if path is not None and os.path.lexists(path):
@@ -181,7 +186,14 @@ def _unique(paths: Iterable[Path]) -> list[Path]:
 
 
 def _parse(text: str, path: Path) -> PolicyFile:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a control character, a lone surrogate
+        line = text.count("\n", 0, exc.position) + 1
+        raise PolicyFileError(
+            f"{path}:{line}: invalid YAML: unacceptable character #x{exc.character:04x} "
+            "(control characters are not allowed)"
+        ) from exc
     try:
         root = loader.get_single_node()
         if root is None:

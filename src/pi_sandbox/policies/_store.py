@@ -31,11 +31,15 @@ class ReloadResult:
             the profile they were started with (a sandbox cannot be widened or
             narrowed around a running process), so the change applies to the next
             run.
+        other_changed: the ``extensions``, ``trust`` or ``audit`` sections changed;
+            they were applied at start-up (extensions loaded, trust decided, log
+            files opened) and apply to the next run.
     """
 
     ok: bool
     error: str | None = None
     sandbox_changed: bool = False
+    other_changed: bool = False
 
 
 class PolicyStore:
@@ -75,6 +79,11 @@ class PolicyStore:
                 error=f"policy file(s) no longer readable: {', '.join(vanished)}",
             )
         changed = fresh.sandbox != self.current.sandbox
+        other = (fresh.extensions, fresh.trust, fresh.audit) != (
+            self.current.extensions,
+            self.current.trust,
+            self.current.audit,
+        )
         self.current = fresh
         self.reloads += 1
-        return ReloadResult(ok=True, sandbox_changed=changed)
+        return ReloadResult(ok=True, sandbox_changed=changed, other_changed=other)

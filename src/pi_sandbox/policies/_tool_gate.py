@@ -10,7 +10,6 @@ instead of its own. Across the rules that matched, the strictest decision wins
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import fnmatch
 import os
@@ -66,6 +65,299 @@ def _search(pattern: regex.Pattern[str], text: str) -> bool | None:
 _BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
+# ----------------------------------------------------------------------------
+# Literal prefilters for policy regexes.
+#
+# A policy regex is searched in every command text of its tool, through the
+# ``regex`` module with a timeout. Most texts cannot match: the regex needs a
+# literal (``curl``, ``/etc/``, ``AKIA``) that the text does not contain. The
+# prefilter finds, for a regex, literals that every match must contain, as a
+# conjunction of disjunctions (``[{"curl", "wget"}, {"|"}, {"sh"}]``: every match
+# contains ``curl`` or ``wget``, and ``|``, and ``sh``). When the text lacks one
+# of them the regex cannot match, and the search is skipped: the result is the
+# same "no match" the search would give, only cheaper. The extraction is
+# conservative: anything the small parser below does not fully understand (fuzzy
+# matching, ``\\L<list>``, backreferences, unknown escapes, braces that are not a
+# plain ``{m,n}``, verbose mode set mid-pattern...) gives no prefilter, and the
+# regex is searched as before.
+
+_Conjunction = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class _Prefilter:
+    """Literals every match contains: ``all(any(lit in text for lit in d) for d in required)``.
+
+    ``ignorecase``: the literals are lower-case ASCII and are looked up in the
+    lower-cased text, which must then be ASCII (otherwise the prefilter is not used:
+    case-insensitive matching relates some non-ASCII characters to ASCII ones,
+    e.g. the Kelvin sign and ``k``).
+    """
+
+    required: _Conjunction
+    ignorecase: bool
+
+    def may_match(self, text: str, lowered: str | None = None) -> bool:
+        if self.ignorecase:
+            if not text.isascii():
+                return True
+            text = lowered if lowered is not None else text.lower()
+        for alternatives in self.required:
+            for literal in alternatives:
+                if literal in text:
+                    break
+            else:
+                return False
+        return True
+
+
+class _NoPrefilter(Exception):
+    """The pattern uses syntax the literal extractor does not model."""
+
+
+# Flags a policy regex may carry for the prefilter to apply (the defaults, and the
+# ones whose effect on literals the extractor models).
+_PREFILTER_FLAGS = (
+    regex.UNICODE | regex.V0 | regex.IGNORECASE | regex.VERBOSE | regex.MULTILINE
+) | (regex.DOTALL | regex.ASCII)
+_INLINE_FLAG_LETTERS = frozenset("aimsux-")
+_QUANTIFIER_BRACES = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+_GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*>")
+
+
+def _prefilter_for(pattern: regex.Pattern[str]) -> _Prefilter | None:
+    """The literal prefilter of a compiled policy regex, or None when there is none."""
+    if not isinstance(pattern.pattern, str) or pattern.flags & ~_PREFILTER_FLAGS:
+        return None
+    try:
+        parser = _LiteralParser(pattern.pattern, verbose=bool(pattern.flags & regex.VERBOSE))
+        required = parser.parse()
+    except _NoPrefilter:
+        return None
+    ignorecase = parser.ignorecase or bool(pattern.flags & regex.IGNORECASE)
+    if ignorecase:
+        required = [frozenset(literal.lower() for literal in group) for group in required]
+    kept: list[tuple[str, ...]] = []
+    for group in required:
+        literals = tuple(sorted(group))
+        if literals and all(literals) and literals not in kept:
+            kept.append(literals)
+    if not kept:
+        return None
+    return _Prefilter(tuple(kept), ignorecase)
+
+
+class _LiteralParser:
+    """Required literals of a ``regex`` (version 0) pattern; see the section comment.
+
+    Each ``sequence`` returns a list of disjunctions (sets of literals), all of
+    which every match of the sequence satisfies. Literal characters are only ASCII
+    ones; any other construct the parser accepts counts as "some text" (no
+    requirement) and ends the current run of literal characters.
+    """
+
+    def __init__(self, pattern: str, *, verbose: bool) -> None:
+        self.p = pattern
+        self.i = 0
+        self.verbose = verbose
+        self.ignorecase = False
+        lead = re.match(r"\(\?([a-zA-Z]+)\)", pattern)
+        if lead and "x" in lead.group(1):
+            if not set(lead.group(1)) <= _INLINE_FLAG_LETTERS:
+                raise _NoPrefilter
+            self.verbose = True
+            self.ignorecase = "i" in lead.group(1)
+            self.i = lead.end()
+        if self.verbose and any(ch.isspace() and ch not in " \t\n\r\f\v" for ch in pattern):
+            raise _NoPrefilter  # keep to plain ASCII whitespace in verbose patterns
+
+    def parse(self) -> list[frozenset[str]]:
+        required = self.alternation()
+        self.skip()
+        if self.i != len(self.p):
+            raise _NoPrefilter  # an unbalanced ")"
+        return required
+
+    def skip(self) -> None:
+        """Skip what verbose mode ignores (whitespace, ``#`` comments)."""
+        if not self.verbose:
+            return
+        p = self.p
+        while self.i < len(p):
+            ch = p[self.i]
+            if ch.isspace():
+                self.i += 1
+            elif ch == "#":
+                end = p.find("\n", self.i)
+                self.i = len(p) if end < 0 else end
+            else:
+                break
+
+    def peek(self) -> str:
+        self.skip()
+        return self.p[self.i] if self.i < len(self.p) else ""
+
+    def alternation(self) -> list[frozenset[str]]:
+        branches = [self.sequence()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence())
+        if len(branches) == 1:
+            return branches[0]
+        union: set[str] = set()
+        for branch in branches:
+            if not branch:
+                return []  # this branch requires nothing
+            union |= max(branch, key=lambda group: (min(map(len, group)), -len(group)))
+        return [frozenset(union)]
+
+    def sequence(self) -> list[frozenset[str]]:
+        required: list[frozenset[str]] = []
+        run: list[str] = []
+
+        def close() -> None:
+            if run:
+                required.append(frozenset({"".join(run)}))
+                run.clear()
+
+        while True:
+            ch = self.peek()
+            if ch in ("", "|", ")"):
+                break
+            kind, payload = self.atom()
+            least = self.quantifier()
+            if kind == "char":
+                if least is None:
+                    run.append(payload)  # type: ignore[arg-type]
+                elif least >= 1:
+                    run.append(payload)  # type: ignore[arg-type]
+                    close()
+                else:
+                    close()
+            elif kind == "group":
+                close()
+                if least is None or least >= 1:
+                    required.extend(payload)  # type: ignore[arg-type]
+            else:  # "any" (one unknown character) or "zero" (zero-width)
+                close()
+        close()
+        return required
+
+    def quantifier(self) -> int | None:
+        """Parse a quantifier after an atom; return its minimum (None: no quantifier)."""
+        ch = self.peek()
+        if ch in ("*", "?"):
+            self.i += 1
+            least: int | None = 0
+        elif ch == "+":
+            self.i += 1
+            least = 1
+        elif ch == "{":
+            found = _QUANTIFIER_BRACES.match(self.p, self.i)
+            if found is None or (not found.group(1) and not found.group(2)):
+                raise _NoPrefilter  # a fuzzy constraint, or a literal brace
+            self.i = found.end()
+            least = int(found.group(1) or 0)
+        else:
+            return None
+        if self.i < len(self.p) and self.p[self.i] in "?+":  # lazy, possessive
+            self.i += 1
+        if self.peek() in ("*", "+", "?", "{"):
+            raise _NoPrefilter
+        return least
+
+    def atom(self) -> tuple[str, object]:
+        p = self.p
+        ch = p[self.i]
+        self.i += 1
+        if ch == "\\":
+            if self.i >= len(p):
+                raise _NoPrefilter
+            escaped = p[self.i]
+            self.i += 1
+            if escaped in "dDsSwWnrtfv":
+                return "any", None
+            if escaped in "bBAZ":
+                return "zero", None
+            if escaped.isascii() and not escaped.isalnum():
+                if escaped.isspace():
+                    return "any", None
+                return "char", escaped
+            raise _NoPrefilter
+        if ch == "(":
+            return self.group()
+        if ch == "[":
+            self.char_class()
+            return "any", None
+        if ch == ".":
+            return "any", None
+        if ch in "^$":
+            return "zero", None
+        if ch in "*+?{":
+            raise _NoPrefilter
+        if ch.isascii() and ch not in "}]#" and ch.isprintable():
+            return "char", ch
+        return "any", None
+
+    def group(self) -> tuple[str, object]:
+        p = self.p
+        kind = "group"
+        if p.startswith("?", self.i):
+            self.i += 1
+            head = p[self.i : self.i + 1]
+            if head in (":", ">", "=", "!"):
+                self.i += 1
+                kind = "group" if head in (":", ">") else "zero"
+            elif p.startswith(("<=", "<!"), self.i):
+                self.i += 2
+                kind = "zero"
+            elif p.startswith(("<", "P<"), self.i):
+                self.i += 1 if head == "<" else 2
+                name = _GROUP_NAME.match(p, self.i)
+                if name is None:
+                    raise _NoPrefilter
+                self.i = name.end()
+            else:
+                flags = re.match(r"([a-zA-Z-]*)([:)])", p[self.i :])
+                if flags is None or not set(flags.group(1)) <= _INLINE_FLAG_LETTERS:
+                    raise _NoPrefilter
+                if "x" in flags.group(1):
+                    raise _NoPrefilter  # verbose mode switched on or off mid-pattern
+                self.ignorecase |= "i" in flags.group(1)
+                self.i += flags.end()
+                if flags.group(2) == ")":
+                    return "zero", None
+        elif p.startswith("*", self.i):
+            raise _NoPrefilter  # a control verb
+        inner = self.alternation()
+        if self.peek() != ")":
+            raise _NoPrefilter
+        self.i += 1
+        return kind, (inner if kind == "group" else None)
+
+    def char_class(self) -> None:
+        """Skip a ``[...]`` set (no nested sets: those are version 1 syntax)."""
+        p = self.p
+        i = self.i
+        if p.startswith("^", i):
+            i += 1
+        if p.startswith("]", i):
+            i += 1
+        while True:
+            if i >= len(p):
+                raise _NoPrefilter
+            ch = p[i]
+            if ch == "\\":
+                i += 2
+            elif ch == "[":
+                raise _NoPrefilter
+            elif ch == "]":
+                self.i = i + 1
+                return
+            else:
+                i += 1
+
+
 def strictest(decisions: Sequence[Decision]) -> Decision:
     """Return the strictest of ``decisions`` (deny > ask > allow).
 
@@ -100,6 +392,7 @@ class _Outcome:
 
 _NO = _Outcome(_Verdict.NO)
 _YES = _Outcome(_Verdict.YES)
+_UNSET = object()
 
 
 class _Call:
@@ -114,6 +407,9 @@ class _Call:
         # id(rule) -> the rule's outcome for each simple command (one matching pass
         # serves both the decision and the per-command breakdown).
         self.command_outcomes: dict[int, list[_Outcome]] = {}
+        # id(rule) -> what `PolicyRule._other_matchers_hold` found (the decision and
+        # the breakdown both ask; the regexes are searched once).
+        self.held: dict[int, bool | None] = {}
 
     @cached_property
     def first_words(self) -> tuple[tuple[str, str, bool], ...]:
@@ -134,6 +430,12 @@ class _Call:
     def command_text(self) -> str | None:
         command = self.arguments.get("command")
         return command if isinstance(command, str) else None
+
+    @cached_property
+    def lowered_command_text(self) -> str | None:
+        """``command_text.lower()``, for case-insensitive literal prefilters."""
+        text = self.command_text
+        return None if text is None else text.lower()
 
     @cached_property
     def commands(self) -> tuple[SimpleCommand, ...] | UnparseableCommand:
@@ -187,10 +489,42 @@ class PolicyRule:
     path_globs: tuple[str, ...] = ()
     arguments: tuple[tuple[str, regex.Pattern[str]], ...] = ()
     _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    # Derived once, for the gate's fast path (none changes what matches):
+    # the path globs as one alternation, literal prefilters of the regexes, and
+    # whether any matcher besides ``command`` exists.
+    _path_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _command_prefilter: _Prefilter | None = field(init=False, repr=False, compare=False)
+    _argument_checks: tuple[tuple[str, regex.Pattern[str], _Prefilter | None], ...] = field(
+        init=False, repr=False, compare=False
+    )
+    _has_other_matchers: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
         object.__setattr__(self, "_path_regexes", regexes)
+        # fullmatch of an alternation is "some alternative fullmatches"; the globs
+        # compile to flag-free DOTALL regexes without groups that could collide.
+        combined = (
+            re.compile("|".join(f"(?:{r.pattern})" for r in regexes), re.DOTALL)
+            if regexes and all(r.flags == regexes[0].flags for r in regexes)
+            else None
+        )
+        object.__setattr__(self, "_path_regex", combined)
+        object.__setattr__(
+            self,
+            "_command_prefilter",
+            _prefilter_for(self.command_regex) if self.command_regex is not None else None,
+        )
+        object.__setattr__(
+            self,
+            "_argument_checks",
+            tuple((name, rx, _prefilter_for(rx)) for name, rx in self.arguments),
+        )
+        object.__setattr__(
+            self,
+            "_has_other_matchers",
+            self.command_regex is not None or bool(self.path_globs) or bool(self.arguments),
+        )
 
     @classmethod
     def from_model(
@@ -313,25 +647,57 @@ class PolicyRule:
         Returns None when no matcher failed but a regex search timed out: a policy's
         regexes are user input, and a backtracking one on a long command must not
         freeze the supervisor (the caller treats None as unparseable, fail-closed).
+        Computed once per call (cached in ``call.held``).
         """
-        timed_out = False
-        if self.command_regex is not None:
-            if call.command_text is None:
-                return False
-            found = _search(self.command_regex, call.command_text)
-            if found is False:
-                return False
-            timed_out |= found is None
+        key = id(self)
+        held = call.held.get(key, _UNSET)
+        if held is _UNSET:
+            held = self._check_other_matchers(call) if self._has_other_matchers else True
+            call.held[key] = held
+        return held  # type: ignore[return-value]
+
+    def _check_other_matchers(self, call: _Call) -> bool | None:
+        # Every matcher must hold: the result is False as soon as one fails, else
+        # None if a regex search timed out, else True. It does not depend on the
+        # order of the checks, so the cheap ones (path globs, the literal
+        # prefilters) go before the regex searches.
+        if self.command_regex is not None and call.command_text is None:
+            return False
         if self._path_regexes:
             paths = call.paths
-            if paths is None or not any(
+            if paths is None:
+                return False
+            combined = self._path_regex
+            if combined is not None:
+                if not any(combined.fullmatch(path) for path in paths):
+                    return False
+            elif not any(
                 pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
             ):
                 return False
-        for name, pattern in self.arguments:
+        values: list[str] = []
+        for name, _, prefilter in self._argument_checks:
             value = call.arguments.get(name)
             if not isinstance(value, str):
                 return False
+            if prefilter is not None and not prefilter.may_match(value):
+                return False  # the regex needs a literal that the value lacks
+            values.append(value)
+        if self.command_regex is not None:
+            text = call.command_text
+            assert text is not None
+            prefilter = self._command_prefilter
+            if prefilter is not None and not prefilter.may_match(
+                text, call.lowered_command_text if prefilter.ignorecase else None
+            ):
+                return False
+        timed_out = False
+        if self.command_regex is not None:
+            found = _search(self.command_regex, call.command_text)  # type: ignore[arg-type]
+            if found is False:
+                return False
+            timed_out |= found is None
+        for (_, pattern, _), value in zip(self._argument_checks, values, strict=True):
             found = _search(pattern, value)
             if found is False:
                 return False
@@ -388,6 +754,9 @@ class PolicyTier:
     _by_tool: dict[str, tuple[PolicyRule, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _plans: dict[str, _ToolPlan] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def rules_for(self, tool_name: str) -> tuple[PolicyRule, ...]:
         """The rules whose ``tool`` patterns match ``tool_name``, in order (cached)."""
@@ -396,6 +765,75 @@ class PolicyTier:
             found = tuple(rule for rule in self.rules if rule.applies_to(tool_name))
             if len(self._by_tool) < 1024:  # tool names come from models: bound the cache
                 self._by_tool[tool_name] = found
+        return found
+
+    def _plan_for(self, tool_name: str) -> _ToolPlan:
+        """`rules_for`, indexed for the gate (cached like it)."""
+        plan = self._plans.get(tool_name)
+        if plan is None:
+            plan = _ToolPlan(self.rules_for(tool_name))
+            if len(self._plans) < 1024:
+                self._plans[tool_name] = plan
+        return plan
+
+
+class _ToolPlan:
+    """The rules of one tier that apply to one tool name, indexed for the gate.
+
+    ``command`` rules are indexed by the program they expect: a simple command whose
+    program word is not expandable and that no dangerous assignment qualifies can
+    only match the rules expecting its program (`PolicyRule._match_command` gives
+    every other rule NO without looking further), so only those are tried. Commands
+    with an expandable program word or a dangerous assignment are tried against
+    every ``command`` rule, as before.
+    """
+
+    __slots__ = (
+        "always",
+        "by_path",
+        "by_program",
+        "checked",
+        "command_positions",
+        "rules",
+        "yes",
+    )
+
+    def __init__(self, rules: tuple[PolicyRule, ...]) -> None:
+        self.rules = rules
+        # Rules whose own matchers decide without shell parsing: those with a
+        # matcher besides ``command`` (checked first), and those with no matcher.
+        self.checked = tuple(
+            index
+            for index, rule in enumerate(rules)
+            if rule.command is None or rule._has_other_matchers
+        )
+        self.command_positions = tuple(
+            index for index, rule in enumerate(rules) if rule.command is not None
+        )
+        by_program: dict[str, list[int]] = {}  # expected first word without "/": basename
+        by_path: dict[str, list[int]] = {}  # expected first word with "/": the whole word
+        always: list[int] = []  # no first word at all (not loadable from a file)
+        for index in self.command_positions:
+            command = rules[index].command
+            assert command is not None
+            if not command:
+                always.append(index)
+            elif "/" in command[0]:
+                by_path.setdefault(command[0], []).append(index)
+            else:
+                by_program.setdefault(command[0], []).append(index)
+        self.by_program = {word: tuple(found) for word, found in by_program.items()}
+        self.by_path = {word: tuple(found) for word, found in by_path.items()}
+        self.always = tuple(always)
+        # The candidate of each rule that matched (rules are immutable: made once).
+        self.yes = [_Candidate(rule.decision, rule, rule.reason) for rule in rules]
+
+    def candidates(self, word: str, basename: str) -> Sequence[int]:
+        """The ``command`` rules that can match a simple command whose program word
+        is ``word`` (not expandable, no dangerous assignment), in rule order."""
+        found = self.by_program.get(basename, ())
+        if self.by_path or self.always:
+            found = sorted({*found, *self.by_path.get(word, ()), *self.always})
         return found
 
 
@@ -469,7 +907,14 @@ def evaluate_tool_call(
         if best is None or key > best:
             best, chosen = key, decision
     assert chosen is not None
-    return dataclasses.replace(chosen, commands=_merge_breakdowns(breakdowns))
+    return ToolCallDecision(
+        chosen.decision,
+        chosen.rule,
+        chosen.reason,
+        chosen.tier,
+        chosen.source,
+        _merge_breakdowns(breakdowns),
+    )
 
 
 def _merge_breakdowns(breakdowns: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -507,6 +952,30 @@ def _best(candidates: Sequence[_Candidate]) -> _Candidate:
     return best
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """One decision that takes part in a tier's verdict."""
+
+    decision: Decision
+    rule: PolicyRule | None  # None: the tier's default
+    reason: str
+    definite: bool = True  # False: a rule that could not be checked (unparseable)
+
+    def key(self) -> tuple[int, int, int]:
+        # Strictest first; at equal severity a real match beats "cannot be checked",
+        # and a rule beats the default.
+        return (_SEVERITY[self.decision], int(self.definite), int(self.rule is not None))
+
+
+def _best(candidates: Sequence[_Candidate]) -> _Candidate:
+    """The strictest candidate; ties go to the first."""
+    best = candidates[0]
+    for candidate in candidates[1:]:
+        if candidate.key() > best.key():
+            best = candidate
+    return best
+
+
 def _decide_in_tier(
     tier: PolicyTier, tool_name: str, call: _Call
 ) -> tuple[ToolCallDecision, list[dict[str, Any]]]:
@@ -517,20 +986,32 @@ def _decide_in_tier(
     (or, when whole-call rules matched, their verdict), so an ``allow`` for
     ``echo`` does not carry ``id`` in ``echo ok && id`` (issue 4 case 1). The
     strictest of all of it is the tier's verdict.
+
+    Each simple command is only tried against the ``command`` rules that
+    `_ToolPlan.candidates` says can match it; every other rule's outcome for it is
+    NO, which adds nothing to ``covered``.
     """
+    plan = tier._plan_for(tool_name)
+    rules = plan.rules
     whole: list[_Candidate] = []
-    command_rules: list[PolicyRule] = []
-    for rule in tier.rules_for(tool_name):
+    # Positions (in ``rules``) of the command rules whose other matchers hold.
+    active: list[int] = []
+    inactive: set[int] = set()
+    has_text = call.command_text is not None
+    for index in plan.checked:
+        rule = rules[index]
         held = rule._other_matchers_hold(call)
+        if held is not True and rule.command is not None:
+            inactive.add(index)
         if held is False:
             continue
         if held is None:
             why = f"a regex check took longer than {REGEX_TIMEOUT_S:g} s"
             whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
         elif rule.command is None:
-            whole.append(_Candidate(rule.decision, rule, rule.reason))
-        elif call.command_text is not None:
-            command_rules.append(rule)
+            whole.append(plan.yes[index])
+    if has_text:
+        active = [index for index in plan.command_positions if index not in inactive]
     default = _Candidate(
         tier.default,
         None,
@@ -539,25 +1020,29 @@ def _decide_in_tier(
     fallback = _best(whole) if whole else default
     candidates = list(whole)
     breakdown: list[dict[str, Any]] = []
-    commands = call.commands if call.command_text is not None else ()
+    commands = call.commands if has_text else ()
     if isinstance(commands, UnparseableCommand):
-        if command_rules:
-            rule = command_rules[0]
+        if active:
+            rule = rules[active[0]]
             candidates.append(
                 _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
             )
         commands = ()
-    for index, command in enumerate(commands):
+    first_words = call.first_words if commands else ()
+    for command, facts in zip(commands, first_words, strict=True):
+        _, _, expandable = facts
+        if expandable or command.dangerous:
+            tried: Sequence[int] = active
+        else:
+            tried = plan.candidates(facts[0], facts[1])
         covered: list[_Candidate] = []
-        program = command.argv[0] if command.argv else ""
-        for rule in command_rules:
-            outcome = rule._command_outcomes(call)[index]
+        for index in tried:
+            if index in inactive:
+                continue
+            rule = rules[index]
+            outcome = rule._match_command(command, facts)
             if outcome.verdict is _Verdict.YES:
-                if rule.decision == "allow" and "/" in program and "/" not in rule.command[0]:
-                    # ``./cat`` is matched by basename for deny and ask, but it is
-                    # not the known-safe ``cat`` an allow rule names (case 5).
-                    continue
-                covered.append(_Candidate(rule.decision, rule, rule.reason))
+                covered.append(plan.yes[index])
             elif outcome.verdict is _Verdict.UNKNOWN:
                 covered.append(
                     _Candidate(tier.unparseable, rule, _unchecked(rule, outcome.why), False)
@@ -567,6 +1052,7 @@ def _decide_in_tier(
         elif whole:
             verdict = fallback
         else:
+            program = command.argv[0] if command.argv else ""
             verdict = _Candidate(
                 tier.default,
                 None,

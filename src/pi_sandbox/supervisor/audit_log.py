@@ -102,7 +102,10 @@ class AuditLog:
         self._handles: list[tuple[Path, TextIO]] = []
         try:
             for path in self.paths:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # O_NOFOLLOW: a log path that is a symlink (planted by a repository in
+                # CI mode's default location) is refused, not followed.
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                fd = os.open(path, flags, 0o600)
                 self._handles.append((path, os.fdopen(fd, "a", encoding="utf-8")))
         except OSError as exc:
             self.close()

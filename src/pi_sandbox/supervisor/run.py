@@ -78,6 +78,7 @@ class _Start:
     trust: str | None
     trust_source: str
     audit_paths: list[Path]
+    session_id: str = field(default_factory=lambda: str(__import__("uuid").uuid4()))
 
 
 def run_print_session(options: RunOptions) -> int:
@@ -128,6 +129,7 @@ def run_print_session(options: RunOptions) -> int:
         )
     except OSError as exc:
         return fail(f"cannot open audit log {exc.filename}: {exc.strerror or exc}", 2)
+    audit.session = start.session_id  # the session file, if any, gets this id too
     try:
         audit.record(
             {
@@ -241,6 +243,13 @@ def _load_policy(options: RunOptions) -> _Start:
                 f"CI mode writes its audit log to {default} but cannot create "
                 f"{default.parent}: {exc.strerror or exc}; give --audit-log FILE"
             ) from exc
+        # The repository may ship pi-output (or the log) as a symlink: the supervisor
+        # must not append outside the workspace on its behalf.
+        if default.parent.is_symlink() or not default.parent.is_dir():
+            raise UsageError(
+                f"CI mode: {default.parent} is a symlink or not a directory; "
+                "remove it or give --audit-log FILE"
+            )
         audit_paths.append(default)
     for written, source in policy.audit.files:
         path = options.home / written[2:] if written.startswith("~/") else Path(written)
@@ -407,7 +416,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         )
                 try:
                     writer = (
-                        SessionWriter.create(options.agent_dir, options.cwd)
+                        SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
                         if options.session
                         else None
                     )
@@ -418,7 +427,6 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     ) from exc
                 header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
                 if writer is not None:
-                    audit.session = writer.header.id
                     header.update(
                         id=writer.header.id,
                         timestamp=writer.header.timestamp,
@@ -556,8 +564,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()
     except* PiSandboxError as group:
-        # SandboxUnavailableError and friends raised inside the nursery arrive grouped.
-        raise group.exceptions[0] from None
+        # SandboxUnavailableError and friends raised inside (nested) nurseries arrive
+        # grouped: surface the first one as itself.
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
     finally:
         if writer is not None:
             writer.close()
@@ -575,7 +587,12 @@ async def _reload_on_sighup(store: Any, pipeline: Any, output: Any, audit: Any) 
 
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         async for _ in signals:
-            result = store.reload()
+            try:
+                result = store.reload()
+            except Exception as exc:  # never let a reload take the session down
+                from pi_sandbox.policies import ReloadResult
+
+                result = ReloadResult(ok=False, error=f"{type(exc).__name__}: {exc}")
             audit.record(
                 {
                     "event": "policy",
@@ -592,7 +609,9 @@ async def _reload_on_sighup(store: Any, pipeline: Any, output: Any, audit: Any) 
                 print(f"pi: {message}", file=sys.stderr, flush=True)
                 continue
             pipeline.policy = store.current
-            note = "policy reloaded"
+            note = "policy reloaded; tool-call rules apply from the next call"
             if result.sandbox_changed:
                 note += "; sandbox changes apply to the next run (running workers keep theirs)"
+            if result.other_changed:
+                note += "; extensions, trust and audit changes apply to the next run"
             await output({"type": "notice", "message": note})

@@ -113,9 +113,13 @@ class SessionWriter:
         self._write(_converter.unstructure(header))
 
     @classmethod
-    def create(cls, agent_dir: Path, cwd: Path) -> SessionWriter:
-        """Start a new session file for ``cwd`` under ``agent_dir/sessions``."""
-        session_id = str(uuid.uuid4())
+    def create(cls, agent_dir: Path, cwd: Path, session_id: str | None = None) -> SessionWriter:
+        """Start a new session file for ``cwd`` under ``agent_dir/sessions``.
+
+        ``session_id`` (a UUID string) is generated when not given: a run names its
+        session before the file exists, so its first audit records carry the id.
+        """
+        session_id = session_id or str(uuid.uuid4())
         header = SessionHeader(id=session_id, cwd=str(cwd))
         stamp = header.timestamp.replace(":", "-").replace(".", "-")
         return cls(session_dir_for(agent_dir, cwd) / f"{stamp}_{session_id}.jsonl", header)

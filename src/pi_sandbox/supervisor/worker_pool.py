@@ -307,7 +307,7 @@ class WorkerPool:
     def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
         """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""
         rules = self.config.extension_rules or ExtensionRules()
-        return rules.capabilities_for(extension_name(source.path), source.path)
+        return rules.capabilities_for(extension_name(source.path), source.path, source.origin)
 
     def repair_host_devices(self) -> list[str]:
         """Undo mode changes a root-run sandbox made to the host's bound device nodes
