@@ -178,7 +178,8 @@ def policy_main(argv: Sequence[str]) -> int:
         sub.add_argument(
             "--trust",
             choices=["yes", "no", "sandboxed"],
-            help="treat the project as trusted: include its .pi/policy.yaml",
+            help="the trust decision to assume (as a run's --trust): yes or sandboxed include "
+            "the project's .pi/policy.yaml",
         )
         sub.add_argument("--json", action="store_true", help="print one JSON object")
     explain.add_argument("--tool", required=True, metavar="NAME", help="tool name, e.g. bash")
@@ -187,6 +188,7 @@ def policy_main(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
 
+    import dataclasses
     import json
 
     from pi_sandbox.errors import PolicyError
@@ -226,15 +228,23 @@ def policy_main(argv: Sequence[str]) -> int:
     for path in args.policy:
         if not path.is_file():
             parser.error(f"argument --policy: no such file: {path}")
-    project = workspace / ".pi" / "policy.yaml"
     locations = PolicyLocations(
         policy_files=tuple(args.policy),
         managed_dirs=managed_policy_dirs(),
         user_file=agent_dir() / "policy.yaml",
-        project_file=project if args.trust in ("yes", "sandboxed") else None,
     )
     try:
         policy = load_effective_policy(locations)
+        # The project tier joins exactly when a run would read it (trust decided
+        # the same way; forbidden --trust values are refused the same way).
+        try:
+            trust, _ = policy.trust.decide(args.trust)
+        except ValueError as exc:
+            parser.error(f"argument --trust: {exc}")
+        project = workspace / ".pi" / "policy.yaml"
+        if trust in ("yes", "sandboxed") and os.path.lexists(project):
+            locations = dataclasses.replace(locations, project_file=project)
+            policy = load_effective_policy(locations)
     except PolicyError as exc:
         print(f"pi: policy error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -163,6 +163,36 @@ class TrustRules:
     users_may_trust: str = "yes"
     users_may_trust_source: str | None = None
 
+    def decide(self, requested: str | None, *, has_ui: bool = False) -> tuple[str | None, str]:
+        """The run's trust decision and where it came from (DESIGN §8, issue 4).
+
+        ``requested`` (``--trust``) wins when the policy allows it; otherwise
+        ``default`` decides, limited by ``users_may_trust``. ``ask`` stays ``"ask"``
+        with a UI and becomes None (undecided: not trusted) without one.
+
+        Returns:
+            ``(decision, source)``: decision ``"yes"``, ``"no"``, ``"sandboxed"``,
+            ``"ask"`` or None; source ``"--trust"``, ``"policy FILE"`` or
+            ``"default"``.
+
+        Raises:
+            ValueError: ``requested`` is forbidden by ``users_may_trust`` (the
+                message names the policy file).
+        """
+        if requested is not None:
+            refusal = self.refusal(requested)
+            if refusal is not None:
+                raise ValueError(f"{requested!r} is not allowed: {refusal}")
+            return requested, "--trust"
+        source = f"policy {self.default_source}" if self.default_source else "default"
+        decision: str | None = self.default
+        if decision == "ask":
+            return ("ask" if has_ui else None), source
+        if self.refusal(decision) is not None:
+            decision = "sandboxed" if self.users_may_trust == "sandboxed" else "no"
+            source += f" (limited by policy {self.users_may_trust_source})"
+        return decision, source
+
     def refusal(self, decision: str) -> str | None:
         """Why a user's trust ``decision`` is not allowed, or None when it is."""
         if decision == "yes" and self.users_may_trust != "yes":
@@ -568,7 +598,21 @@ def _extensions(
                     )
                 )
     if project_allowed:
-        origins.append(ValueOrigin("extensions.project", "allow", "default"))
+        said_allow = [
+            (f.tier, str(f.path))
+            for f, allowed in usable
+            if "extensions" in allowed
+            and f.file.extensions is not None
+            and "project" in f.file.extensions.model_fields_set
+        ]
+        origins.append(
+            ValueOrigin(
+                "extensions.project",
+                "allow",
+                said_allow[0][0] if said_allow else "default",
+                tuple(path for _, path in said_allow),
+            )
+        )
     return ExtensionRules(
         project_allowed=project_allowed,
         project_denied_by=denied_by,

@@ -111,8 +111,9 @@ class PolicyLocations:
         """The files that exist, highest tier first.
 
         Raises:
-            PolicyFileError: a managed directory exists but cannot be listed, or a
-                policy path exists but is not a regular file.
+            PolicyFileError: a managed directory exists but cannot be listed.
+                (A path that is not a readable regular file fails later, in
+                `load_policy_file`, naming the file.)
         """
         found: list[tuple[Tier, Path]] = []
         for directory in self.managed_dirs:

@@ -211,21 +211,10 @@ def _load_policy(options: RunOptions) -> _Start:
         user_file=options.agent_dir / "policy.yaml",
     )
     policy = load_effective_policy(locations)
-    rules = policy.trust
-    if options.trust is not None:
-        refusal = rules.refusal(options.trust)
-        if refusal is not None:
-            raise UsageError(f"argument --trust: {options.trust!r} is not allowed: {refusal}")
-        trust: str | None = options.trust
-        trust_source = "--trust"
-    else:
-        trust = rules.default
-        trust_source = f"policy {rules.default_source}" if rules.default_source else "default"
-        if trust == "ask":
-            trust = None  # nobody to ask in a non-interactive run: not trusted
-        elif rules.refusal(trust) is not None:
-            trust = "sandboxed" if rules.users_may_trust == "sandboxed" else "no"
-            trust_source += f" (limited by policy {rules.users_may_trust_source})"
+    try:
+        trust, trust_source = policy.trust.decide(options.trust, has_ui=False)
+    except ValueError as exc:
+        raise UsageError(f"argument --trust: {exc}") from exc
     if trust in ("yes", "sandboxed"):
         project_file = options.cwd / ".pi" / "policy.yaml"
         if os.path.lexists(project_file):
@@ -403,8 +392,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     # Repositories under the tool worker's writable roots at start (sandboxed runs):
     # a new one at the end is something a later `git` would execute config from.
     repositories_at_start: dict[str, Any] = {}
+    # The SIGHUP receiver starts first: a reload requested while workers start is
+    # applied (the pipeline picks up the store's policy when it is created).
+    reload_target: dict[str, Any] = {"pipeline": None}
     try:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(_reload_on_sighup, start.store, reload_target, output, audit)
             try:
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 await pool.start(nursery, sources, on_tool_update=on_tool_update)
@@ -482,12 +475,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 await report_extension_errors(output, pool.load_errors, "load")
                 pipeline = ToolPipeline(
                     pool=pool,
-                    policy=policy,
+                    policy=start.store.current,
                     cwd=options.cwd,
                     emit=output,
                     tool_timeout_s=float(config.settings.limits.tool_timeout_s),
                 )
-                nursery.start_soon(_reload_on_sighup, start.store, pipeline, output, audit)
+                reload_target["pipeline"] = pipeline
                 session = AgentSession(
                     provider=provider,
                     pool=pool,
@@ -576,11 +569,17 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     if getattr(output, "failed", False):
         status = status or 1
     if options.ci and status == 0 and pipeline is not None and pipeline.denied:
+        print(
+            f"pi: CI mode: the policy denied {pipeline.denied} tool call(s) (exit 3); "
+            "see the tool_call records in the audit log",
+            file=sys.stderr,
+            flush=True,
+        )
         status = EXIT_DENIED
     return status
 
 
-async def _reload_on_sighup(store: Any, pipeline: Any, output: Any, audit: Any) -> None:
+async def _reload_on_sighup(store: Any, target: dict[str, Any], output: Any, audit: Any) -> None:
     """Reload the policy on ``SIGHUP``; a bad file keeps the last valid policy
     (issue 4 case 8) and the error is reported on the output and in the audit log."""
     import signal
@@ -608,7 +607,8 @@ async def _reload_on_sighup(store: Any, pipeline: Any, output: Any, audit: Any) 
                 await output({"type": "error", "error": message})
                 print(f"pi: {message}", file=sys.stderr, flush=True)
                 continue
-            pipeline.policy = store.current
+            if target["pipeline"] is not None:
+                target["pipeline"].policy = store.current
             note = "policy reloaded; tool-call rules apply from the next call"
             if result.sandbox_changed:
                 note += "; sandbox changes apply to the next run (running workers keep theirs)"
