@@ -133,8 +133,9 @@ def sandbox_main(argv: Sequence[str]) -> int:
 def managed_policy_dirs() -> tuple[Path, ...]:
     """``/etc/pi/policy.d`` plus the directories in ``$PI_MANAGED_POLICY_DIR``
     (``:``-separated). The variable adds managed files with exactly the power of
-    ``--policy FILE`` (whoever sets a run's environment can pass options too); it
-    never removes ``/etc/pi/policy.d``, whose files still bind every value they set."""
+    ``--policy FILE`` (whoever sets a run's environment can pass options too): they
+    come after ``/etc/pi/policy.d``, whose files still bind every value they set and
+    whose ``lock`` binds them."""
     from pi_sandbox.policies import MANAGED_POLICY_DIR
 
     extra = [Path(p) for p in os.environ.get("PI_MANAGED_POLICY_DIR", "").split(":") if p]
@@ -230,7 +231,8 @@ def policy_main(argv: Sequence[str]) -> int:
             parser.error(f"argument --policy: no such file: {path}")
     locations = PolicyLocations(
         policy_files=tuple(args.policy),
-        managed_dirs=managed_policy_dirs(),
+        managed_dirs=managed_policy_dirs()[:1],
+        extra_managed_dirs=managed_policy_dirs()[1:],
         user_file=agent_dir() / "policy.yaml",
     )
     try:
@@ -365,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         no_extensions=args.no_extensions,
         sandbox=bool(args.sandbox) or args.ci,
         ci=args.ci,
-        managed_policy_dirs=managed_policy_dirs(),
+        managed_policy_dirs=managed_policy_dirs()[:1],
+        extra_managed_policy_dirs=managed_policy_dirs()[1:],
         audit_log=args.audit_log.absolute() if args.audit_log else None,
         policies=[p.resolve() for p in args.policy],
         trust=args.trust,

@@ -221,19 +221,37 @@ def test_a_lock_written_as_a_single_word_is_a_list_of_one(files):
     assert len(policy.diagnostics) == 1
 
 
-def test_managed_peers_are_not_locked_by_each_other(files):
+def test_managed_directory_peers_are_not_locked_by_each_other(files):
     files.managed("version: 1\nlock: [tool_call, sandbox]\n", name="10-lock.yaml")
     peer = files.managed(
         DENY_RM_RF + "sandbox:\n  filesystem: {deny_read: [/srv/secret]}\n", name="20-peer.yaml"
     )
-    cli = files.cli("version: 1\ntool_call: {default: ask}\n")
     policy = files.load()
     assert policy.diagnostics == ()
     decision = files.decide(policy, "rm -rf x")
     assert (decision.decision, str(decision.source)) == ("deny", str(peer))
-    assert files.decide(policy, "ls").decision == "ask"
-    assert str(files.decide(policy, "ls").source) == str(cli)
     assert policy.sandbox.deny_read == ("/srv/secret",)
+
+
+def test_a_managed_directory_lock_binds_policy_options(files):
+    # --policy files (and $PI_MANAGED_POLICY_DIR) are chosen by whoever starts pi:
+    # a lock in /etc/pi/policy.d must bind them, or a user could pass around it.
+    locker = files.managed("version: 1\nlock: [tool_call, sandbox]\n", name="10-lock.yaml")
+    cli = files.cli(
+        "version: 1\ntool_call: {default: ask}\nsandbox:\n  filesystem: {writable_roots: [build]}\n"
+    )
+    policy = files.load()
+    assert policy.sandbox.writable_roots == ()
+    assert files.decide(policy, "ls").decision == "allow"
+    assert policy.diagnostics == (
+        f"{cli}: section 'sandbox' ignored: locked by {locker} (managed tier)",
+        f"{cli}: section 'tool_call' ignored: locked by {locker} (managed tier)",
+    ) or sorted(policy.diagnostics) == sorted(
+        [
+            f"{cli}: section 'sandbox' ignored: locked by {locker} (managed tier)",
+            f"{cli}: section 'tool_call' ignored: locked by {locker} (managed tier)",
+        ]
+    )
 
 
 def test_a_managed_sandbox_lock_ignores_user_and_project_sandbox_sections(files):
@@ -378,25 +396,26 @@ def test_a_lower_tier_network_none_turns_the_network_off(files):
     )
 
 
-def test_a_project_can_add_deny_read_and_deny_write_and_read_only(files):
+def test_a_project_can_add_deny_read_and_deny_write_but_not_read_only(files):
     managed = files.managed("version: 1\nsandbox:\n  filesystem: {deny_read: [/srv/keys]}\n")
     project = files.set_project(
         """
         version: 1
         sandbox:
-          filesystem: {deny_read: [secrets, /srv/keys], deny_write: [build], read_only: [vendor]}
+          filesystem: {deny_read: [secrets, /srv/keys], deny_write: [build], read_only: [/etc/shadow]}
         """
     )
     policy = files.load()
     assert policy.sandbox.deny_read == ("/srv/keys", "secrets")
     assert policy.sandbox.deny_write == ("build",)
-    assert policy.sandbox.read_only == ("vendor",)
+    # read_only binds host paths into the sandbox: a grant a repository cannot make.
+    assert policy.sandbox.read_only == ()
+    assert any("read_only" in line and str(project) in line for line in policy.diagnostics)
     rows = {o.value: o for o in origins(policy, "sandbox.filesystem.deny_read")}
     assert rows["/srv/keys"] == ValueOrigin(
         "sandbox.filesystem.deny_read", "/srv/keys", "managed", (str(managed), str(project))
     )
     assert rows["secrets"].tier == "project" and rows["secrets"].files == (str(project),)
-    assert policy.diagnostics == ()
 
 
 @pytest.mark.parametrize("tier", ["user", "project"])

@@ -69,11 +69,22 @@ _DEFAULT_CAPABILITIES = {
 
 @dataclass(frozen=True)
 class LoadedPolicyFile:
-    """A validated policy file and the tier it was loaded as."""
+    """A validated policy file and the tier it was loaded as.
+
+    ``system`` marks managed files from the managed directories
+    (``/etc/pi/policy.d``): their ``lock`` binds the other managed files too
+    (``--policy``, ``$PI_MANAGED_POLICY_DIR``), which whoever starts ``pi`` chooses.
+    """
 
     tier: Tier
     path: Path
     file: PolicyFile
+    system: bool = False
+
+    @property
+    def lock_rank(self) -> int:
+        """Order for ``lock``: system managed 0, other managed 1, user 2, project 4."""
+        return 2 * TIERS.index(self.tier) + (0 if self.system or self.tier != "managed" else 1)
 
 
 @dataclass(frozen=True)
@@ -293,10 +304,10 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
     diagnostics: list[str] = []
     origins: list[ValueOrigin] = []
     # Which sections each file may set, after higher tiers' locks.
-    locked_by: dict[str, tuple[int, str]] = {}  # section -> (tier rank, locking file)
+    locked_by: dict[str, tuple[int, str, str]] = {}  # section -> (lock rank, file, tier)
     usable: list[tuple[LoadedPolicyFile, set[str]]] = []
     for loaded in files:
-        rank = TIERS.index(loaded.tier)
+        rank = loaded.lock_rank
         present = {name for name in loaded.file.model_fields_set if name not in ("version", "lock")}
         allowed = set()
         for section in present:
@@ -304,14 +315,14 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
             if lock is not None and lock[0] < rank:
                 diagnostics.append(
                     f"{loaded.path}: section {section!r} ignored: locked by {lock[1]} "
-                    f"({TIERS[lock[0]]} tier)"
+                    f"({lock[2]} tier)"
                 )
                 continue
             allowed.add(section)
         usable.append((loaded, allowed))
         for section in loaded.file.lock:
             if section not in locked_by:
-                locked_by[section] = (rank, str(loaded.path))
+                locked_by[section] = (rank, str(loaded.path), loaded.tier)
                 origins.append(
                     ValueOrigin(f"lock.{section}", True, loaded.tier, (str(loaded.path),))
                 )
@@ -463,8 +474,14 @@ def _sandbox(
             refused = writable.apply(fs.writable_roots, source)
             if refused:
                 diagnostics.append(_not_granted(source, "filesystem.writable_roots", refused, tier))
+        if fs.read_only and tier == "project":
+            # Read-only binds expose host paths (files, sockets) to the sandbox: a grant.
+            diagnostics.append(
+                f"{source}: sandbox.filesystem.read_only {list(fs.read_only)} ignored: a "
+                "project policy cannot expose host paths to the sandbox"
+            )
         for key, values in (
-            ("read_only", fs.read_only),
+            ("read_only", fs.read_only if tier != "project" else ()),
             ("deny_read", fs.deny_read),
             ("deny_write", fs.deny_write),
             ("network_deny", net.deny),
@@ -686,8 +703,15 @@ def _audit(
             else:
                 files.append((section.file, source))
                 origins.append(ValueOrigin("audit.file", section.file, tier, (source,)))
-        for kind in section.include:  # a file that does not set it includes everything
-            include.setdefault(kind, []).append(source)
+        if tier == "project":
+            if "include" in section.model_fields_set:
+                diagnostics.append(
+                    f"{source}: audit.include ignored: a project policy cannot change what "
+                    "the audit log records"
+                )
+        else:
+            for kind in section.include:  # a file that does not set it includes everything
+                include.setdefault(kind, []).append(source)
         if "arguments" in section.model_fields_set and arguments is None:
             if tier == "project":
                 diagnostics.append(

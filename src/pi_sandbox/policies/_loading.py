@@ -96,7 +96,10 @@ class PolicyLocations:
     Attributes:
         policy_files: ``--policy`` files (managed tier, after the managed dirs).
         managed_dirs: directories whose ``*.yaml`` files are managed policy, in
-            name order; a missing directory contributes nothing.
+            name order; a missing directory contributes nothing. Their ``lock``
+            binds every other file (see `LoadedPolicyFile.system`).
+        extra_managed_dirs: further managed directories chosen by whoever starts
+            ``pi`` (``$PI_MANAGED_POLICY_DIR``): like ``--policy`` files, after them.
         user_file: ``~/.pi/agent/policy.yaml`` (read if it exists).
         project_file: ``.pi/policy.yaml`` of the workspace, or None when the project
             is not trusted (then it is never read).
@@ -106,8 +109,9 @@ class PolicyLocations:
     managed_dirs: tuple[Path, ...] = (MANAGED_POLICY_DIR,)
     user_file: Path | None = None
     project_file: Path | None = None
+    extra_managed_dirs: tuple[Path, ...] = ()
 
-    def files(self) -> list[tuple[Tier, Path]]:
+    def files(self) -> list[tuple[Tier, Path, bool]]:
         """The files that exist, highest tier first.
 
         Raises:
@@ -115,26 +119,28 @@ class PolicyLocations:
                 (A path that is not a readable regular file fails later, in
                 `load_policy_file`, naming the file.)
         """
-        found: list[tuple[Tier, Path]] = []
-        for directory in self.managed_dirs:
-            try:
-                entries = sorted(directory.iterdir())
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise PolicyFileError(
-                    f"{directory}: cannot list managed policy directory: {exc.strerror or exc}"
-                ) from exc
-            found += [
-                ("managed", entry)
-                for entry in entries
-                # Hidden files are editor droppings (``.#x.yaml`` lock links), not policy.
-                if entry.name.endswith(".yaml") and not entry.name.startswith(".")
-            ]
-        found += [("managed", path) for path in self.policy_files]
+        found: list[tuple[Tier, Path, bool]] = []
+        for system, directories in ((True, self.managed_dirs), (False, self.extra_managed_dirs)):
+            for directory in directories:
+                try:
+                    entries = sorted(directory.iterdir())
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise PolicyFileError(
+                        f"{directory}: cannot list managed policy directory: {exc.strerror or exc}"
+                    ) from exc
+                found += [
+                    ("managed", entry, system)
+                    for entry in entries
+                    # Hidden files are editor droppings (``.#x.yaml`` lock links).
+                    if entry.name.endswith(".yaml") and not entry.name.startswith(".")
+                ]
+            if system:
+                found += [("managed", path, False) for path in self.policy_files]
         for tier, path in (("user", self.user_file), ("project", self.project_file)):
             if path is not None and os.path.lexists(path):
-                found.append((tier, path))  # type: ignore[arg-type]
+                found.append((tier, path, False))  # type: ignore[arg-type]
         return found
 
 
@@ -150,14 +156,14 @@ def load_effective_policy(locations: PolicyLocations) -> Policy:
     """
     loaded: list[LoadedPolicyFile] = []
     seen: set[str] = set()
-    for tier, path in locations.files():
+    for tier, path, system in locations.files():
         if tier == "project":
             _check_project_file(path)
         key = os.path.realpath(path)
         if key in seen:
             continue
         seen.add(key)
-        loaded.append(LoadedPolicyFile(tier, path, load_policy_file(path)))
+        loaded.append(LoadedPolicyFile(tier, path, load_policy_file(path), system))
     return build_policy(loaded)
 
 

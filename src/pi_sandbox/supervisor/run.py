@@ -60,6 +60,7 @@ class RunOptions:
     audit_log: Path | None = None
     ci: bool = False
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
+    extra_managed_policy_dirs: tuple[Path, ...] = ()
 
 
 CI_AUDIT_LOG = Path("pi-output") / "audit.jsonl"
@@ -208,6 +209,7 @@ def _load_policy(options: RunOptions) -> _Start:
     locations = PolicyLocations(
         policy_files=tuple(options.policies),
         managed_dirs=options.managed_policy_dirs,
+        extra_managed_dirs=options.extra_managed_policy_dirs,
         user_file=options.agent_dir / "policy.yaml",
     )
     policy = load_effective_policy(locations)
