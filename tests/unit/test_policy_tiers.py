@@ -1181,3 +1181,43 @@ def test_managed_policy_dirs_always_include_etc_and_add_the_environment_ones(mon
     assert managed_policy_dirs() == (MANAGED_POLICY_DIR,)
     monkeypatch.setenv("PI_MANAGED_POLICY_DIR", "/a::/b")
     assert managed_policy_dirs() == (MANAGED_POLICY_DIR, Path("/a"), Path("/b"))
+
+
+# -- hostile policy files (adversarial review) ------------------------------------------
+
+
+def test_a_fifo_policy_file_is_refused_without_blocking(files):
+    import os
+
+    os.mkfifo(files.user)
+    with pytest.raises(PolicyFileError, match="not a regular file"):
+        files.load()
+
+
+def test_an_alias_bomb_is_refused_before_it_is_expanded(files):
+    lines = ["version: 1", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    files.user.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PolicyFileError, match="YAML nodes"):
+        files.load()
+
+
+def test_deep_nesting_is_a_policy_error_not_a_crash(files):
+    files.user.write_text("version: 1\nx: " + "[" * 3000 + "]" * 3000 + "\n")
+    with pytest.raises(PolicyFileError, match="nested"):
+        files.load()
+
+
+def test_a_file_that_is_not_a_policy_is_never_quoted(files):
+    files.user.write_text("ghp_abcdefghijklmnopqrstuvwxyz0123456789\n")
+    with pytest.raises(PolicyFileError) as info:
+        files.load()
+    assert "ghp_" not in str(info.value) and "a string of 40 characters" in str(info.value)
+
+
+def test_a_project_cannot_narrow_what_the_audit_log_records(files):
+    project = files.set_project("version: 1\naudit: {include: [policy]}\n")
+    policy = files.load()
+    assert "tool_call" in policy.audit.include and "trust" in policy.audit.include
+    assert any("audit.include" in line and str(project) in line for line in policy.diagnostics)

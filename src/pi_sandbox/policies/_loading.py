@@ -10,6 +10,7 @@ at the mapping that lacks it).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,13 +57,38 @@ def load_policy_file(path: Path) -> PolicyFile:
             found, one ``FILE:LINE: KEY: message`` line each.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # O_NONBLOCK: a FIFO planted as a policy file must not block the supervisor.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise PolicyFileError(f"{path}: not a regular file")
+            if info.st_size > MAX_POLICY_BYTES:
+                raise PolicyFileError(
+                    f"{path}: {info.st_size} bytes; a policy file is at most {MAX_POLICY_BYTES}"
+                )
+            data = os.read(fd, MAX_POLICY_BYTES + 1)
+        finally:
+            os.close(fd)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyFileError(f"{path}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise PolicyFileError(f"{path}: cannot read policy file: {exc.strerror or exc}") from exc
-    return _parse(text, Path(path))
+    try:
+        return _parse(text, Path(path))
+    except RecursionError as exc:
+        raise PolicyFileError(f"{path}: nested too deeply") from exc
 
+
+MAX_POLICY_BYTES = 1024 * 1024
+"""Largest policy file read, in bytes."""
+
+MAX_NODES = 100_000
+"""Most YAML nodes visited (aliases count each time they are used: no "billion laughs")."""
+
+MAX_DEPTH = 64
+"""Deepest YAML nesting accepted."""
 
 MANAGED_POLICY_DIR = Path("/etc/pi/policy.d")
 """Where an organisation installs managed policy files (``*.yaml``, name order)."""
@@ -209,7 +235,10 @@ def _parse(text: str, path: Path) -> PolicyFile:
             )
         lines: dict[_KeyPath, int] = {(): root.start_mark.line + 1}
         problems: list[_Problem] = []
-        _index(root, (), lines, problems, ancestors=set())
+        budget = [MAX_NODES]
+        _index(root, (), lines, problems, ancestors=set(), budget=budget)
+        if budget[0] < 0 or any("nested deeper" in p[2] for p in problems):
+            raise _error(path, problems)
         data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -222,7 +251,10 @@ def _parse(text: str, path: Path) -> PolicyFile:
         loader.dispose()
 
     if not isinstance(data, dict):
-        problems.append((lines[()], (), f"expected a mapping with a 'version' key, got {_a(data)}"))
+        # Not a policy at all (maybe a key or a token behind a symlink): say what it
+        # is, never what it says.
+        what = f"a string of {len(data)} characters" if isinstance(data, str) else _a(data)
+        problems.append((lines[()], (), f"expected a mapping with a 'version' key, got {what}"))
         raise _error(path, problems)
     try:
         policy_file = PolicyFile.model_validate(data)
@@ -248,10 +280,22 @@ def _index(
     problems: list[_Problem],
     *,
     ancestors: set[int],
+    budget: list[int],
 ) -> None:
-    """Record the line of every key and list item; report duplicate keys."""
+    """Record the line of every key and list item; report duplicate keys, recursive
+    aliases, nesting deeper than `MAX_DEPTH` and more than `MAX_NODES` nodes."""
     if id(node) in ancestors:
         problems.append((node.start_mark.line + 1, key, "recursive YAML alias"))
+        return
+    budget[0] -= 1
+    if budget[0] == -1:
+        problems.append(
+            (node.start_mark.line + 1, key, f"more than {MAX_NODES} YAML nodes (alias expansion?)")
+        )
+    if budget[0] < 0:
+        return
+    if len(ancestors) >= MAX_DEPTH:
+        problems.append((node.start_mark.line + 1, key, f"nested deeper than {MAX_DEPTH} levels"))
         return
     ancestors = ancestors | {id(node)}
     if isinstance(node, yaml.MappingNode):
@@ -267,12 +311,12 @@ def _index(
             else:
                 first_seen[key_node.value] = line
                 lines.setdefault(child, line)
-            _index(value_node, child, lines, problems, ancestors=ancestors)
+            _index(value_node, child, lines, problems, ancestors=ancestors, budget=budget)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             child = (*key, index)
             lines.setdefault(child, item.start_mark.line + 1)
-            _index(item, child, lines, problems, ancestors=ancestors)
+            _index(item, child, lines, problems, ancestors=ancestors, budget=budget)
 
 
 def _check_rules(policy_file: PolicyFile, path: Path, lines: dict[_KeyPath, int]) -> list[_Problem]:

@@ -14,6 +14,7 @@ policy's ``audit`` section and fatal write failures in CI mode.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import sys
@@ -28,18 +29,31 @@ __all__ = ["AuditLog", "redact_secrets"]
 # Credentials by shape (issue 4: "canonical arguments, secrets redacted by
 # pattern"). A match is replaced by "[REDACTED]"; the rest of the value is kept.
 _SECRET_PATTERNS = [
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY[A-Z ]*-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY[A-Z ]*-----|$)",
     r"\bsk-[A-Za-z0-9_-]{16,}",  # OpenAI / Anthropic style keys
     r"\bgh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
     r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bglpat-[A-Za-z0-9_-]{16,}",  # GitLab
+    r"\bnpm_[A-Za-z0-9]{30,}",  # npm
+    r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
     r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
     r"\bAIza[0-9A-Za-z_-]{30,}",  # Google API key
     r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # JWT
     r"(?<=authorization: )(?:bearer|basic|token) [^\s'\"]+",
     r"(?<=[?&])(?:access_token|api_key|apikey|token|password|secret)=[^&\s'\"]+",
-    r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",  # user:password@ in URLs
-    r"\b(?:password|passwd|secret|token|api[_-]?key)\s*[=:]\s*[^\s'\"]{4,}",
+    r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)",  # user:password@ (or :password@) in URLs
+    # NAME=value / NAME: value where the name says secret (DB_PASSWORD=, MY_API_KEY:,
+    # "password": "...", client_secret=...), quoted or not.
+    r"(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?)[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*(?:\"[^\"]*\"|'[^']*'|[^\s,;}'\"]{3,})",
+    # Command-line passwords: --password x, --password=x, -pSECRET (mysql), curl -u
+    # user:pw, sshpass -p pw.
+    r"(?<=--password[= ])[^\s'\"]+",
+    r"(?<=--passwd[= ])[^\s'\"]+",
+    r"(?<=\bmysql )(?:[^|;&]*?\s)?-p[^\s'\"]+",
+    r"(?<=\s-u )[^\s:'\"]+:[^\s'\"]+",
+    r"(?<=\bsshpass -p )[^\s'\"]+",
 ]
 _SECRET = None
 
@@ -71,9 +85,10 @@ class AuditLog:
         include: the record kinds to write (the ``event`` field); others are
             counted but not written. None: every kind.
         arguments: whether ``tool_call`` records keep their (redacted) arguments.
-        fatal: a failed write raises `AuditLogError` (CI mode: "a full disk or an
-            unwritable log is a fatal error, not silent loss", issue 4) instead of
-            being reported once on stderr and dropping later records.
+        fatal: a failed write, or a file deleted while the run writes it, raises
+            `AuditLogError` (CI mode: "a full disk or an unwritable log is a fatal
+            error, not silent loss", issue 4) instead of being reported once on
+            stderr and dropping later records.
 
     Raises:
         OSError: a file cannot be opened (the CLI reports it, exit 2).
@@ -104,7 +119,15 @@ class AuditLog:
             for path in self.paths:
                 # O_NOFOLLOW: a log path that is a symlink (planted by a repository in
                 # CI mode's default location) is refused, not followed.
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                # O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of hanging.
+                flags = (
+                    os.O_WRONLY
+                    | os.O_APPEND
+                    | os.O_CREAT
+                    | os.O_CLOEXEC
+                    | os.O_NOFOLLOW
+                    | os.O_NONBLOCK
+                )
                 fd = os.open(path, flags, 0o600)
                 self._handles.append((path, os.fdopen(fd, "a", encoding="utf-8")))
         except OSError as exc:
@@ -133,6 +156,8 @@ class AuditLog:
             try:
                 handle.write(line)
                 handle.flush()
+                if self.fatal and os.fstat(handle.fileno()).st_nlink == 0:
+                    raise OSError(errno.ENOENT, "the file was deleted during the run")
             except OSError as exc:
                 self._failed.add(path)
                 message = f"audit log {path}: write failed: {exc.strerror or exc}"

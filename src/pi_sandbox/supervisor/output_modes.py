@@ -99,7 +99,11 @@ class PrintOutput:
     async def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "tool_execution_start":
-            args = json.dumps(event.get("args", {}), ensure_ascii=False)
+            from pi_sandbox.supervisor.audit_log import redact_secrets
+
+            # Progress lines end up in CI job logs: credentials are redacted as in
+            # the audit log (the model and the session file see the real call).
+            args = json.dumps(redact_secrets(event.get("args", {})), ensure_ascii=False)
             self.line(f"→ {event['toolName']} {_one_line(args)}")
             if "originalArgs" in event:
                 original = json.dumps(event["originalArgs"], ensure_ascii=False)

@@ -234,12 +234,18 @@ def _load_policy(options: RunOptions) -> _Start:
                 f"CI mode writes its audit log to {default} but cannot create "
                 f"{default.parent}: {exc.strerror or exc}; give --audit-log FILE"
             ) from exc
-        # The repository may ship pi-output (or the log) as a symlink: the supervisor
-        # must not append outside the workspace on its behalf.
+        # The repository may ship pi-output (or the log) as a symlink, a FIFO or a
+        # file with forged records: the supervisor neither appends outside the
+        # workspace on its behalf nor continues a log it did not start.
         if default.parent.is_symlink() or not default.parent.is_dir():
             raise UsageError(
                 f"CI mode: {default.parent} is a symlink or not a directory; "
                 "remove it or give --audit-log FILE"
+            )
+        if os.path.lexists(default):
+            raise UsageError(
+                f"CI mode: {default} already exists (from the repository or an earlier run); "
+                "CI mode starts a fresh audit log: remove it or give --audit-log FILE"
             )
         audit_paths.append(default)
     for written, source in policy.audit.files:
