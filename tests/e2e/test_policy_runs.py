@@ -762,3 +762,16 @@ def test_progress_lines_redact_credentials(setup):
     assert result.returncode == 0, result.stderr
     assert "hunter2xyz" not in result.stderr
     assert "[REDACTED]" in result.stderr
+
+
+def test_a_limit_above_the_machines_hard_limit_is_a_policy_error_naming_the_key(setup):
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard >= 1_048_576:
+        pytest.skip("this machine's hard RLIMIT_NOFILE is not below the schema's maximum")
+    policy = setup.root / "limits.yaml"
+    policy.write_text("version: 1\nsandbox: {limits: {open_files: 1048576}}\n")
+    result = setup.run(setup.script("echo hi"), "--policy", str(policy))
+    assert result.returncode == 2
+    assert f"policy {policy}: sandbox.limits.open_files: 1048576" in result.stderr

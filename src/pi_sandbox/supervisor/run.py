@@ -255,8 +255,46 @@ def _load_policy(options: RunOptions) -> _Start:
                 f"policy {source}: audit.file {written}: directory {path.parent} does not exist"
             )
         audit_paths.append(path)
+    _check_limits_fit(policy)
     store = PolicyStore(locations, policy)
     return _Start(policy, store, trust, trust_source, audit_paths)
+
+
+_RLIMIT_KEYS = {
+    "RLIMIT_AS": "address_space_mb",
+    "RLIMIT_NPROC": "processes",
+    "RLIMIT_NOFILE": "open_files",
+    "RLIMIT_FSIZE": "file_size_mb",
+}
+
+
+def _check_limits_fit(policy: Any) -> None:
+    """A policy limit above this process's hard rlimit cannot be applied inside the
+    sandbox (no privilege there to raise it): say so now, naming the key and file,
+    instead of failing every worker start.
+
+    Raises:
+        UsageError: such a limit, set by a policy file.
+    """
+    import resource
+
+    limits = policy.sandbox.limits.rlimits()
+    for origin in policy.provenance:
+        if not origin.key.startswith("sandbox.limits.") or origin.tier == "default":
+            continue
+        key = origin.key.removeprefix("sandbox.limits.")
+        for name, field_name in _RLIMIT_KEYS.items():
+            if field_name != key:
+                continue
+            hard = resource.getrlimit(getattr(resource, name))[1]
+            if hard != resource.RLIM_INFINITY and limits[name] > hard:
+                unit = " MiB" if key.endswith("_mb") else ""
+                shown = hard // (1024 * 1024) if unit else hard
+                raise UsageError(
+                    f"policy {', '.join(origin.files)}: sandbox.limits.{key}: "
+                    f"{origin.value} is above this machine's hard limit ({shown}{unit}, "
+                    f"{name}); the sandbox cannot raise it"
+                )
 
 
 def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
