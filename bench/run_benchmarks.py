@@ -1343,6 +1343,29 @@ def _decision_series(
     return samples, decisions
 
 
+def _decision_series_gc_off(
+    policy: Any, calls: Sequence[tuple[str, dict[str, Any]]], workspace: Path
+) -> list[int]:
+    """One more timed pass with the cyclic garbage collector off (ns): a diagnostic
+    of how much of the tail is collector pauses. The product never turns it off."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        clock = time.perf_counter_ns
+        samples: list[int] = []
+        for tool, args in calls:
+            start = clock()
+            evaluate_tool_call(policy, tool, args, workspace=workspace)
+            samples.append(clock() - start)
+        return samples
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _parse_series(commands: Sequence[str], passes: int) -> list[int]:
     """Time ``parse_command`` alone on each command (ns), after one warm-up pass."""
 
@@ -1409,6 +1432,9 @@ def bench_policy(env: Env, report: Report) -> None:
     bash_commands = [calls[i][1]["command"] for i in bash_index]
     report.add_series("h.parse_command", _parse_series(bash_commands, passes))
     report.add_series("h.rule_selection", _selection_series(policy, calls, passes))
+    report.add_series(
+        "h.policy_decision_gc_off", _decision_series_gc_off(policy, calls, env.workspace)
+    )
 
     rt_key = "c.dispatch_unsandboxed"
     if rt_key not in report.samples:
@@ -1419,7 +1445,8 @@ def bench_policy(env: Env, report: Report) -> None:
     # ns-precision figures (the table shows ms with 2 decimals); also in the JSON series.
     ns: dict[str, dict[str, int]] = {}
     for name in ("h.policy_decision", "h.policy_decision_bash", "h.policy_decision_other",
-                 "h.parse_command", "h.rule_selection", rt_key):  # fmt: skip
+                 "h.parse_command", "h.rule_selection", "h.policy_decision_gc_off",
+                 rt_key):  # fmt: skip
         data = report.samples[name]
         ns[name] = {
             "p50": int(statistics.median(data)),
@@ -1449,6 +1476,7 @@ def bench_policy(env: Env, report: Report) -> None:
     ratio = decision["p99"] / rt["p50"]
     parse = ns["h.parse_command"]
     select = ns["h.rule_selection"]
+    gc_off = ns["h.policy_decision_gc_off"]
     counts: dict[str, int] = {}
     unparseable = 0
     for result in decisions:
@@ -1480,6 +1508,9 @@ def bench_policy(env: Env, report: Report) -> None:
             f"({parse['p50'] / bash_p50:.0%} of a bash decision's p50)",
             f"(h) rule selection alone (the {n_rules} rules' tool globs against the tool "
             f"name, fnmatch, no cache): p50 {_us(select['p50'])}, p99 {_us(select['p99'])}",
+            f"(h) diagnostic, one more pass with the cyclic GC off (the product leaves it "
+            f"on): p50 {_us(gc_off['p50'])}, p99 {_us(gc_off['p99'])} (GC on, above: "
+            f"p50 {_us(decision['p50'])}, p99 {_us(decision['p99'])})",
         ]
     )
 

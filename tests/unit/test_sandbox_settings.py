@@ -150,7 +150,7 @@ def test_an_explicit_network_none_beats_any_allowlist(tmp_path):
 def test_an_empty_allowlist_means_no_network(tmp_path):
     path = write_policy(tmp_path, "p.yaml", "sandbox:\n  network: {mode: allowlist, allow: []}\n")
     settings = load_policies([path]).sandbox
-    assert settings.network == "allowlist"
+    assert settings.network == "none"  # an allowlist with no hosts is no network
     assert not settings.network_enabled
 
 

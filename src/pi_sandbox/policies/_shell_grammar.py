@@ -54,11 +54,11 @@ run commands through their own syntax (``watch``, ``ssh HOST CMD``, ``parallel``
 
 from __future__ import annotations
 
-import posixpath
+import dataclasses
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -218,21 +218,32 @@ def _parser() -> Parser:
 # Words.
 
 
-@dataclass(frozen=True)
 class _Word:
-    """A decoded shell word: ``dynamic`` when the shell still expands part of it."""
+    """A decoded shell word: ``dynamic`` when the shell still expands part of it.
 
-    text: str
-    dynamic: bool = False
+    (A slotted class rather than a frozen dataclass: one is made per word, and
+    the dataclass costs several times more to create. Never mutated.)
+    """
+
+    __slots__ = ("dynamic", "text")
+
+    def __init__(self, text: str, dynamic: bool = False) -> None:
+        self.text = text
+        self.dynamic = dynamic
+
+    def __repr__(self) -> str:
+        return f"_Word(text={self.text!r}, dynamic={self.dynamic!r})"
 
 
-@dataclass
 class _Pieces:
     """Characters of a word being decoded; ``live`` marks unquoted, unescaped ones."""
 
-    chars: list[str] = field(default_factory=list)
-    live: list[bool] = field(default_factory=list)
-    dynamic: bool = False
+    __slots__ = ("chars", "dynamic", "live")
+
+    def __init__(self) -> None:
+        self.chars: list[str] = []
+        self.live: list[bool] = []
+        self.dynamic = False
 
     def add(self, text: str, live: bool) -> None:
         self.chars.extend(text)
@@ -300,6 +311,9 @@ def _decode_unquoted(text: str, out: _Pieces) -> None:
 
 
 def _decode_dquoted(text: str, out: _Pieces) -> None:
+    if "\\" not in text:
+        out.add(text, False)  # what the loop below does, character by character
+        return
     i = 0
     while i < len(text):
         char = text[i]
@@ -422,10 +436,71 @@ def _decode_part(nodes: Sequence[Node], index: int, src: bytes, out: _Pieces) ->
 
 
 def _decode(nodes: Sequence[Node], src: bytes) -> _Word:
+    if len(nodes) == 1:
+        node = nodes[0]
+        kind = node.type
+        if (kind == "word" or kind == "number") and node.is_named:
+            # The common case, a plain word, without building `_Pieces`: the same
+            # result as `_decode_unquoted` then `_Pieces.word` (every character live).
+            text = _text(node, src)
+            if "\\" not in text:
+                if not _PATTERN_CHARS.search(text):
+                    return _Word(text, False)
+                return _Word(text, _has_pattern(list(text), [True] * len(text)))
+        elif kind == "string" or kind == "concatenation":
+            quick = _decode_quick(node, kind, src)
+            if quick is not None:
+                return quick
     out = _Pieces()
     for index in range(len(nodes)):
         _decode_part(nodes, index, src, out)
     return out.word()
+
+
+def _decode_quick(node: Node, kind: str, src: bytes) -> _Word | None:
+    """`_decode` of a ``"..."`` without expansions or of words glued to ``'...'``
+    parts, or None for anything else (then `_decode` does the general thing).
+
+    Same result: a double-quoted string without backslashes or expansions is its
+    text, nothing live; a concatenation of such parts is their texts, unquoted
+    words live, ``'...'`` not (and `_has_pattern` decides when glob or brace
+    characters appear).
+    """
+    if not node.is_named:
+        return None
+    if kind == "string":
+        for child in node.named_children:
+            if child.type != "string_content":
+                return None
+        text = src[node.start_byte + 1 : node.end_byte - 1].decode("utf-8", "replace")
+        if "\\" in text:
+            return None
+        return _Word(text, False)
+    parts: list[tuple[str, bool]] = []
+    start = node.start_byte
+    for child in node.children:
+        if child.start_byte > start or child.child_count != 0 or not child.is_named:
+            return None
+        part_kind = child.type
+        if part_kind == "word":
+            part = _text(child, src)
+            if "\\" in part:
+                return None
+            parts.append((part, True))
+        elif part_kind == "raw_string":
+            parts.append((_text(child, src)[1:-1], False))
+        else:
+            return None
+        start = child.end_byte
+    text = "".join([part for part, _ in parts])
+    if not _PATTERN_CHARS.search(text):
+        return _Word(text, False)
+    chars: list[str] = []
+    live: list[bool] = []
+    for part, is_live in parts:
+        chars.extend(part)
+        live.extend([is_live] * len(part))
+    return _Word(text, _has_pattern(chars, live))
 
 
 _LINE_CONTINUATIONS = re.compile(rb"(?:\\\r?\n)*")
@@ -441,7 +516,13 @@ def _group_words(nodes: Sequence[Node], src: bytes) -> list[list[Node]]:
     previous_end = -1
     for node in nodes:
         gap = src[previous_end : node.start_byte] if previous_end >= 0 else None
-        if gap is not None and groups and _LINE_CONTINUATIONS.fullmatch(gap):
+        # (A gap that is not empty and does not start with a backslash is no line
+        # continuation: the regex is only run on the others.)
+        if (
+            gap is not None
+            and groups
+            and (not gap or (gap[0] == 0x5C and _LINE_CONTINUATIONS.fullmatch(gap)))
+        ):
             groups[-1].append(node)
         else:
             groups.append([node])
@@ -660,6 +741,61 @@ def _xargs_replace(argv: Sequence[_Word]) -> str:
     return "{}"
 
 
+# Programs whose arguments `_Walker._emit` looks into: any other program is only
+# recorded.
+_RUNS_OTHER_CODE = frozenset({*_WRAPPERS, *_SHELLS, "source", ".", "su", "eval", "trap", "find"})
+
+_SIMPLE_COMMAND_FIELDS = ("argv", "assignments", "dangerous", "path_qualified", "via")
+
+
+def _new_simple_command(
+    argv: tuple[str, ...],
+    assignments: tuple[str, ...],
+    dangerous: tuple[str, ...],
+    path_qualified: bool,
+    via: tuple[str, ...],
+) -> SimpleCommand:
+    """``SimpleCommand(argv=..., ...)``, about three times cheaper.
+
+    A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this fills the instance dictionary directly, in the
+    same order, which gives an equal object (same fields, ``==``, ``hash``,
+    ``repr``). Used only while `SimpleCommand` has exactly these fields, a
+    ``__dict__`` and no ``__post_init__`` (checked below, else the constructor).
+    """
+    command = _object_new(SimpleCommand)
+    fields = command.__dict__
+    fields["argv"] = argv
+    fields["assignments"] = assignments
+    fields["dangerous"] = dangerous
+    fields["path_qualified"] = path_qualified
+    fields["via"] = via
+    return command
+
+
+_object_new = object.__new__
+if (
+    tuple(f.name for f in dataclasses.fields(SimpleCommand)) != _SIMPLE_COMMAND_FIELDS
+    or hasattr(SimpleCommand, "__post_init__")
+    or hasattr(SimpleCommand, "__slots__")
+):  # pragma: no cover - a guard for future changes of SimpleCommand
+
+    def _new_simple_command(  # type: ignore[no-redef]
+        argv: tuple[str, ...],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        path_qualified: bool,
+        via: tuple[str, ...],
+    ) -> SimpleCommand:
+        return SimpleCommand(
+            argv=argv,
+            assignments=assignments,
+            dangerous=dangerous,
+            path_qualified=path_qualified,
+            via=via,
+        )
+
+
 # ----------------------------------------------------------------------------
 # The walk.
 
@@ -720,6 +856,78 @@ class _Item:
         self.src = src
         self.via = via
         self.here = here  # standard input is a here-document or here-string
+
+
+# Node types `_Walker._visit` handles before its generic leaf and inner-node cases.
+_VISITED_SPECIALLY = frozenset(
+    {
+        "command",
+        *_DECLARATIONS,
+        "redirected_statement",
+        "heredoc_redirect",
+        "command_substitution",
+        "process_substitution",
+        "variable_assignment",
+    }
+)
+
+
+def _visit_is_noop(node: Node, src: bytes) -> bool:
+    """Whether `_Walker._visit` would do nothing with ``node`` and return no children:
+    a leaf it has nothing to check in, or a node it has no case for whose children
+    are such leaves. (Such nodes are left out of the walk; it is only cheaper.)"""
+    count = node.child_count
+    if count == 0:
+        kind = node.type
+        if kind == "``" or kind in _VISITED_SPECIALLY:
+            return False
+        named = node.is_named
+        if kind != "word" and (not named or kind in _INERT_LEAVES):
+            return True
+        text = _text(node, src)
+        if kind == "word" and ("\n" in text and _RAW_NEWLINE.search(text)):
+            return False
+        return not (named and kind not in _INERT_LEAVES and _CODE_MARKERS.search(text))
+    if count > 8 or node.type in _VISITED_SPECIALLY:
+        return False
+    # `_visit` has no case of its own for this node: it walks the children, and
+    # when each is a leaf with nothing to check, nothing happens (a command name,
+    # "...", $VAR, a word glued to '...').
+    for child in node.children:
+        if child.child_count != 0 or not _visit_is_noop(child, src):
+            return False
+    return True
+
+
+def _plain_word(node: Node, kind: str, src: bytes, plain: dict[int, str]) -> bool:
+    """Note ``node`` in ``plain`` (id -> text) if it is a plain word (`_plain_text`)."""
+    if kind != "word":
+        return False
+    text = _plain_text(node, src)
+    if text is None:
+        return False
+    plain[id(node)] = text
+    return True
+
+
+def _plain_text(node: Node, src: bytes) -> str | None:
+    """The text of a plain word, else None. Plain: a named leaf (of type ``word``,
+    checked by the callers) without a backslash, a newline or code markers.
+    Visiting one does nothing (`_visit_is_noop`), and `_decode` gives its text,
+    unquoted as it is."""
+    if node.child_count != 0 or not node.is_named:
+        return None
+    text = _text(node, src)
+    if "\\" in text or "\n" in text or _CODE_MARKERS.search(text):
+        return None
+    return text
+
+
+def _children(node: Node, src: bytes, via: tuple[str, ...], here: bool) -> list[_Item]:
+    """The children of ``node`` to walk, in order: all but those `_visit_is_noop`."""
+    return [
+        _Item(child, src, via, here) for child in node.children if not _visit_is_noop(child, src)
+    ]
 
 
 class _Walker:
@@ -805,7 +1013,7 @@ class _Walker:
                 # The grammar left code unparsed in this leaf (``${x#$(cmd)}``).
                 self._scan(text, item.via, item.here)
             return []
-        return [_Item(child, item.src, item.via, item.here) for child in node.children]
+        return _children(node, item.src, item.via, item.here)
 
     def _note_assignment(self, node: Node) -> None:
         name = _assigned_name(node)
@@ -813,37 +1021,119 @@ class _Walker:
             self.set_dangerous.setdefault(name)
 
     def _command(self, item: _Item) -> list[_Item]:
+        fast = self._plain_command(item)
+        if fast is not None:
+            return fast
         node, src = item.node, item.src
         assignments: list[str] = []
         own_dangerous: list[str] = []
         words: list[Node] = []
         here = item.here
-        for index, child in enumerate(node.children):
+        children = node.children
+        # The plain leaf words among the words (`_plain_word`): id(node) -> text,
+        # and the children whose visit is known to do nothing.
+        plain: dict[int, str] = {}
+        noop: set[int] = set()
+        for index, child in enumerate(children):
             field_name = node.field_name_for_child(index)
-            if child.type == "variable_assignment" and not words:
+            kind = child.type
+            if kind == "variable_assignment" and not words:
                 assignments.append(_assignment_text(child, src))
                 name = _assigned_name(child)
                 if name and _is_dangerous(name) and name not in own_dangerous:
                     own_dangerous.append(name)
             elif field_name == "name":
-                words.extend(child.children)
+                inner = child.children
+                words.extend(inner)
+                for word in inner:
+                    _plain_word(word, word.type, src, plain)
+                if len(inner) == 1 and kind == "command_name" and id(inner[0]) in plain:
+                    noop.add(id(child))
             elif field_name == "argument":
                 words.append(child)
-            elif child.type in _HERE_REDIRECTS:
+                if _plain_word(child, kind, src, plain):
+                    noop.add(id(child))
+            elif kind in _HERE_REDIRECTS:
                 here = True
-        nested = [_Item(child, src, item.via, item.here) for child in node.children]
+        nested = [
+            _Item(child, src, item.via, item.here)
+            for child in children
+            if id(child) not in noop and not _visit_is_noop(child, src)
+        ]
         if not words:
             for name in own_dangerous:  # `PATH=x` alone sets it for what follows
                 self.set_dangerous.setdefault(name)
             return nested
         groups = _group_words(words, src)
         first = groups[0][0]
-        if len(groups[0]) == 1 and first.type == "word" and _text(first, src) in _RESERVED_NAMES:
-            raise UnparseableCommand(_MISREAD.format(f"the reserved word {_text(first, src)!r}"))
-        argv = [_decode(group, src) for group in groups]
+        if len(groups[0]) == 1 and first.type == "word":
+            text = plain.get(id(first))
+            if text is None:
+                text = _text(first, src)
+            if text in _RESERVED_NAMES:
+                raise UnparseableCommand(_MISREAD.format(f"the reserved word {text!r}"))
+        argv: list[_Word] = []
+        for group in groups:
+            text = plain.get(id(group[0])) if len(group) == 1 else None
+            if text is None:
+                argv.append(_decode(group, src))
+            elif not _PATTERN_CHARS.search(text):  # `_decode` of a plain word
+                argv.append(_Word(text, False))
+            else:
+                argv.append(_Word(text, _has_pattern(list(text), [True] * len(text))))
         dangerous = tuple(dict.fromkeys([*own_dangerous, *self.set_dangerous]))
         self._emit(argv, tuple(assignments), dangerous, item.via, here)
         return nested
+
+    def _plain_command(self, item: _Item) -> list[_Item] | None:
+        """`_command` for the most common shape, or None (nothing done) for others:
+        a program name that is a plain word (`_plain_text`) and arguments that are
+        plain words or single-quoted strings, one blank or more between them. Same
+        result: no assignment, no redirection, every word what `_decode` makes of
+        it, and no child with anything to walk."""
+        node, src = item.node, item.src
+        children = node.children
+        if not children:
+            return None
+        name = children[0]
+        if name.type != "command_name" or node.field_name_for_child(0) != "name":
+            return None
+        inner = name.children
+        if len(inner) != 1:
+            return None
+        argv: list[_Word] = []
+        previous_end = -1
+        for index, word in enumerate(children):
+            if index:
+                kind = word.type
+                if node.field_name_for_child(index) != "argument":
+                    return None
+            else:
+                word = inner[0]
+                kind = word.type
+            if kind == "word":
+                text = _plain_text(word, src)
+                if text is None:
+                    return None
+                if not _PATTERN_CHARS.search(text):
+                    argv.append(_Word(text, False))
+                else:
+                    argv.append(_Word(text, _has_pattern(list(text), [True] * len(text))))
+            elif kind == "raw_string" and index and word.child_count == 0 and word.is_named:
+                # '...': its text without the quotes, nothing live (`_decode_into`).
+                argv.append(_Word(_text(word, src)[1:-1], False))
+            else:
+                return None
+            start = word.start_byte
+            if previous_end >= 0:
+                gap = src[previous_end:start]
+                if not gap or (gap[0] == 0x5C and _LINE_CONTINUATIONS.fullmatch(gap)):
+                    return None  # joined to the previous word (`_group_words`)
+            previous_end = word.end_byte
+        if argv[0].text in _RESERVED_NAMES:
+            raise UnparseableCommand(_MISREAD.format(f"the reserved word {argv[0].text!r}"))
+        self._emit(argv, (), tuple(dict.fromkeys(self.set_dangerous)), item.via, item.here)
+        return []
 
     def _declaration(self, item: _Item) -> list[_Item]:
         """``export``/``declare``/``local``/``readonly``/``typeset``/``unset``."""
@@ -862,7 +1152,7 @@ class _Walker:
                 argv.append(_decode([child], src))
         self.out.append(
             SimpleCommand(
-                argv=tuple(word.text for word in argv),
+                argv=tuple([word.text for word in argv]),
                 dangerous=dangerous,
                 via=item.via,
             )
@@ -945,20 +1235,23 @@ class _Walker:
         """Record ``argv`` as a simple command, then what it runs in turn."""
         if not argv:
             return
-        _check_depth(via)
+        if len(via) > MAX_DEPTH:
+            _check_depth(via)
         program = argv[0]
         if program.dynamic:
             raise UnparseableCommand(_COMPUTED_PROGRAM)
         self.out.append(
-            SimpleCommand(
-                argv=tuple(word.text for word in argv),
-                assignments=assignments,
-                dangerous=dangerous,
-                path_qualified="/" in program.text,
-                via=via,
+            _new_simple_command(
+                tuple([word.text for word in argv]),
+                assignments,
+                dangerous,
+                "/" in program.text,
+                via,
             )
         )
-        name = posixpath.basename(program.text)
+        name = program.text.rpartition("/")[2]  # posixpath.basename
+        if name not in _RUNS_OTHER_CODE:
+            return
         if name in _WRAPPERS:
             if name in ("time", "coproc") and any(w.text in _RESERVED for w in argv[1:3]):
                 raise UnparseableCommand(f"{name} before a compound command")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 import fnmatch
 import os
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +62,16 @@ def _search(pattern: regex.Pattern[str], text: str) -> bool | None:
 
 
 _BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
+def _may_expand(word: str) -> bool:
+    """``"$" in word or _BRACE_EXPANSION.search(word) or _GLOB_CHARS.search(word)``,
+    without running the regexes on words that lack the characters they need."""
+    if "$" in word:
+        return True
+    if "{" in word and _BRACE_EXPANSION.search(word):
+        return True
+    return "*" in word or "?" in word or "[" in word
 
 
 # ----------------------------------------------------------------------------
@@ -420,10 +429,8 @@ class _Call:
         facts = []
         for command in commands:
             word = command.argv[0] if command.argv else ""
-            expandable = bool(
-                "$" in word or _BRACE_EXPANSION.search(word) or _GLOB_CHARS.search(word)
-            )
-            facts.append((word, posixpath.basename(word), expandable))
+            # word.rpartition("/")[2] is posixpath.basename(word).
+            facts.append((word, word.rpartition("/")[2], _may_expand(word)))
         return tuple(facts)
 
     @cached_property
@@ -717,7 +724,7 @@ class PolicyRule:
                 return _NO
             word = argv[index]
             if index == 0 and "/" not in expected:
-                word = posixpath.basename(word)
+                word = word.rpartition("/")[2]  # posixpath.basename
             if word == expected:
                 continue
             if "$" in word or _BRACE_EXPANSION.search(word):
@@ -780,20 +787,24 @@ class PolicyTier:
 class _ToolPlan:
     """The rules of one tier that apply to one tool name, indexed for the gate.
 
-    ``command`` rules are indexed by the program they expect: a simple command whose
-    program word is not expandable and that no dangerous assignment qualifies can
-    only match the rules expecting its program (`PolicyRule._match_command` gives
-    every other rule NO without looking further), so only those are tried. Commands
-    with an expandable program word or a dangerous assignment are tried against
-    every ``command`` rule, as before.
+    ``command`` rules are indexed by the words they expect: for a simple command
+    whose program word is not expandable, `PolicyRule._match_command` gives NO to
+    every rule expecting another program, and, when its second word is plain too
+    (no ``$``, glob or brace expansion), to every rule expecting another second
+    word; `candidates` leaves those out, and only the rest is tried.
+
+    ``command_regex`` rules get their literal prefilters checked for all of them at
+    once (`rejected_by_prefilters`).
     """
 
     __slots__ = (
+        "_uncovered",
         "always",
         "by_path",
         "by_program",
         "checked",
         "command_positions",
+        "prefiltered",
         "rules",
         "yes",
     )
@@ -822,19 +833,138 @@ class _ToolPlan:
                 by_path.setdefault(command[0], []).append(index)
             else:
                 by_program.setdefault(command[0], []).append(index)
-        self.by_program = {word: tuple(found) for word, found in by_program.items()}
+        self.by_program = {
+            word: _ProgramRules(rules, tuple(found)) for word, found in by_program.items()
+        }
         self.by_path = {word: tuple(found) for word, found in by_path.items()}
         self.always = tuple(always)
-        # The candidate of each rule that matched (rules are immutable: made once).
+        # The candidate of each rule that matched (rules are immutable: made once),
+        # and the default's (None: no rule matched; a program: none covers it).
         self.yes = [_Candidate(rule.decision, rule, rule.reason) for rule in rules]
+        self._uncovered: dict[str | None, _Candidate] = {}
+        # (position, required literal groups, ignorecase) of the command_regex
+        # prefilters; the groups with the longest (rarest, fastest to look for)
+        # literals first, longest literals first within a group.
+        self.prefiltered = tuple(
+            (
+                index,
+                tuple(
+                    tuple(sorted(group, key=lambda lit: (-len(lit), lit)))
+                    for group in sorted(
+                        prefilter.required, key=lambda g: (-min(map(len, g)), len(g), g)
+                    )
+                ),
+                prefilter.ignorecase,
+            )
+            for index, rule in enumerate(rules)
+            if (prefilter := rule._command_prefilter) is not None
+        )
 
-    def candidates(self, word: str, basename: str) -> Sequence[int]:
+    def default_candidate(self, tier: PolicyTier) -> _Candidate:
+        """The tier default's candidate when no rule matched the call (made once)."""
+        found = self._uncovered.get(None)
+        if found is None:
+            found = self._uncovered[None] = _Candidate(
+                tier.default,
+                None,
+                f"no {tier.tier} rule matched; the {tier.tier} default is {tier.default!r}",
+            )
+        return found
+
+    def uncovered_candidate(self, tier: PolicyTier, program: str) -> _Candidate:
+        """The tier default's candidate for a simple command no rule covers (made
+        once per program; candidates are immutable)."""
+        found = self._uncovered.get(program)
+        if found is None:
+            found = _Candidate(
+                tier.default,
+                None,
+                f"no {tier.tier} rule covers {program!r}; the {tier.tier} default is "
+                f"{tier.default!r}",
+            )
+            if len(self._uncovered) < 4096:  # program names come from models: bound it
+                self._uncovered[program] = found
+        return found
+
+    def candidates(self, word: str, basename: str, argv: Sequence[str]) -> Sequence[int]:
         """The ``command`` rules that can match a simple command whose program word
-        is ``word`` (not expandable, no dangerous assignment), in rule order."""
-        found = self.by_program.get(basename, ())
+        is ``word`` (not expandable), in rule order; every other one gives NO."""
+        program = self.by_program.get(basename)
+        found: Sequence[int] = program.candidates(argv) if program is not None else ()
         if self.by_path or self.always:
             found = sorted({*found, *self.by_path.get(word, ()), *self.always})
         return found
+
+    def rejected_by_prefilters(self, call: _Call) -> set[int]:
+        """Positions of the rules whose ``command_regex`` cannot match the call's
+        command text: it lacks a literal every match contains (`_Prefilter`).
+
+        Each literal is looked up at most once per text, and only as far as needed
+        (the groups of a prefilter are ordered rarest first).
+        """
+        text = call.command_text
+        if text is None or not self.prefiltered:
+            return set()
+        seen: dict[str, bool] = {}
+        seen_ci: dict[str, bool] = {}
+        lowered: str | None = None
+        rejected: set[int] = set()
+        for index, required, ignorecase in self.prefiltered:
+            if ignorecase:
+                if lowered is None:
+                    if not text.isascii():
+                        continue  # the regex decides
+                    lowered = call.lowered_command_text
+                    assert lowered is not None
+                haystack, known = lowered, seen_ci
+            else:
+                haystack, known = text, seen
+            for group in required:
+                for literal in group:
+                    present = known.get(literal)
+                    if present is None:
+                        present = known[literal] = literal in haystack
+                    if present:
+                        break
+                else:
+                    rejected.add(index)
+                    break
+        return rejected
+
+
+class _ProgramRules:
+    """The ``command`` rules expecting one program, indexed by their second word."""
+
+    __slots__ = ("by_second", "every", "short")
+
+    def __init__(self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...]) -> None:
+        self.every = positions
+        self.short = tuple(i for i in positions if len(rules[i].command or ()) == 1)
+        by_second: dict[str, list[int]] = {}
+        for i in positions:
+            command = rules[i].command or ()
+            if len(command) > 1:
+                by_second.setdefault(command[1], []).append(i)
+        self.by_second = {word: tuple(found) for word, found in by_second.items()}
+
+    def candidates(self, argv: Sequence[str]) -> Sequence[int]:
+        """The rules that can match ``argv`` (its program is theirs), in rule order.
+
+        `PolicyRule._match_argv` gives NO to a rule with a second word when ``argv``
+        has none, or when ``argv[1]`` differs from it and is plain (no ``$``, brace
+        expansion or glob character that could produce it).
+        """
+        if len(argv) < 2:
+            return self.short
+        if _may_expand(argv[1]):
+            return self.every
+        second = argv[1]
+        same = self.by_second.get(second)
+        if same is None:
+            return self.short
+        if not self.short:
+            return same
+        return sorted(self.short + same)
 
 
 @dataclass(frozen=True)
@@ -936,44 +1066,30 @@ class _Candidate:
     rule: PolicyRule | None  # None: the tier's default
     reason: str
     definite: bool = True  # False: a rule that could not be checked (unparseable)
+    _key: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_key",
+            (_SEVERITY[self.decision], int(self.definite), int(self.rule is not None)),
+        )
 
     def key(self) -> tuple[int, int, int]:
         # Strictest first; at equal severity a real match beats "cannot be checked",
         # and a rule beats the default.
-        return (_SEVERITY[self.decision], int(self.definite), int(self.rule is not None))
+        return self._key
+
+
+def _candidate_key(candidate: _Candidate) -> tuple[int, int, int]:
+    return candidate._key
 
 
 def _best(candidates: Sequence[_Candidate]) -> _Candidate:
-    """The strictest candidate; ties go to the first."""
-    best = candidates[0]
-    for candidate in candidates[1:]:
-        if candidate.key() > best.key():
-            best = candidate
-    return best
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    """One decision that takes part in a tier's verdict."""
-
-    decision: Decision
-    rule: PolicyRule | None  # None: the tier's default
-    reason: str
-    definite: bool = True  # False: a rule that could not be checked (unparseable)
-
-    def key(self) -> tuple[int, int, int]:
-        # Strictest first; at equal severity a real match beats "cannot be checked",
-        # and a rule beats the default.
-        return (_SEVERITY[self.decision], int(self.definite), int(self.rule is not None))
-
-
-def _best(candidates: Sequence[_Candidate]) -> _Candidate:
-    """The strictest candidate; ties go to the first."""
-    best = candidates[0]
-    for candidate in candidates[1:]:
-        if candidate.key() > best.key():
-            best = candidate
-    return best
+    """The strictest candidate; ties go to the first (as `max` does)."""
+    if len(candidates) == 1:
+        return candidates[0]
+    return max(candidates, key=_candidate_key)
 
 
 def _decide_in_tier(
@@ -987,9 +1103,15 @@ def _decide_in_tier(
     ``echo`` does not carry ``id`` in ``echo ok && id`` (issue 4 case 1). The
     strictest of all of it is the tier's verdict.
 
-    Each simple command is only tried against the ``command`` rules that
-    `_ToolPlan.candidates` says can match it; every other rule's outcome for it is
-    NO, which adds nothing to ``covered``.
+    How it is computed, faster than trying every rule on every command but with the
+    same result: a command's verdict is the first strictest of the candidates of
+    the rules that did not give it NO, where every matching rule's candidate has
+    the key (its decision, definite) and every unparseable one has the same key
+    (the ``unparseable`` decision, not definite). So only the matching rules and
+    the *first* unparseable one (in rule order) are needed. A command is only tried
+    against the rules `_ToolPlan.candidates` says can match it; for a command
+    with a dangerous assignment, every other rule gives it UNKNOWN (NO turned
+    into "cannot be checked", `PolicyRule._match_command`).
     """
     plan = tier._plan_for(tool_name)
     rules = plan.rules
@@ -998,9 +1120,15 @@ def _decide_in_tier(
     active: list[int] = []
     inactive: set[int] = set()
     has_text = call.command_text is not None
+    rejected = plan.rejected_by_prefilters(call)
     for index in plan.checked:
         rule = rules[index]
-        held = rule._other_matchers_hold(call)
+        if index in rejected:
+            held: bool | None = False
+        elif rule._has_other_matchers:
+            held = rule._other_matchers_hold(call)
+        else:
+            held = True
         if held is not True and rule.command is not None:
             inactive.add(index)
         if held is False:
@@ -1011,12 +1139,11 @@ def _decide_in_tier(
         elif rule.command is None:
             whole.append(plan.yes[index])
     if has_text:
-        active = [index for index in plan.command_positions if index not in inactive]
-    default = _Candidate(
-        tier.default,
-        None,
-        f"no {tier.tier} rule matched; the {tier.tier} default is {tier.default!r}",
-    )
+        if inactive:
+            active = [index for index in plan.command_positions if index not in inactive]
+        else:
+            active = list(plan.command_positions)
+    default = plan.default_candidate(tier)
     fallback = _best(whole) if whole else default
     candidates = list(whole)
     breakdown: list[dict[str, Any]] = []
@@ -1027,38 +1154,73 @@ def _decide_in_tier(
             candidates.append(
                 _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
             )
+            if not whole:
+                # The commands cannot be listed, so some may be ones no rule covers:
+                # an unparseable command is never laxer than the default.
+                candidates.append(
+                    _Candidate(
+                        tier.default,
+                        None,
+                        f"the command cannot be parsed with confidence ({commands.reason}); "
+                        f"commands no {tier.tier} rule covers get the {tier.tier} default "
+                        f"{tier.default!r}",
+                        False,
+                    )
+                )
         commands = ()
     first_words = call.first_words if commands else ()
     for command, facts in zip(commands, first_words, strict=True):
-        _, _, expandable = facts
-        if expandable or command.dangerous:
-            tried: Sequence[int] = active
-        else:
-            tried = plan.candidates(facts[0], facts[1])
-        covered: list[_Candidate] = []
-        for index in tried:
-            if index in inactive:
-                continue
-            rule = rules[index]
-            outcome = rule._match_command(command, facts)
-            if outcome.verdict is _Verdict.YES:
-                covered.append(plan.yes[index])
-            elif outcome.verdict is _Verdict.UNKNOWN:
-                covered.append(
-                    _Candidate(tier.unparseable, rule, _unchecked(rule, outcome.why), False)
-                )
-        if covered:
-            verdict = _best(covered)
+        word, basename, expandable = facts
+        # The matching rules' candidates, in rule order, and the first unparseable.
+        matched: list[_Candidate] = []
+        unknown: tuple[int, str] | None = None
+        if active:
+            if expandable:
+                tried: Sequence[int] = active
+            else:
+                tried = plan.candidates(word, basename, command.argv)
+            outcomes: dict[int, _Outcome] = {}
+            for index in tried:
+                if inactive and index in inactive:
+                    continue
+                outcome = rules[index]._match_command(command, facts)
+                if (
+                    outcome.verdict is _Verdict.YES
+                    and "/" in word
+                    and rules[index].decision == "allow"
+                    and "/" not in rules[index].command[0]  # type: ignore[index]
+                ):
+                    # ``./cat`` is matched by basename for deny and ask, but it is not
+                    # the known-safe ``cat`` an allow rule names (issue 4 case 5).
+                    outcome = _NO
+                outcomes[index] = outcome
+                if outcome.verdict is _Verdict.YES:
+                    matched.append(plan.yes[index])
+                elif outcome.verdict is _Verdict.UNKNOWN and unknown is None:
+                    unknown = (index, outcome.why)
+            if command.dangerous and not expandable:
+                # The rules not tried give UNKNOWN here; the first active rule
+                # that did not match is the first unparseable one.
+                for index in active:
+                    outcome = outcomes.get(index, _NO)
+                    if outcome.verdict is _Verdict.YES:
+                        continue
+                    if outcome.verdict is _Verdict.NO:
+                        names = ", ".join(command.dangerous)
+                        why = f"{names} changes what {command.argv[0]!r} runs"
+                    else:
+                        why = outcome.why
+                    unknown = (index, why)
+                    break
+        if unknown is not None:
+            rule = rules[unknown[0]]
+            matched.append(_Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1]), False))
+        if matched:
+            verdict = _best(matched)
         elif whole:
             verdict = fallback
         else:
-            program = command.argv[0] if command.argv else ""
-            verdict = _Candidate(
-                tier.default,
-                None,
-                f"no {tier.tier} rule covers {program!r}; the {tier.tier} default is "
-                f"{tier.default!r}",
-            )
+            verdict = plan.uncovered_candidate(tier, command.argv[0] if command.argv else "")
         candidates.append(verdict)
         entry: dict[str, Any] = {"argv": list(command.argv), "decision": verdict.decision}
         if command.dangerous:
