@@ -303,27 +303,30 @@ def test_case_6_a_deny_on_env_covers_every_spelling_of_the_path(policy, env_work
 
 
 @pytest.mark.parametrize(
-    ("command", "expected"),
+    "command",
     [
-        bug(
-            "cat link",
-            "deny",
-            "gate gap: `path` rules see only a tool's `path` argument, so the .env "
-            "deny never applies to bash; `cat link` (link -> .env) is allowed by "
-            "rule allow-cat",
-        ),
-        bug(
-            "cat .env",
-            "deny",
-            "gate gap: `path` rules see only a tool's `path` argument, so the .env "
-            "deny never applies to bash; `cat .env` is allowed by rule allow-cat",
-        ),
+        "cat link",
+        "cat .env",
+        "cat sub/up",
+        "cat ./sub/../.env",
+        "cat .e'n'v",
+        "cat .en?",
+        "cat .en*",
+        "wc -l README .env",
+        "cat --file=.env",
+        "echo ok && cat link",
     ],
 )
 def test_case_6_bash_cat_of_the_env_file_or_a_symlink_to_it_is_denied(
-    policy, env_workspace, command, expected
+    policy, env_workspace, command
 ):
-    assert bash(policy, env_workspace, command).decision == expected
+    decision = bash(policy, env_workspace, command)
+    assert (decision.decision, decision.rule) == ("deny", "env-files"), command
+
+
+def test_case_6_a_bash_command_naming_no_env_file_is_not_caught(policy, env_workspace):
+    assert bash(policy, env_workspace, "cat README").decision == "allow"
+    assert bash(policy, env_workspace, "cat .envrc-not-there").decision == "allow"
 
 
 # -- the wide table: command strings and their decisions ----------------------------------

@@ -462,10 +462,59 @@ class _Call:
 
     @cached_property
     def paths(self) -> tuple[str, ...] | None:
+        """The forms ``path`` globs are matched against: the ``path`` argument's,
+        or, for a shell command, those of every word of every simple command that
+        can name a file (issue 4 case 6: a rule on ``.env`` that lists ``bash``
+        catches ``cat .env`` and ``cat link-to-env``). None when there is nothing."""
         path = self.arguments.get("path")
-        if not isinstance(path, str) or not path:
+        if isinstance(path, str) and path:
+            return candidate_paths(path, self._workspace, resolve_symlinks=self._resolve_symlinks)
+        if self.command_text is None:
             return None
-        return candidate_paths(path, self._workspace, resolve_symlinks=self._resolve_symlinks)
+        commands = self.commands
+        if isinstance(commands, UnparseableCommand):
+            return None
+        forms: list[str] = []
+        for word in _file_words(commands, self._workspace if self._resolve_symlinks else None):
+            forms.extend(
+                candidate_paths(word, self._workspace, resolve_symlinks=self._resolve_symlinks)
+            )
+        return tuple(dict.fromkeys(forms)) or None
+
+
+_MAX_FILE_WORDS = 256  # words per call checked against path globs
+_MAX_GLOB_MATCHES = 64  # files a glob word may name, per word
+
+
+def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> list[str]:
+    """The words of ``commands`` that may name files: arguments, and the value of
+    ``--opt=value``; a glob is expanded against the filesystem like the shell would
+    (bounded), and kept as written too. Words with run-time expansions (``$x``)
+    cannot be known here and are skipped: the sandbox's ``deny_read`` is the
+    boundary for those. ``workspace`` None (checking examples): globs are not
+    expanded."""
+    import glob as globbing
+
+    words: list[str] = []
+    for command in commands:
+        for word in command.argv[1:]:
+            if len(words) >= _MAX_FILE_WORDS:
+                return words
+            if word.startswith("-"):
+                if "=" not in word:
+                    continue
+                word = word.split("=", 1)[1]
+            if not word or "$" in word or "\0" in word:
+                continue
+            words.append(word)
+            if workspace is not None and _GLOB_CHARS.search(word):
+                try:
+                    matches = globbing.iglob(os.path.expanduser(word), root_dir=workspace)
+                    for _, match in zip(range(_MAX_GLOB_MATCHES), matches, strict=False):
+                        words.append(match)
+                except (OSError, ValueError, RecursionError):
+                    pass
+    return words
 
 
 @dataclass(frozen=True)
