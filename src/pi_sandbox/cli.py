@@ -323,7 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["sandbox"]:
         return sandbox_main(argv[1:])
     if argv[:1] == ["policy"]:
-        return policy_main(argv[1:])
+        try:
+            return policy_main(argv[1:])
+        except BrokenPipeError:  # `pi policy explain … | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
     parser = build_parser()
     args = parser.parse_args(argv)
     # Heavy imports after argument parsing: `pi --help` stays fast.

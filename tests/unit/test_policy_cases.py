@@ -503,20 +503,13 @@ SHELL_CASES = [
     ("/tmp/x/ls", "ask"),
     bug("$(rm -f x)", "deny", SUBSTITUTED_PROGRAM.format("$(...)")),
     bug("`rm x`", "deny", SUBSTITUTED_PROGRAM.format("backtick")),
-    bug(
-        "git -C . push origin main",
-        "deny",
-        "gate gap: `command` prefixes are compared with the literal argv, so git's "
-        "global options (-C DIR) hide `push` from deny-git-push; only the default "
-        "'ask' applies",
-    ),
-    bug(
-        "git --git-dir=.git push",
-        "deny",
-        "gate gap: `command` prefixes are compared with the literal argv, so git's "
-        "global options (--git-dir=...) hide `push` from deny-git-push; only the "
-        "default 'ask' applies",
-    ),
+    # git's global options do not hide the subcommand (adversarial review).
+    ("git -C . push origin main", "deny"),
+    ("git --git-dir=.git push", "deny"),
+    ("git -c x=y push", "deny"),
+    ("git --no-pager push", "deny"),
+    ("git -P status", "ask"),  # the words as written are not what the allow names
+    ("git -c core.fsmonitor=./evil status", "ask"),  # -c configures what git runs
 ]
 
 

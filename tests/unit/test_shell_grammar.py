@@ -132,7 +132,7 @@ CASES: list[tuple[str, set[tuple[str, ...]]]] = [
     ("su -c 'rm x' root", {("su", "-c", "rm x", "root"), ("rm", "x")}),
     ("source ./env.sh; . x", {("source", "./env.sh"), (".", "x")}),
     # -- wrappers: the wrapper's argv and the wrapped argv
-    ("git -C . push", {("git", "-C", ".", "push")}),
+    ("git -C . push", {("git", "-C", ".", "push"), ("git", "push")}),
     (
         "sudo -u root rm -rf /",
         {("sudo", "-u", "root", "rm", "-rf", "/"), ("rm", "-rf", "/")},

@@ -743,7 +743,43 @@ def _xargs_replace(argv: Sequence[_Word]) -> str:
 
 # Programs whose arguments `_Walker._emit` looks into: any other program is only
 # recorded.
-_RUNS_OTHER_CODE = frozenset({*_WRAPPERS, *_SHELLS, "source", ".", "su", "eval", "trap", "find"})
+_RUNS_OTHER_CODE = frozenset(
+    {*_WRAPPERS, *_SHELLS, "source", ".", "su", "eval", "trap", "find", "git"}
+)
+
+# git's global options (before the subcommand): those that take the next word as
+# their value, and those that configure code git runs (``-c alias.x=!cmd``,
+# ``-c core.fsmonitor=…``).
+_GIT_OPTIONS_WITH_VALUE = frozenset(
+    {
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--exec-path",
+        "--list-cmds",
+        "--attr-source",
+    }
+)
+_GIT_CONFIGURING = frozenset({"-c", "--config-env", "--exec-path"})
+
+
+def _git_subcommand(argv: Sequence[_Word]) -> tuple[int, bool] | None:
+    """Where git's subcommand starts when global options precede it, and whether
+    one of them configures code git runs; None without global options."""
+    index, configures = 1, False
+    while index < len(argv) and argv[index].text.startswith("-"):
+        word = argv[index].text
+        name = word.split("=", 1)[0]
+        configures |= name in _GIT_CONFIGURING
+        index += 2 if word in _GIT_OPTIONS_WITH_VALUE else 1
+    if index == 1 or index >= len(argv):
+        return None
+    return index, configures
+
 
 _SIMPLE_COMMAND_FIELDS = ("argv", "assignments", "dangerous", "path_qualified", "via")
 
@@ -1286,6 +1322,20 @@ class _Walker:
             self._run_script(joined, "eval", (), (), via, same_shell=True)
         elif name == "trap":
             self._trap(argv, via)
+        elif name == "git":
+            # ``git -C . push`` is ``git push`` to a rule (issue 4: rules see what
+            # runs); ``-c``/``--config-env`` can make git run anything, so that
+            # command is flagged like a dangerous assignment.
+            found = _git_subcommand(argv)
+            if found is not None:
+                start, configures = found
+                self._emit(
+                    [argv[0], *argv[start:]],
+                    assignments,
+                    (*dangerous, "git -c") if configures else dangerous,
+                    (*via, "git options"),
+                    here,
+                )
         elif name == "find":
             for action, inner in _find_actions(argv):
                 if "{}" in inner[0].text:
