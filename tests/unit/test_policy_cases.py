@@ -503,6 +503,16 @@ SHELL_CASES = [
     ("/tmp/x/ls", "ask"),
     bug("$(rm -f x)", "deny", SUBSTITUTED_PROGRAM.format("$(...)")),
     bug("`rm x`", "deny", SUBSTITUTED_PROGRAM.format("backtick")),
+    # Values bash evaluates again as code (adversarial review): never allowed.
+    ("x='$(rm victim1)'; echo ${x@P}", "ask"),
+    ("x='a[$(rm victim2)]'; echo $((x))", "ask"),
+    ("x='a[$(rm victim3)]'; echo ${!x}", "ask"),
+    ("x='a[$(rm v)]'; echo ${a[x]}", "ask"),
+    ("x='a[`rm v`]'; (( x )); echo", "ask"),
+    ("x=$'a[\\x24(rm v)]'; echo $((x))", "ask"),
+    ("x='a[$(rm v)]'; [[ $x -eq 1 ]] && echo y", "ask"),
+    ("echo $((1+2))", "allow"),
+    ("echo '$(not run)'", "allow"),
     # git's global options do not hide the subcommand (adversarial review).
     ("git -C . push origin main", "deny"),
     ("git --git-dir=.git push", "deny"),

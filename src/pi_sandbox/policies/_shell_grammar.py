@@ -184,9 +184,32 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
     """
     if len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
         raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
+    if _REEVALUATION.search(text) and _DORMANT_CODE.search(text):
+        raise UnparseableCommand(
+            "a quoted or escaped command substitution can be run by a later evaluation "
+            "(arithmetic, ${!x}, ${x@P}, [[ ]], declare)"
+        )
     walker = _Walker()
     walker.script(text, ())
     return tuple(walker.out)
+
+
+# Bash evaluates some values again as code: arithmetic (``$((x))``, ``((…))``,
+# ``let``, ``[[ x -eq y ]]``, array subscripts ``${a[x]}``, offsets ``${x:x}``,
+# ``declare -i``) evaluates a variable's value as an expression, including
+# ``a[$(cmd)]`` subscripts; ``${!x}`` does the same through indirection; ``${x@P}``
+# runs prompt expansion. A value the parser sees only as inert text (a substitution
+# inside single quotes, escaped, or spelled with ANSI-C escapes) then runs.
+# Both markers together make a text unparseable (adversarial review, issue 4).
+_REEVALUATION = re.compile(
+    r"\$\(\(|\(\(|\$\[|\blet\b|\$\{!|@P\}|\[\[|\b(?:declare|typeset|local|readonly|export)\s+-\w*[iaA]"
+    r"|\$\{[A-Za-z_][A-Za-z0-9_]*(?:\[|:)"
+)
+_DORMANT_CODE = re.compile(
+    r"'[^']*(?:\$\(|`)[^']*'"  # '...$(...' or '...`...'
+    r"|\\\$\\?\(|\\`"  # \$(  \$\(  \`
+    r"|\$'[^']*\\(?:x24|044|u0024|U00000024|x60|140)"  # $'\x24(' ANSI-C spellings
+)
 
 
 # ----------------------------------------------------------------------------
