@@ -1016,3 +1016,36 @@ def test_a_backtracking_policy_regex_on_a_long_command_is_bounded_and_fails_clos
     decision = evaluate_tool_call(policy, "bash", {"command": "curl|" * 2000}, workspace=tmp_path)
     assert time.monotonic() - start < 5
     assert decision.decision in ("ask", "deny")  # never allow when a check could not finish
+
+
+def test_many_backtracking_regexes_share_one_time_budget_per_decision(tmp_path):
+    import time
+
+    rules = "\n".join(
+        f"    - {{id: r{i}, tool: bash, command_regex: '(a|aa)+$', decision: deny, reason: x}}"
+        for i in range(200)
+    )
+    policy = policy_from(tmp_path, f"version: 1\ntool_call:\n  rules:\n{rules}\n")
+    started = time.monotonic()
+    result = decide(policy, "bash", tmp_path, command="echo " + "a" * 5000 + "b")
+    elapsed = time.monotonic() - started
+    assert result.decision == "ask" and "cannot be checked" in result.reason  # fail closed
+    assert elapsed < 5, f"200 slow rules took {elapsed:.1f} s: the budget did not hold"
+
+
+def test_a_glob_that_may_name_a_denied_word_in_any_case_is_not_a_miss(tmp_path):
+    # ``shopt -s nocaseglob`` makes ``[P]USH`` match a file named ``push``.
+    policy = policy_from(
+        tmp_path,
+        "version: 1\ntool_call:\n  rules:\n"
+        "    - {id: no-push, tool: bash, command: [git, push], decision: deny, reason: x}\n",
+    )
+    result = decide(policy, "bash", tmp_path, command="git [P]USH")
+    assert (result.decision, result.rule) == ("ask", "no-push")
+
+
+def test_files_without_a_tool_call_section_say_so(tmp_path):
+    policy = policy_from(tmp_path, "version: 1\nsandbox: {network: {mode: none}}\n")
+    result = decide(policy, "bash", tmp_path, command="ls")
+    assert result.decision == "allow"
+    assert result.reason == "no policy file in force has a tool_call section"

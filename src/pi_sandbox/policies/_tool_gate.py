@@ -14,6 +14,7 @@ import enum
 import fnmatch
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -53,12 +54,27 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 REGEX_TIMEOUT_S = 0.25
 
 
-def _search(pattern: regex.Pattern[str], text: str) -> bool | None:
-    """``pattern.search(text)`` with a time bound; None when it ran out of time."""
+# Bound on all regex searches of one tool-call decision together (seconds): 200
+# slow rules must not freeze the supervisor for 200 x REGEX_TIMEOUT_S.
+REGEX_BUDGET_S = 0.5
+
+
+def _search(pattern: regex.Pattern[str], text: str, call: _Call | None = None) -> bool | None:
+    """``pattern.search(text)`` with a time bound (the smaller of `REGEX_TIMEOUT_S`
+    and what is left of the call's `REGEX_BUDGET_S`); None when it ran out of time."""
+    timeout = REGEX_TIMEOUT_S
+    if call is not None:
+        timeout = min(timeout, call.regex_budget)
+        if timeout <= 0:
+            return None
+        started = time.monotonic()
     try:
-        return pattern.search(text, timeout=REGEX_TIMEOUT_S) is not None
+        return pattern.search(text, timeout=timeout) is not None
     except TimeoutError:
         return None
+    finally:
+        if call is not None:
+            call.regex_budget -= time.monotonic() - started
 
 
 _BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
@@ -411,6 +427,7 @@ class _Call:
         self, arguments: Mapping[str, Any], workspace: str, *, resolve_symlinks: bool
     ) -> None:
         self.arguments = arguments
+        self.regex_budget = REGEX_BUDGET_S  # seconds left for regex searches (`_search`)
         self._workspace = workspace
         self._resolve_symlinks = resolve_symlinks
         # id(rule) -> the rule's outcome for each simple command (one matching pass
@@ -749,12 +766,12 @@ class PolicyRule:
                 return False
         timed_out = False
         if self.command_regex is not None:
-            found = _search(self.command_regex, call.command_text)  # type: ignore[arg-type]
+            found = _search(self.command_regex, call.command_text, call)  # type: ignore[arg-type]
             if found is False:
                 return False
             timed_out |= found is None
         for (_, pattern, _), value in zip(self._argument_checks, values, strict=True):
-            found = _search(pattern, value)
+            found = _search(pattern, value, call)
             if found is False:
                 return False
             timed_out |= found is None
@@ -778,7 +795,8 @@ class PolicyRule:
                 continue
             if "$" in word or _BRACE_EXPANSION.search(word):
                 return _Outcome(_Verdict.UNKNOWN, f"{argv[index]!r} is expanded by the shell")
-            if _GLOB_CHARS.search(word) and fnmatch.fnmatchcase(expected, word):
+            # Case-insensitively: ``shopt -s nocaseglob`` lets ``[P]USH`` name ``push``.
+            if _GLOB_CHARS.search(word) and fnmatch.fnmatchcase(expected.lower(), word.lower()):
                 return _Outcome(
                     _Verdict.UNKNOWN, f"glob {argv[index]!r} may expand to {expected!r}"
                 )
@@ -1074,7 +1092,11 @@ def evaluate_tool_call(
         The decision, the rule, tier and file behind it, and the per-command breakdown.
     """
     if policy is None or not policy.tiers:
-        return ToolCallDecision("allow", None, "no policy is in effect", "default")
+        if policy is not None and policy.files:
+            why = "no policy file in force has a tool_call section"
+        else:
+            why = "no policy is in effect"
+        return ToolCallDecision("allow", None, why, "default")
     call = _Call(arguments, os.path.abspath(workspace), resolve_symlinks=True)
     chosen: ToolCallDecision | None = None
     best: tuple[int, int] | None = None
