@@ -838,21 +838,7 @@ if (
     or hasattr(SimpleCommand, "__post_init__")
     or hasattr(SimpleCommand, "__slots__")
 ):  # pragma: no cover - a guard for future changes of SimpleCommand
-
-    def _new_simple_command(  # type: ignore[no-redef]
-        argv: tuple[str, ...],
-        assignments: tuple[str, ...],
-        dangerous: tuple[str, ...],
-        path_qualified: bool,
-        via: tuple[str, ...],
-    ) -> SimpleCommand:
-        return SimpleCommand(
-            argv=argv,
-            assignments=assignments,
-            dangerous=dangerous,
-            path_qualified=path_qualified,
-            via=via,
-        )
+    _new_simple_command = SimpleCommand  # type: ignore[assignment]  # same positional order
 
 
 # ----------------------------------------------------------------------------
