@@ -54,6 +54,8 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 REGEX_TIMEOUT_S = 0.25
 
 
+_REGEX_OUT_OF_TIME = "a regex search ran out of time"
+
 # Bound on all regex searches of one tool-call decision together (seconds): 200
 # slow rules must not freeze the supervisor for 200 x REGEX_TIMEOUT_S.
 REGEX_BUDGET_S = 0.5
@@ -641,7 +643,10 @@ class PolicyRule:
             arguments: Mapping[str, Any] = {kinds[0]: example}
         else:
             arguments = example
-        outcome = self._match(_Call(arguments, _EXAMPLE_WORKSPACE, resolve_symlinks=False))
+        call = _Call(arguments, _EXAMPLE_WORKSPACE, resolve_symlinks=False)
+        outcome = self._match(call)
+        if outcome.verdict is _Verdict.YES and self._allows_only_path_qualified(call):
+            outcome = _NO  # as the gate sees it (case 5): ``./cat`` is not ``cat``
         if outcome.verdict is _Verdict.UNKNOWN:
             return f"cannot be checked: the command is unparseable ({outcome.why})"
         if expect_match and outcome.verdict is _Verdict.NO:
@@ -649,6 +654,21 @@ class PolicyRule:
         if not expect_match and outcome.verdict is _Verdict.YES:
             return "matches"
         return None
+
+    def _allows_only_path_qualified(self, call: _Call) -> bool:
+        """An allow ``command`` rule whose every matching command is a path-qualified
+        program that the rule names bare: the gate does not allow those (case 5)."""
+        if self.decision != "allow" or self.command is None or "/" in self.command[0]:
+            return False
+        commands = call.commands if call.command_text is not None else ()
+        if isinstance(commands, UnparseableCommand) or not commands:
+            return False
+        matching = [
+            command
+            for command, outcome in zip(commands, self._command_outcomes(call), strict=True)
+            if outcome.verdict is _Verdict.YES
+        ]
+        return bool(matching) and all("/" in command.argv[0] for command in matching)
 
     def _argument_names(self) -> list[str]:
         names: list[str] = []
@@ -664,9 +684,7 @@ class PolicyRule:
         if held is False:
             return _NO
         if held is None:
-            return _Outcome(
-                _Verdict.UNKNOWN, f"a regex check took longer than {REGEX_TIMEOUT_S:g} s"
-            )
+            return _Outcome(_Verdict.UNKNOWN, _REGEX_OUT_OF_TIME)
         if self.command is None:
             return _YES
         if call.command_text is None:
@@ -1205,7 +1223,7 @@ def _decide_in_tier(
         if held is False:
             continue
         if held is None:
-            why = f"a regex check took longer than {REGEX_TIMEOUT_S:g} s"
+            why = _REGEX_OUT_OF_TIME
             whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
         elif rule.command is None:
             whole.append(plan.yes[index])

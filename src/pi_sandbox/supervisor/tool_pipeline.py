@@ -206,7 +206,7 @@ class ToolPipeline:
                 "decision": decision.decision,
                 "effective": effective,
                 "rule": decision.rule,
-                "reason": decision.reason,
+                "reason": redact_secrets(decision.reason),
                 "tier": decision.tier,
                 "source": str(decision.source) if decision.source else None,
                 "commands": decision.commands,
