@@ -28,9 +28,15 @@ __all__ = ["AuditLog", "redact_secrets"]
 
 # Credentials by shape (issue 4: "canonical arguments, secrets redacted by
 # pattern"). A match is replaced by "[REDACTED]"; the rest of the value is kept.
+# Every repetition is bounded: redaction runs on every tool call (audit records,
+# progress lines), and an unbounded ``.*?`` here makes it quadratic on hostile input.
 _SECRET_PATTERNS = [
-    r"-----BEGIN [A-Z ]*PRIVATE KEY[A-Z ]*-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY[A-Z ]*-----|$)",
+    # A key block to its END line, or (no END near) the next 16 KiB: always a match,
+    # so no rescanning from every BEGIN.
+    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY[A-Z ]{0,20}-----"
+    r"(?:[\s\S]{0,16384}?-----END [A-Z ]{0,40}PRIVATE KEY[A-Z ]{0,20}-----|[\s\S]{0,16384})",
     r"\bsk-[A-Za-z0-9_-]{16,}",  # OpenAI / Anthropic style keys
+    r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe
     r"\bgh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
     r"\bgithub_pat_[A-Za-z0-9_]{20,}",
     r"\bglpat-[A-Za-z0-9_-]{16,}",  # GitLab
@@ -39,21 +45,33 @@ _SECRET_PATTERNS = [
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
     r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
     r"\bAIza[0-9A-Za-z_-]{30,}",  # Google API key
+    r"\bya29\.[A-Za-z0-9_-]{20,}",  # Google OAuth access token
+    r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",  # SendGrid
     r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # JWT
-    r"(?<=authorization: )(?:bearer|basic|token) [^\s'\"]+",
+    r"(?<=authorization:)\s{0,8}(?:bearer|basic|token)\s{1,8}[^\s'\"]+",
     r"(?<=[?&])(?:access_token|api_key|apikey|token|password|secret)=[^&\s'\"]+",
-    r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)",  # user:password@ (or :password@) in URLs
+    # user:password@ in URLs (the password may itself hold '@': up to the last one).
+    r"(?<=://)[^/\s:@]{0,256}:[^/\s]{1,256}(?=@[^@/\s]{0,256}(?:[/\s?#'\"]|$))",
     # NAME=value / NAME: value where the name says secret (DB_PASSWORD=, MY_API_KEY:,
-    # "password": "...", client_secret=...), quoted or not.
-    r"(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key"
-    r"|private[_-]?key|credentials?)[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*(?:\"[^\"]*\"|'[^']*'|[^\s,;}'\"]{3,})",
+    # "password": "...", client_secret=..., AccountKey=...), quoted or not.
+    r"(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|account[_-]?key|auth[_-]?key|shared[_-]?key|signing[_-]?key"
+    r"|master[_-]?key|credentials?)[A-Za-z0-9_.-]{0,40}[\"']?\s{0,8}[=:]\s{0,8}"
+    r"(?:\"[^\"]{0,512}\"|'[^']{0,512}'|[^\s,;}'\"]{3,})",
     # Command-line passwords: --password x, --password=x, -pSECRET (mysql), curl -u
-    # user:pw, sshpass -p pw.
+    # user:pw / --user user:pw / -uuser:pw, sshpass -p pw, docker login -p pw,
+    # redis-cli -a pw, aws configure set aws_secret_access_key VALUE.
     r"(?<=--password[= ])[^\s'\"]+",
     r"(?<=--passwd[= ])[^\s'\"]+",
-    r"(?<=\bmysql )(?:[^|;&]*?\s)?-p[^\s'\"]+",
+    r"(?<=\bmysql )(?:[^|;&\n]{0,200}?\s)?-p[^\s'\"]+",
     r"(?<=\s-u )[^\s:'\"]+:[^\s'\"]+",
+    r"(?<=\s-u)[^\s:'\"-][^\s:'\"]*:[^\s'\"]+",
+    r"(?<=--user[= ])[^\s:'\"]+:[^\s'\"]+",
     r"(?<=\bsshpass -p )[^\s'\"]+",
+    r"(?<=\blogin -p )[^\s'\"]+",
+    r"(?<=\bredis-cli )(?:[^|;&\n]{0,200}?\s)?-a\s{1,8}[^\s'\"]+",
+    r"(?<=aws_secret_access_key )[^\s'\"]+",
+    r"(?<=aws_session_token )[^\s'\"]+",
 ]
 _SECRET = None
 

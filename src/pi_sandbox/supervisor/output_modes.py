@@ -90,20 +90,19 @@ class PrintOutput:
         self._denied: dict[str, str] = {}
 
     def line(self, text: str) -> None:
-        """Write one progress line (control characters and newlines escaped)."""
+        """Write one progress line (control characters and newlines escaped,
+        credentials redacted: progress lines end up in CI job logs)."""
+        from pi_sandbox.supervisor.audit_log import redact_secrets
+
         try:
-            print(printable(text, newlines=False), file=self.stderr, flush=True)
+            print(printable(redact_secrets(text), newlines=False), file=self.stderr, flush=True)
         except OSError:
             pass  # stderr is gone or full: progress is lost, the run and its session go on
 
     async def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "tool_execution_start":
-            from pi_sandbox.supervisor.audit_log import redact_secrets
-
-            # Progress lines end up in CI job logs: credentials are redacted as in
-            # the audit log (the model and the session file see the real call).
-            args = json.dumps(redact_secrets(event.get("args", {})), ensure_ascii=False)
+            args = json.dumps(event.get("args", {}), ensure_ascii=False)
             self.line(f"→ {event['toolName']} {_one_line(args)}")
             if "originalArgs" in event:
                 original = json.dumps(event["originalArgs"], ensure_ascii=False)
