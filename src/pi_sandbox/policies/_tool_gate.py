@@ -430,6 +430,8 @@ class _Call:
     ) -> None:
         self.arguments = arguments
         self.regex_budget = REGEX_BUDGET_S  # seconds left for regex searches (`_search`)
+        # Why the files a shell command names cannot be listed (set by `paths`).
+        self.paths_unknown: str | None = None
         self._workspace = workspace
         self._resolve_symlinks = resolve_symlinks
         # id(rule) -> the rule's outcome for each simple command (one matching pass
@@ -492,9 +494,16 @@ class _Call:
             return None
         commands = self.commands
         if isinstance(commands, UnparseableCommand):
+            # The files it names cannot be listed: a path rule cannot be checked.
+            self.paths_unknown = commands.reason
             return None
         forms: list[str] = []
-        for word in _file_words(commands, self._workspace if self._resolve_symlinks else None):
+        try:
+            words = _file_words(commands, self._workspace if self._resolve_symlinks else None)
+        except _GlobTooWide as exc:
+            self.paths_unknown = str(exc)
+            return None
+        for word in words:
             forms.extend(
                 candidate_paths(word, self._workspace, resolve_symlinks=self._resolve_symlinks)
             )
@@ -503,18 +512,30 @@ class _Call:
 
 _MAX_FILE_WORDS = 256  # words per call checked against path globs
 _MAX_GLOB_MATCHES = 64  # files a glob word may name, per word
+_MAX_GLOB_PARTS = 6  # path components of a glob word the gate expands
+_MAX_GLOB_SCAN = 4096  # directory entries the gate reads for all globs of one call
+
+
+class _GlobTooWide(Exception):
+    """A glob the gate will not expand (outside the workspace, too deep or too wide)."""
 
 
 def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> list[str]:
     """The words of ``commands`` that may name files: arguments, and the value of
-    ``--opt=value``; a glob is expanded against the filesystem like the shell would
-    (bounded), and kept as written too. Words with run-time expansions (``$x``)
-    cannot be known here and are skipped: the sandbox's ``deny_read`` is the
-    boundary for those. ``workspace`` None (checking examples): globs are not
-    expanded."""
-    import glob as globbing
+    ``--opt=value``; a glob relative to the workspace is expanded against it like
+    the shell would (bounded: `_MAX_GLOB_PARTS`, `_MAX_GLOB_SCAN`), and kept as
+    written too. Words with run-time expansions (``$x``) cannot be known here and
+    are skipped: the sandbox's ``deny_read`` is the boundary for those.
+    ``workspace`` None (checking examples): globs are not expanded.
 
+    Raises:
+        _GlobTooWide: a glob starts at ``/`` or ``~`` (the gate does not walk the
+            host's filesystem: that would be slow and an oracle for files the
+            sandbox hides), or needs more than the bounds to expand. The caller
+            treats the path matcher as "cannot be checked" (fail closed).
+    """
     words: list[str] = []
+    scan = [_MAX_GLOB_SCAN]
     for command in commands:
         for word in command.argv[1:]:
             if len(words) >= _MAX_FILE_WORDS:
@@ -527,13 +548,44 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
                 continue
             words.append(word)
             if workspace is not None and _GLOB_CHARS.search(word):
-                try:
-                    matches = globbing.iglob(os.path.expanduser(word), root_dir=workspace)
-                    for _, match in zip(range(_MAX_GLOB_MATCHES), matches, strict=False):
-                        words.append(match)
-                except (OSError, ValueError, RecursionError):
-                    pass
+                words.extend(_expand_glob(word, workspace, scan))
     return words
+
+
+def _expand_glob(pattern: str, workspace: str, scan: list[int]) -> list[str]:
+    """The workspace-relative names ``pattern`` matches (hidden names only when the
+    component starts with ``.``, as bash does by default).
+
+    Raises:
+        _GlobTooWide: see `_file_words`.
+    """
+    if pattern.startswith(("/", "~")):
+        raise _GlobTooWide(f"glob {pattern!r} names files outside the workspace")
+    parts = [part for part in pattern.split("/") if part]
+    if len(parts) > _MAX_GLOB_PARTS:
+        raise _GlobTooWide(f"glob {pattern!r} is deeper than {_MAX_GLOB_PARTS} components")
+    current = [""]
+    for part in parts:
+        following: list[str] = []
+        for base in current:
+            if not _GLOB_CHARS.search(part):
+                following.append(os.path.join(base, part))
+                continue
+            try:
+                entries = os.scandir(os.path.join(workspace, base) if base else workspace)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    scan[0] -= 1
+                    if scan[0] < 0:
+                        raise _GlobTooWide(f"glob {pattern!r} reads too many directory entries")
+                    if entry.name.startswith(".") and not part.startswith("."):
+                        continue
+                    if fnmatch.fnmatchcase(entry.name, part):
+                        following.append(os.path.join(base, entry.name))
+        current = following[:_MAX_GLOB_MATCHES]
+    return [path for path in current if os.path.lexists(os.path.join(workspace, path))]
 
 
 @dataclass(frozen=True)
@@ -684,7 +736,7 @@ class PolicyRule:
         if held is False:
             return _NO
         if held is None:
-            return _Outcome(_Verdict.UNKNOWN, _REGEX_OUT_OF_TIME)
+            return _Outcome(_Verdict.UNKNOWN, call.paths_unknown or _REGEX_OUT_OF_TIME)
         if self.command is None:
             return _YES
         if call.command_text is None:
@@ -754,18 +806,25 @@ class PolicyRule:
         # prefilters) go before the regex searches.
         if self.command_regex is not None and call.command_text is None:
             return False
+        path_unknown = False
         if self._path_regexes:
             paths = call.paths
             if paths is None:
-                return False
-            combined = self._path_regex
-            if combined is not None:
-                if not any(combined.fullmatch(path) for path in paths):
+                if call.paths_unknown is None:
                     return False
-            elif not any(
-                pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
-            ):
-                return False
+                path_unknown = True  # cannot be checked: never a silent non-match
+            else:
+                combined = self._path_regex
+                if combined is not None:
+                    matched = any(combined.fullmatch(path) for path in paths)
+                else:
+                    matched = any(
+                        pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
+                    )
+                if not matched:
+                    if call.paths_unknown is None:
+                        return False
+                    path_unknown = True
         values: list[str] = []
         for name, _, prefilter in self._argument_checks:
             value = call.arguments.get(name)
@@ -782,7 +841,7 @@ class PolicyRule:
                 text, call.lowered_command_text if prefilter.ignorecase else None
             ):
                 return False
-        timed_out = False
+        timed_out = path_unknown
         if self.command_regex is not None:
             found = _search(self.command_regex, call.command_text, call)  # type: ignore[arg-type]
             if found is False:
@@ -1223,7 +1282,7 @@ def _decide_in_tier(
         if held is False:
             continue
         if held is None:
-            why = _REGEX_OUT_OF_TIME
+            why = call.paths_unknown or _REGEX_OUT_OF_TIME
             whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
         elif rule.command is None:
             whole.append(plan.yes[index])
