@@ -775,3 +775,30 @@ def test_a_limit_above_the_machines_hard_limit_is_a_policy_error_naming_the_key(
     result = setup.run(setup.script("echo hi"), "--policy", str(policy))
     assert result.returncode == 2
     assert f"policy {policy}: sandbox.limits.open_files: 1048576" in result.stderr
+
+
+BROKEN_SCHEMA_EXTENSION = """
+def extension(pi):
+    pi.register_tool(
+        name="broken",
+        description="A tool whose schema points nowhere.",
+        parameters={"type": "object", "properties": {"x": {"$ref": "#/nope"}}},
+        execute=lambda params, ctx: "ran",
+    )
+"""
+
+
+def test_a_tool_schema_that_points_nowhere_fails_the_call_not_the_session(setup):
+    extension = setup.root / "broken_schema.py"
+    extension.write_text(BROKEN_SCHEMA_EXTENSION)
+    script = setup.root / "broken.yaml"
+    script.write_text(
+        "- tool_calls:\n"
+        "    - {id: c1, name: broken, arguments: {x: 1}}\n"
+        "    - {id: c2, name: bash, arguments: {command: echo still-alive}}\n"
+        "- text: done\n"
+    )
+    result = setup.run(script, "-e", str(extension))
+    assert result.returncode == 0, result.stderr
+    assert "invalid parameter schema" in result.stderr
+    assert "still-alive" in result.stderr and "internal error" not in result.stderr

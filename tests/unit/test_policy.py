@@ -1049,3 +1049,19 @@ def test_files_without_a_tool_call_section_say_so(tmp_path):
     result = decide(policy, "bash", tmp_path, command="ls")
     assert result.decision == "allow"
     assert result.reason == "no policy file in force has a tool_call section"
+
+
+def test_the_examples_of_one_file_share_a_regex_time_budget(tmp_path):
+    import time
+
+    examples = ", ".join([repr("a" * 50 + "!")] * 100)
+    path = write(
+        tmp_path,
+        "version: 1\ntool_call:\n  rules:\n"
+        "    - {id: r, tool: bash, command_regex: '^(a|aa)+$', decision: deny, reason: x,"
+        f" examples: {{not_match: [{examples}]}}}}\n",
+    )
+    started = time.monotonic()
+    with pytest.raises(PolicyFileError, match="ran out of"):
+        load_policy_file(path)
+    assert time.monotonic() - started < 10  # 100 x 0.25 s would be 25 s

@@ -81,6 +81,9 @@ def load_policy_file(path: Path) -> PolicyFile:
         raise PolicyFileError(f"{path}: nested too deeply") from exc
 
 
+EXAMPLES_REGEX_BUDGET_S = 2.0
+"""Regex time all the ``examples`` of one file may take together when it loads (s)."""
+
 MAX_POLICY_BYTES = 1024 * 1024
 """Largest policy file read, in bytes."""
 
@@ -331,11 +334,14 @@ def _check_rules(policy_file: PolicyFile, path: Path, lines: dict[_KeyPath, int]
             problems.append((_line_of(lines, key), key, message))
         else:
             first_index[rule.id] = index
+    budget = [EXAMPLES_REGEX_BUDGET_S]
     for index, rule in enumerate(policy_file.tool_call.rules):
         compiled = PolicyRule.from_model(rule, source=path)
         for kind in ("match", "not_match"):
             for number, example in enumerate(getattr(rule.examples, kind)):
-                failure = compiled.check_example(example, expect_match=kind == "match")
+                failure = compiled.check_example(
+                    example, expect_match=kind == "match", budget=budget
+                )
                 if failure is not None:
                     key = ("tool_call", "rules", index, "examples", kind, number)
                     message = f"rule {rule.id!r}: {kind} example {example!r} {failure}"

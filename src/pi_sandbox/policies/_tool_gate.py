@@ -677,7 +677,13 @@ class PolicyRule:
         """Whether the rule's ``tool`` names or globs match ``tool_name`` (case-sensitive)."""
         return any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in self.tools)
 
-    def check_example(self, example: str | Mapping[str, Any], *, expect_match: bool) -> str | None:
+    def check_example(
+        self,
+        example: str | Mapping[str, Any],
+        *,
+        expect_match: bool,
+        budget: list[float] | None = None,
+    ) -> str | None:
         """Check one of the rule's self-test examples.
 
         Returns:
@@ -696,7 +702,16 @@ class PolicyRule:
         else:
             arguments = example
         call = _Call(arguments, _EXAMPLE_WORKSPACE, resolve_symlinks=False)
+        if budget is not None:
+            # One file's examples share a regex budget: 20,000 slow examples must
+            # not hold a run (or a SIGHUP reload) for an hour.
+            if budget[0] <= 0:
+                return "cannot be checked: the file's examples ran out of regex time"
+            call.regex_budget = min(call.regex_budget, budget[0])
+            allotted = call.regex_budget
         outcome = self._match(call)
+        if budget is not None:
+            budget[0] -= allotted - call.regex_budget
         if outcome.verdict is _Verdict.YES and self._allows_only_path_qualified(call):
             outcome = _NO  # as the gate sees it (case 5): ``./cat`` is not ``cat``
         if outcome.verdict is _Verdict.UNKNOWN:

@@ -105,6 +105,10 @@ class _Prepared:
     original: dict[str, Any] | None = None  # the model's input, when a hook changed it
 
 
+VALIDATION_TIMEOUT_S = 5.0
+"""Deadline for checking one call's arguments against its tool's JSON Schema (seconds)."""
+
+
 @dataclass
 class ToolPipeline:
     """Runs tool calls for one session.
@@ -158,7 +162,15 @@ class ToolPipeline:
 
     # --- preflight (steps 1-4) -------------------------------------------------------------
 
-    def _validate(self, tool: RegisteredTool, arguments: Any) -> str | None:
+    async def _validate(self, tool: RegisteredTool, arguments: Any) -> str | None:
+        """Check ``arguments`` against the tool's JSON Schema; the problem text, or None.
+
+        Runs in a worker thread with a deadline (`VALIDATION_TIMEOUT_S`): a tool's
+        schema comes from an extension, and ``pattern``/``uniqueItems`` on crafted
+        input can take minutes; the supervisor's event loop must not wait for it.
+        Any failure of the schema itself (a ``$ref`` to nowhere, a recursive
+        ``$defs``) is the tool's error, never the session's.
+        """
         name = tool.definition.name
         validator = self._validators.get(name)
         if validator is None:
@@ -167,9 +179,27 @@ class ToolPipeline:
                 validator = self._validators[name] = validator_for(schema)
             except jsonschema.SchemaError as exc:
                 return f"Tool {name} has an invalid parameter schema: {exc.message}"
+            except Exception as exc:  # RecursionError, referencing errors, ...
+                return f"Tool {name} has an invalid parameter schema: {type(exc).__name__}"
         if not isinstance(arguments, dict):
             return f"Invalid arguments for tool {name}: expected an object"
-        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+
+        def collect() -> list[Any]:
+            return sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+
+        errors: list[Any] | None = None
+        try:
+            with trio.move_on_after(VALIDATION_TIMEOUT_S):
+                errors = await trio.to_thread.run_sync(collect, abandon_on_cancel=True)
+        except RecursionError:
+            return f"Tool {name} has an invalid parameter schema: it refers to itself endlessly"
+        except Exception as exc:  # a $ref to nowhere surfaces only while validating
+            return f"Tool {name} has an invalid parameter schema: {type(exc).__name__}: {exc}"[:500]
+        if errors is None:
+            return (
+                f"Invalid arguments for tool {name}: checking them against the tool's schema "
+                f"took longer than {VALIDATION_TIMEOUT_S:g} s"
+            )
         if not errors:
             return None
         lines = [
@@ -235,7 +265,7 @@ class ToolPipeline:
                 f"Invalid arguments for tool {call.name}: NaN or an infinite number"
             )
             return item
-        if problem := self._validate(item.tool, item.arguments):
+        if problem := await self._validate(item.tool, item.arguments):
             item.early = _error_result(problem)
             return item
         if denial := await self._gate(call, item.arguments):
@@ -257,7 +287,7 @@ class ToolPipeline:
         if new_input != item.arguments:
             # Unlike pi, a mutated input is re-validated and re-gated (DESIGN §4).
             changed = f"A tool_call hook changed the input to {json.dumps(new_input, ensure_ascii=False)[:500]}"
-            if problem := self._validate(item.tool, new_input):
+            if problem := await self._validate(item.tool, new_input):
                 item.early = _error_result(f"{changed}; {problem}", blocked_by="validation")
                 item.blocked = True
                 return item
