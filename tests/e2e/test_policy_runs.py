@@ -802,3 +802,22 @@ def test_a_tool_schema_that_points_nowhere_fails_the_call_not_the_session(setup)
     assert result.returncode == 0, result.stderr
     assert "invalid parameter schema" in result.stderr
     assert "still-alive" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.usefixtures("require_bwrap")
+def test_a_policy_can_require_the_sandbox(setup):
+    outside = setup.root / "outside-marker"
+    policy = setup.root / "required.yaml"
+    policy.write_text("version: 1\nsandbox: {required: true}\n")
+    result = setup.run(setup.script(f"touch {outside}; echo rc=$?"), "--policy", str(policy))
+    assert result.returncode == 0, result.stderr
+    assert f"policy {policy} requires the sandbox" in result.stderr
+    assert not outside.exists()  # outside the workspace: read-only in the sandbox
+
+
+def test_a_sandbox_section_without_a_sandbox_says_it_does_not_apply(setup):
+    policy = setup.root / "section.yaml"
+    policy.write_text("version: 1\nsandbox: {network: {mode: none}}\n")
+    result = setup.run(setup.script("echo hi"), "--policy", str(policy))
+    assert result.returncode == 0, result.stderr
+    assert "applies only to sandboxed runs" in result.stderr

@@ -107,6 +107,18 @@ class ValueOrigin:
 class ExtensionRules:
     """The combined ``extensions`` sections.
 
+    Patterns are matched against every form of an extension: its canonical path
+    and the path it was discovered at (a symlink such as
+    ``.pi/extensions/helper.py -> ../../lib/helper.py``), and the names of both
+    (file stem or package directory name). A deny matching any form refuses it;
+    an allow list or a capability entry matching any form applies.
+
+    A name is not proof of identity: a repository can ship a ``guard.py`` of its
+    own. For extensions of origin ``"project"`` a bare-name pattern (no ``/``)
+    can therefore only withhold (``deny``, a capability ``false``); membership
+    of an ``allow`` list and a capability ``true`` need a path pattern matching
+    the extension (e.g. ``"*/.pi/extensions/guard.py"``).
+
     Attributes:
         project_allowed: whether project extensions may load at all.
         allow_lists: one ``(patterns, file)`` per file that set ``allow``.
@@ -124,37 +136,86 @@ class ExtensionRules:
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
 
-    def refusal(self, name: str, path: Path, origin: str) -> str | None:
+    def refusal(
+        self, name: str, path: Path, origin: str, *, discovered: Path | None = None
+    ) -> str | None:
         """Why the extension may not load (naming the policy file), or None when it may.
+
+        A deny pattern matching any form refuses; an allow list is satisfied by
+        any form. For a project extension only path patterns satisfy an allow list.
 
         Args:
             name: the extension's name (file stem, or package directory name).
             path: its canonical path.
             origin: ``"cli"``, ``"project"``, ``"user"`` …
+            discovered: the path it was found at, before symlinks were resolved
+                (None: the same as ``path``).
         """
         if origin == "project" and not self.project_allowed:
             return f"project extensions are not allowed by policy {self.project_denied_by}"
+        forms = self._forms(name, path, discovered)
         for pattern, source in self.deny:
-            if self._governs(source, origin) and _matches(pattern, name, path):
+            if self._governs(source, origin) and self._any_form(pattern, forms):
                 return f"denied by pattern {pattern!r} in policy {source}"
         for patterns, source in self.allow_lists:
             if not self._governs(source, origin):
                 continue
-            if not any(_matches(pattern, name, path) for pattern in patterns):
-                return f"not in the extensions.allow list of policy {source}"
+            if not any(
+                self._may_grant(pattern, origin) and self._any_form(pattern, forms)
+                for pattern in patterns
+            ):
+                why = f"not in the extensions.allow list of policy {source}"
+                if origin == "project" and any(
+                    self._any_form(pattern, forms) for pattern in patterns
+                ):
+                    why += " (a project extension is allowed only by a path pattern, not by name)"
+                return why
         return None
 
     def _governs(self, source: str, origin: str) -> bool:
         return origin == "project" or source not in self.project_files
 
-    def capabilities_for(self, name: str, path: Path, origin: str = "project") -> dict[str, bool]:
+    @staticmethod
+    def _may_grant(pattern: str, origin: str) -> bool:
+        """Whether ``pattern`` may grant (allow, capability ``true``) to ``origin``:
+        a project extension is identified by path, never by a name it chose."""
+        return origin != "project" or "/" in pattern
+
+    @staticmethod
+    def _forms(name: str, path: Path, discovered: Path | None) -> list[tuple[str, Path]]:
+        forms = [(name, path)]
+        if discovered is not None and discovered != path:
+            alias = discovered.stem if discovered.suffix == ".py" else discovered.name
+            forms.append((alias, discovered))
+        return forms
+
+    @staticmethod
+    def _any_form(pattern: str, forms: list[tuple[str, Path]]) -> bool:
+        return any(_matches(pattern, name, path) for name, path in forms)
+
+    def capabilities_for(
+        self,
+        name: str,
+        path: Path,
+        origin: str = "project",
+        *,
+        discovered: Path | None = None,
+    ) -> dict[str, bool]:
         """Each capability in `CAPABILITIES` for this extension: ``false`` from any
-        matching entry wins, else ``true`` from any, else the default."""
+        entry matching any form wins, else ``true`` from any, else the default.
+
+        For a project extension a ``true`` counts only from a path pattern (see
+        the class docstring); a bare-name ``false`` still withholds.
+        """
         result = dict(_DEFAULT_CAPABILITIES)
         said: dict[str, bool] = {}
+        forms = self._forms(name, path, discovered)
         for pattern, capability, value, source in self.capabilities:
-            if self._governs(source, origin) and _matches(pattern, name, path):
-                said[capability] = said.get(capability, True) and value
+            if not self._governs(source, origin) or not self._any_form(pattern, forms):
+                continue
+            if value and not self._may_grant(pattern, origin):
+                continue
+            said[capability] = said.get(capability, True) and value
         result.update(said)
         return result
 
@@ -244,6 +305,10 @@ class Policy:
         workspace_write_granted: a managed or user file says
             ``filesystem.workspace: write`` explicitly (CI mode keeps the workspace
             read-only otherwise).
+        sandbox_required_by: the first file with ``sandbox.required: true`` (the
+            run is sandboxed whatever the options say), or None.
+        has_sandbox_section: some file in force has a ``sandbox`` section (which
+            binds only sandboxed runs).
     """
 
     tiers: tuple[PolicyTier, ...] = ()
@@ -255,6 +320,8 @@ class Policy:
     provenance: tuple[ValueOrigin, ...] = ()
     diagnostics: tuple[str, ...] = ()
     workspace_write_granted: bool = False
+    sandbox_required_by: str | None = None
+    has_sandbox_section: bool = False
 
     @property
     def rules(self) -> tuple[PolicyRule, ...]:
@@ -332,7 +399,18 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
     extensions = _extensions(usable, origins, diagnostics)
     trust = _trust(usable, origins, diagnostics)
     audit = _audit(usable, origins, diagnostics)
+    required = [
+        f
+        for f, allowed in usable
+        if "sandbox" in allowed and f.file.sandbox and f.file.sandbox.required
+    ]
+    if required:
+        origins.append(
+            ValueOrigin("sandbox.required", True, required[0].tier, (str(required[0].path),))
+        )
     return Policy(
+        sandbox_required_by=str(required[0].path) if required else None,
+        has_sandbox_section=any("sandbox" in allowed for _, allowed in usable),
         tiers=tiers,
         sandbox=sandbox,
         extensions=extensions,

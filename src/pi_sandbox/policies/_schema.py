@@ -291,7 +291,14 @@ class EnvironmentSection(_Strict):
 
 
 class SandboxSection(_Strict):
-    """The ``sandbox`` section: the input to every worker's sandbox profile."""
+    """The ``sandbox`` section: the input to every worker's sandbox profile.
+
+    ``required: true`` makes every run under this policy sandboxed, as if
+    ``--sandbox`` were given (a run that cannot sandbox then stops); without it the
+    rest of the section only applies to runs with ``--sandbox``.
+    """
+
+    required: StrictBool = False
 
     filesystem: Annotated[FilesystemSection, BeforeValidator(_not_null)] = FilesystemSection()
     network: Annotated[NetworkSection, BeforeValidator(_not_null)] = NetworkSection()

@@ -59,6 +59,7 @@ class RunOptions:
     home: Path = field(default_factory=Path.home)
     audit_log: Path | None = None
     ci: bool = False
+    notices: list[str] = field(default_factory=list)  # shown once the run starts
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
     extra_managed_policy_dirs: tuple[Path, ...] = ()
 
@@ -256,6 +257,16 @@ def _load_policy(options: RunOptions) -> _Start:
             )
         audit_paths.append(path)
     _check_limits_fit(policy)
+    if policy.sandbox_required_by is not None and not options.sandbox:
+        options.sandbox = True  # the policy's sandbox.required (issue 4 review)
+        options.notices.append(
+            f"policy {policy.sandbox_required_by} requires the sandbox: this run is sandboxed"
+        )
+    elif policy.has_sandbox_section and not options.sandbox:
+        options.notices.append(
+            "the policy's sandbox section applies only to sandboxed runs (--sandbox, --ci, "
+            "or sandbox.required: true in the policy); this run is not sandboxed"
+        )
     store = PolicyStore(locations, policy)
     return _Start(policy, store, trust, trust_source, audit_paths)
 
@@ -357,7 +368,11 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 "reason": why,
             }
         )
-    notices = [*(f"Policy: {line}" for line in policy.diagnostics), *notices]
+    notices = [
+        *options.notices,
+        *(f"Policy: {line}" for line in policy.diagnostics),
+        *notices,
+    ]
     settings = policy.sandbox
     if options.ci and not policy.workspace_write_granted:
         # CI mode: a read-only workspace unless a managed or user policy grants it.
