@@ -392,6 +392,7 @@ AUDIT_RECORDS = (
     "extension",
     "policy",
     "device_repaired",
+    "run",
 )
 """The audit record kinds (the ``event`` field of each line)."""
 

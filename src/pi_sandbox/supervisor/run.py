@@ -629,6 +629,17 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             writer.close()
     if getattr(output, "failed", False):
         status = status or 1
+    # The last record: a log without it was cut short (crash, kill, full disk).
+    audit.record(
+        {
+            "event": "run",
+            "action": "end",
+            "exit_status": EXIT_DENIED
+            if options.ci and status == 0 and pipeline is not None and pipeline.denied
+            else status,
+            "denied": pipeline.denied if pipeline is not None else 0,
+        }
+    )
     if options.ci and status == 0 and pipeline is not None and pipeline.denied:
         print(
             f"pi: CI mode: the policy denied {pipeline.denied} tool call(s) (exit 3); "
