@@ -527,8 +527,9 @@ def test_allow_lists_intersect(files):
 
 
 def test_a_project_allow_list_cannot_admit_what_a_higher_allow_list_excludes(files):
-    files.managed("version: 1\nextensions: {allow: [a]}\n")
-    files.set_project("version: 1\nextensions: {allow: [a, z]}\n")
+    # Path patterns: a bare name cannot admit a project extension (name spoofing).
+    files.managed("version: 1\nextensions: {allow: ['*/e/a.py']}\n")
+    files.set_project("version: 1\nextensions: {allow: ['*/e/a.py', '*/e/z.py']}\n")
     rules = files.load().extensions
     assert rules.refusal("a", Path("/e/a.py"), "project") is None
     assert rules.refusal("z", Path("/e/z.py"), "project") is not None
@@ -570,8 +571,8 @@ def test_capability_false_wins_across_tiers_and_entries(files):
         """
     )
     rules = files.load().extensions
-    quiet = rules.capabilities_for("quiet", Path("/e/quiet.py"))
-    other = rules.capabilities_for("other", Path("/e/other.py"))
+    quiet = rules.capabilities_for("quiet", Path("/e/quiet.py"), "user")
+    other = rules.capabilities_for("other", Path("/e/other.py"), "user")
     assert (quiet["exec"], quiet["network"], quiet["override_builtin_tools"]) == (
         False,
         False,

@@ -57,10 +57,19 @@ MAX_EXTENSION_RESTARTS = 2
 
 @dataclass(frozen=True)
 class ExtensionSource:
-    """An extension found on disk: its canonical path and where it came from."""
+    """An extension found on disk: its canonical path and where it came from.
+
+    Attributes:
+        path: the canonical path (symlinks resolved); what is loaded.
+        origin: ``"cli"``, ``"user"`` or ``"project"``.
+        discovered: the path it was found at, before symlinks were resolved (a
+            ``.pi/extensions/helper.py`` linking elsewhere); None when unknown.
+            Policy patterns are matched against both paths.
+    """
 
     path: Path
     origin: Origin
+    discovered: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -155,22 +164,41 @@ def discover_extensions(
 ) -> tuple[list[ExtensionSource], list[str]]:
     """Find extensions in load order: ``-e`` paths, project ``.pi/extensions``, user extensions.
 
-    ``--no-extensions`` disables discovery but not explicit ``-e`` paths. Project
-    extensions load only with trust ``yes`` or ``sandboxed`` (DESIGN §8); otherwise
-    they are skipped and a notice says so. Duplicates (same canonical path) load once.
-    The policy's ``extensions`` section (``rules``) refuses extensions by name or
-    path glob, and project extensions as a whole (issue 4); each refusal is a
-    notice naming the policy file, and is appended to ``refused``.
+    ``--no-extensions`` disables discovery but not explicit ``-e`` paths. An ``-e``
+    path inside ``<cwd>/.pi/extensions`` (as given or once symlinks are resolved)
+    is a project extension, not a ``cli`` one. Project extensions load only with
+    trust ``yes`` or ``sandboxed`` (DESIGN §8); otherwise they are skipped and a
+    notice says so. Duplicates (same canonical path) load once, at the first
+    position, with the most trusted origin that found them (``cli``, ``user``,
+    ``project``): a repository linking the user's own extension into
+    ``.pi/extensions`` cannot make it a project extension. The policy's
+    ``extensions`` section (``rules``) refuses extensions by name or path glob,
+    matched against both the discovered and the canonical path, and project
+    extensions as a whole (issue 4); each refusal is a notice naming the policy
+    file, and is appended to ``refused``.
 
     Returns:
         ``(sources, notices)``; notices are human-readable lines for the user.
     """
-    candidates: list[ExtensionSource] = [ExtensionSource(Path(p), "cli") for p in cli_paths]
+    project_dir = cwd / ".pi" / "extensions"
+    trusted = project_trust in ("yes", "sandboxed")
+    candidates: list[ExtensionSource] = []
     notices: list[str] = []
+    for given in cli_paths:
+        found = Path(os.path.abspath(given))
+        if not _inside_project_extensions(found, project_dir):
+            candidates.append(ExtensionSource(found, "cli", found))
+        elif trusted:
+            candidates.append(ExtensionSource(found, "project", found))
+        else:
+            notices.append(
+                f"Skipped -e {given}: it is a project extension (in {project_dir}) and the "
+                "project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load it."
+            )
     if not no_extensions:
-        project = _extension_entries(cwd / ".pi" / "extensions")
-        if project and project_trust in ("yes", "sandboxed"):
-            candidates += [ExtensionSource(p, "project") for p in project]
+        project = _extension_entries(project_dir)
+        if project and trusted:
+            candidates += [ExtensionSource(p, "project", p) for p in project]
         elif project:
             names = ", ".join(p.name for p in project)
             notices.append(
@@ -178,17 +206,27 @@ def discover_extensions(
                 "the project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load them."
             )
         candidates += [
-            ExtensionSource(p, "user") for p in _extension_entries(agent_dir / "extensions")
+            ExtensionSource(p, "user", p) for p in _extension_entries(agent_dir / "extensions")
         ]
-    seen: set[Path] = set()
-    sources = []
+    # One source per canonical path: the first position, the most trusted finder.
+    rank = {"cli": 0, "user": 1, "project": 2}
+    chosen: dict[Path, ExtensionSource] = {}
     for candidate in candidates:
         canonical = Path(os.path.realpath(candidate.path))
-        if canonical in seen:
-            continue
-        seen.add(canonical)
-        source = ExtensionSource(canonical, candidate.origin)
-        why = rules.refusal(extension_name(canonical), canonical, source.origin) if rules else None
+        source = ExtensionSource(canonical, candidate.origin, candidate.discovered)
+        best = chosen.get(canonical)
+        if best is None or rank[source.origin] < rank[best.origin]:
+            chosen[canonical] = source
+    sources = []
+    for source in chosen.values():
+        canonical = source.path
+        why = (
+            rules.refusal(
+                extension_name(canonical), canonical, source.origin, discovered=source.discovered
+            )
+            if rules
+            else None
+        )
         if why is not None:
             notices.append(f"Refused {source.origin} extension {canonical}: {why}")
             if refused is not None:
@@ -196,6 +234,18 @@ def discover_extensions(
             continue
         sources.append(source)
     return sources, notices
+
+
+def _inside_project_extensions(path: Path, project_dir: Path) -> bool:
+    """Whether ``path`` (absolute) is in ``project_dir``, as given or once symlinks
+    of either are resolved."""
+    pairs = (
+        (path, project_dir),
+        (Path(os.path.realpath(path)), Path(os.path.realpath(project_dir))),
+        (path, Path(os.path.realpath(project_dir))),
+        (Path(os.path.realpath(path)), project_dir),
+    )
+    return any(p == d or p.is_relative_to(d) for p, d in pairs)
 
 
 def extension_name(path: Path) -> str:
@@ -307,7 +357,9 @@ class WorkerPool:
     def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
         """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""
         rules = self.config.extension_rules or ExtensionRules()
-        return rules.capabilities_for(extension_name(source.path), source.path, source.origin)
+        return rules.capabilities_for(
+            extension_name(source.path), source.path, source.origin, discovered=source.discovered
+        )
 
     def repair_host_devices(self) -> list[str]:
         """Undo mode changes a root-run sandbox made to the host's bound device nodes
@@ -402,10 +454,15 @@ class WorkerPool:
         self.tool_worker.tool_updates = on_tool_update
         slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
 
+        # A sandboxed-trust project extension's tool_call hook may rewrite the input of
+        # any tool, an extension's included: every extension worker then runs
+        # sandboxed too, like the tool worker (non-project ones with role "extension").
+        all_sandboxed = self._needs_bwrap(sources)
+
         async def start_extension(index: int, source: ExtensionSource) -> None:
             # sandboxed trust runs project code under the strictest profile even without --sandbox.
             untrusted = source.origin == "project" and self.config.project_trust == "sandboxed"
-            sandboxed = self.config.sandbox or untrusted
+            sandboxed = all_sandboxed or untrusted
             capabilities = self.capabilities(source)
             spec = self._spec(
                 f"extension {source.path}",
