@@ -234,7 +234,7 @@ def test_trust_sandboxed_without_sandbox_runs_the_tools_a_project_hook_steers_in
     )
     assert proc.returncode == 0, proc.stderr
     assert "input changed by a tool_call hook" in proc.stderr
-    assert "Tools run in the sandbox too" in proc.stderr
+    assert "Tools and every extension run in the sandbox too" in proc.stderr
     sessions = "".join(p.read_text() for p in (tmp_path / "agent").rglob("*.jsonl"))
     for output in (proc.stdout, proc.stderr, sessions):
         assert SENTINEL not in output

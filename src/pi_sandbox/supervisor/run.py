@@ -498,8 +498,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     await output(
                         {
                             "type": "notice",
-                            "message": "Tools run in the sandbox too: project extensions loaded with "
-                            "--trust sandboxed can steer tool calls",
+                            "message": "Tools and every extension run in the sandbox too: project "
+                            "extensions loaded with --trust sandboxed can steer tool calls",
                         }
                     )
                 for source, worker in pool.extensions:
