@@ -212,7 +212,7 @@ def test_an_audit_log_inside_the_workspace_is_neither_readable_nor_writable(tmp_
         assert f"{attempt}=0" not in out
     records = [json.loads(line) for line in log.read_text().splitlines()]
     events = {r["event"] for r in records}
-    assert events == {"policy", "trust", "sandbox_profile", "tool_call", "tool_call_outcome"}
+    assert events == {"policy", "trust", "sandbox_profile", "tool_call", "tool_call_outcome", "run"}
     assert "egress" not in events  # nothing forged
     assert '"sandbox_profile"' not in out  # not readable inside either
 

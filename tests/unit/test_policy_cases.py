@@ -520,6 +520,51 @@ SHELL_CASES = [
     ("git --no-pager push", "deny"),
     ("git -P status", "ask"),  # the words as written are not what the allow names
     ("git -c core.fsmonitor=./evil status", "ask"),  # -c configures what git runs
+    # Array subscripts in variable names and arithmetic run code (security review).
+    ("x='a[$'\"(rm victim1)]\"; echo $((x))", "ask"),
+    ("printf -v 'a[$(rm victim2)]' x", "ask"),
+    ("read 'a[$(rm x)]' <<< hi", "ask"),
+    ("[ -v 'a[$(rm x)]' ]", "ask"),
+    ("test -v 'a[$(rm x)]'", "ask"),
+    ("x='a[$(rm x)]'; b[x]=1; echo", "ask"),
+    ("declare -n r='a[$(rm x)]'; echo $r", "ask"),
+    ("mapfile 'a[$(rm x)]' < f", "ask"),
+    ("wait -p 'a[$(rm x)]'", "ask"),
+    ("x=$'a\\x5b\\x24(rm v)]'; (( x )); echo", "ask"),
+    ("x='\\044(rm v)'; echo ${x@P}", "ask"),
+    ("for ((i=0;i<3;i++)); do echo $i; done", "allow"),
+    ('echo "${#x}" $((2*3))', "allow"),
+    ("[[ -n $x ]] && echo y", "allow"),
+    # Variables that point programs at configuration naming code (security review).
+    ("HOME=. git status", "ask"),
+    ("XDG_CONFIG_HOME=. git status", "ask"),
+    ("GIT_CONFIG_GLOBAL=./x git status", "ask"),
+    ("ZDOTDIR=. ls", "ask"),
+    ("export HOME=/tmp; git status", "ask"),
+    ("printf -v PATH '%s' x; ls", "ask"),
+    ("read PATH < f; ls", "ask"),
+    ("mapfile PATH < f; ls", "ask"),
+    ("declare PATH; ls", "ask"),
+    ("declare -n p=PATH; p=.; ls", "ask"),
+    ("let IFS=1; ls", "ask"),
+    ("for PATH in .; do ls; done", "ask"),
+    ("read -r line < f; echo ok", "ask"),  # read itself is not allowed
+    ("for f in a b; do echo $f; done", "allow"),
+    # Shells reading their script from a pipe; runners of another command.
+    ("echo 'git push origin main' | bash", "ask"),
+    ("echo rm x | sh -s", "ask"),
+    ("echo rm x | sh", "ask"),
+    ("bash <(echo rm x)", "ask"),
+    ("source <(echo rm x)", "ask"),
+    (". <(echo rm x)", "ask"),
+    ("flock /tmp/l rm x", "ask"),
+    ("watch rm x", "ask"),
+    ("fish -c 'rm x'", "ask"),
+    ("script -c 'rm x'", "ask"),
+    ("strace rm x", "ask"),
+    ("unshare -r rm x", "ask"),
+    ("doas rm x", "deny"),
+    ("chroot / rm x", "deny"),
 ]
 
 

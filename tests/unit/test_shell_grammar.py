@@ -225,6 +225,37 @@ UNPARSEABLE: list[tuple[str, str]] = [
     ("{ sh; } <<EOF\nrm x\nEOF", "here-document or here-string is the script of sh"),
     ("cat <<EOF | sh\nrm x\nEOF", "here-document or here-string is the script of sh"),
     ("source /dev/stdin <<< 'rm x'", "sourced by source"),
+    # a shell reading its script from a pipe or a process substitution
+    ("echo rm x | sh -s", "the script of sh is read from standard input or a pipe"),
+    ("echo rm x | bash -", "the script of bash is read from standard input or a pipe"),
+    ("echo rm x | bash /dev/stdin", "the script of bash is read from standard input or a pipe"),
+    ("bash <(echo rm x)", "the script of bash is read from standard input or a pipe"),
+    ("sudo sh <(echo rm x)", "the script of sh is read from standard input or a pipe"),
+    ("source <(echo rm x)", "the script sourced by source is read from a pipe"),
+    (". <(echo rm x)", "the script sourced by . is read from a pipe"),
+    ("echo rm x | source /dev/stdin", "the script sourced by source is read from a pipe"),
+    # programs that run a command this parser does not unwrap
+    ("flock /tmp/l rm x", "flock runs a command"),
+    ("watch rm x", "watch runs a command"),
+    ("fish -c 'rm x'", "fish runs a command"),
+    ("script -qc 'rm x' /dev/null", "script runs a command"),
+    ("strace -f rm x", "strace runs a command"),
+    ("systemd-run --user rm x", "systemd-run runs a command"),
+    ("env valgrind rm x", "valgrind runs a command"),
+    # values that bash evaluates again as code (array subscripts in names)
+    ("x='a[$'\"(rm v)]\"; echo $((x))", "a later evaluation"),
+    ("printf -v 'a[$(rm v)]' x", "a later evaluation"),
+    ("read 'a[$(rm v)]' <<< hi", "a later evaluation"),
+    ("[ -v 'a[$(rm v)]' ]", "a later evaluation"),
+    ("test -v 'a[`rm v`]'", "a later evaluation"),
+    ("x='a[$(rm v)]'; b[x]=1; echo", "a later evaluation"),
+    ("declare -n r='a[$(rm v)]'; echo $r", "a later evaluation"),
+    ("mapfile 'a[$(rm v)]' < f", "a later evaluation"),
+    ("wait -p 'a[\\$(rm v)]'", "a later evaluation"),
+    ("x=$'a\\x5b\\x24(rm v)]'; (( x ))", "a later evaluation"),
+    ("y='$x'; x=\"a[${y%x}(rm v)]\"; (( x ))", "a later evaluation"),
+    ("x=${BASH_EXECUTION_STRING##*#}; echo $((x)) # a[$(rm v)]", "a later evaluation"),
+    ("x='\\044(rm v)'; echo ${x@P}", "a later evaluation"),
     ('bash -c "$SCRIPT"', "the script of bash -c is computed at run time"),
     ('sh -c "rm $x"', "the script of sh -c is computed at run time"),
     ('eval "$(ssh-agent -s)"', "the script of eval is computed at run time"),
@@ -293,7 +324,23 @@ def test_an_assignment_value_loses_its_quotes():
             ("node",),
             ("NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "LD_AUDIT"),
         ),
-        ("AWS_PROFILE=prod HOME=/x aws", ("aws",), ()),
+        ("AWS_PROFILE=prod HOME=/x aws", ("aws",), ("HOME",)),
+        (
+            "XDG_CONFIG_HOME=. ZDOTDIR=. git status",
+            ("git", "status"),
+            ("XDG_CONFIG_HOME", "ZDOTDIR"),
+        ),
+        # builtins that assign a variable named in their arguments
+        ("printf -v PATH '%s' x; ls", ("ls",), ("PATH",)),
+        ("read PATH < f; ls", ("ls",), ("PATH",)),
+        ("mapfile -t IFS < f; ls", ("ls",), ("IFS",)),
+        ("declare PATH; export LD_PRELOAD; ls", ("ls",), ("PATH", "LD_PRELOAD")),
+        ("declare -n r=PATH; r=/x; ls", ("ls",), ("PATH",)),
+        ("builtin read HOME; ls", ("ls",), ("HOME",)),
+        ("let IFS=1; ls", ("ls",), ("IFS",)),
+        ("(( PATH=1 )); ls", ("ls",), ("PATH",)),
+        ("for PATH in /tmp; do ls; done", ("ls",), ("PATH",)),
+        ("read -r line < f; ls", ("ls",), ()),
         ("PATH+=:/x ls", ("ls",), ("PATH",)),
         # the environment given by env/sudo, and the one a wrapper passes on
         ("env LD_PRELOAD=x rm y", ("rm", "y"), ("LD_PRELOAD",)),
@@ -427,3 +474,27 @@ def test_parsers_are_safe_to_use_from_several_threads():
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_a_script_tree_sitter_would_chew_on_for_seconds_is_unparseable_quickly():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(UnparseableCommand, match="parsing took longer"):
+        parse_command("((a" * 20000)
+    assert time.monotonic() - started < 5  # unbounded, this input takes ~20 s
+    assert [c.argv for c in parse_command("echo hi && ls")] == [("echo", "hi"), ("ls",)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "printf 'version: [garbage' > p && read -r _ _ _ target _ < /proc/$PPID/stat && echo $target",
+        "export X=$(pwd); [ -d x ] && echo y",
+        'read -r line < f; echo "$(date) [x]"',
+        "printf '%s [x]\\n' \"$(git rev-parse HEAD)\"",
+        "if [ -f x ]; then echo $(cat x); fi",
+    ],
+)
+def test_everyday_commands_are_not_mistaken_for_re_evaluated_code(command):
+    assert parse_command(command)  # parses: no UnparseableCommand

@@ -57,12 +57,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tree_sitter import Node, Parser
+    from tree_sitter import Node, Parser, Tree
 
 __all__ = [
     "DANGEROUS_VARIABLES",
@@ -103,6 +104,29 @@ DANGEROUS_VARIABLES = frozenset(
         "IFS",
         "PS4",
         "PROMPT_COMMAND",
+        # Where programs find their configuration, which can name code to run
+        # (git reads ~/.gitconfig and $XDG_CONFIG_HOME/git/config: core.fsmonitor,
+        # core.pager, aliases ...).
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_CONFIG_DIRS",
+        "ZDOTDIR",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PERLLIB",
+        "PERL5DB",
+        "GCONV_PATH",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        # Programs that run these as commands.
+        "PAGER",
+        "MANPAGER",
+        "EDITOR",
+        "VISUAL",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "SSH_ASKPASS",
+        "SUDO_ASKPASS",
     }
 )
 """Environment variables that change which code a command runs (issue 4 Matching).
@@ -184,12 +208,25 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
     """
     if len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
         raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
-    if _REEVALUATION.search(text) and _DORMANT_CODE.search(text):
+    if _PROMPT_EXPANSION.search(text) or (
+        _REEVALUATION.search(text)
+        and _DORMANT_CODE.search(text)
+        and (_has_bracket(text) or _DORMANT_CODE_ALONE.search(text))
+    ):
         raise UnparseableCommand(
             "a quoted or escaped command substitution can be run by a later evaluation "
-            "(arithmetic, ${!x}, ${x@P}, [[ ]], declare)"
+            "(arithmetic, ${!x}, ${x@P}, [[ ]], declare, printf -v, read, test -v)"
         )
     walker = _Walker()
+    # Dangerous variables set where the walk does not see a name: arithmetic
+    # (``(( PATH=1 ))``, ``let IFS=2``) and loop variables (``for PATH in ...``).
+    # Over-approximated: they count for every command of the text.
+    names = [m.group(1) for m in _LOOP_VARIABLE.finditer(text)]
+    if _ARITHMETIC.search(text):
+        names += [m.group(1) or m.group(2) for m in _ARITHMETIC_ASSIGNED.finditer(text)]
+    for name in names:
+        if _is_dangerous(name):
+            walker.set_dangerous.setdefault(name)
     walker.script(text, ())
     return tuple(walker.out)
 
@@ -201,15 +238,94 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
 # runs prompt expansion. A value the parser sees only as inert text (a substitution
 # inside single quotes, escaped, or spelled with ANSI-C escapes) then runs.
 # Both markers together make a text unparseable (adversarial review, issue 4).
+# Bash also evaluates an array subscript in a variable *name* taken from a value:
+# ``printf -v NAME``, ``read NAME``, ``mapfile NAME``, ``wait -p NAME``, ``getopts
+# OPTS NAME``, ``unset NAME``, ``test -v NAME`` / ``[ -v NAME ]``, declarations and
+# namerefs (``declare -n r='a[$(cmd)]'``), and ``b[x]=1`` / ``a=([x]=1)``, whose
+# subscript is arithmetic. Such code only runs through a subscript, so it needs a
+# ``[`` (``_BRACKET``), except for the evaluations in ``_DORMANT_CODE_ALONE``.
 _REEVALUATION = re.compile(
-    r"\$\(\(|\(\(|\$\[|\blet\b|\$\{!|@P\}|\[\[|\b(?:declare|typeset|local|readonly|export)\s+-\w*[iaA]"
-    r"|\$\{[A-Za-z_][A-Za-z0-9_]*(?:\[|:)"
+    r"\$\(\(|\(\(|\$\[|\$\{!|\[\[|\blet\b"
+    # A NAME operand is evaluated only through a subscript: a ``[`` (or its escape)
+    # in the same simple command, or a nameref. Narrow on purpose: ``read -r line``,
+    # ``printf '%s'``, ``export X=$(pwd)`` are everyday commands.
+    r"|\b(?:read|mapfile|readarray|getopts|unset)\b[^;&|\n]*(?:\[|\\x0*5[bB]|\\0*133)"
+    r"|\bprintf\s+-v\b|\bwait\s+-\w*p"
+    r"|(?<!\S)-[vR]\s+[^;&|\n\]]*\["  # test -v 'a[...]', [ -v 'a[...]' ]
+    r"|\b(?:declare|typeset|local|readonly|export)\s+-\w*[niaA]"
+    r"|\b(?:declare|typeset|local|readonly|export)\b[^;&|\n]*\w\["
+    r"|\]\+?="  # b[x]=1, a=([x]=1)
+    r"|\$\{[#!]?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[|:)"
 )
+# ``${x@P}`` runs prompt expansion, which decodes ``\044`` and ``\$`` and then runs
+# command substitutions: never read with confidence.
+_PROMPT_EXPANSION = re.compile(r"@P\}")
+# Code the parser does not see run now, or the makings of it: any command
+# substitution or backtick (their output, or the text itself through
+# ${BASH_EXECUTION_STRING} / declare -f), a ``$`` that starts no expansion
+# (``$'``, ``$"``, ``'$'``, ``\$``), a ``$`` in single quotes, ``$`` or a backtick
+# spelled as an escape (``$'\x24'``, ``echo -e '\044'``, ``printf '\44'``), and a
+# slice or pattern expansion that can cut a ``$`` out of a value.
 _DORMANT_CODE = re.compile(
+    r"\$\(|`"
+    r"|\$(?![A-Za-z0-9_{@*#?!$(-])"
+    r"|\\\$"
+    r"|'[^']*\$"
+    r"|\\(?:x0*(?:24|60)|0*(?:44|140)|[uU]0*(?:24|60))"
+    r"|\$\{[#!]?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[[^]]*\])?(?::|#|%|/|\^|,|@)"
+)
+# A ``[`` in the text or spelled as an escape (``$'\x5b'``, ``\133``).
+_BRACKET = re.compile(r"\[|\\(?:x0*5[bB]|0*133|[uU]0*5[bB])")
+# The ``[[``/``]]`` of a test command, in a text whose words cannot carry them
+# into a value (no quoting, escapes, comments, here-documents or ``${...}``).
+_KEYWORD_BRACKETS = re.compile(r"(?:^|(?<=[\s;&|(]))(?:\[\[|\]\])(?=\s|$)")
+_QUOTING = re.compile(r"['\"\\#]|<<|\$\{")
+
+
+def _has_bracket(text: str) -> bool:
+    if not _QUOTING.search(text):
+        text = _KEYWORD_BRACKETS.sub(" ", text)
+    return _BRACKET.search(text) is not None
+
+
+# Dormant code that a later evaluation runs without a subscript: the inert
+# spellings the previous check caught whatever the evaluation.
+_DORMANT_CODE_ALONE = re.compile(
     r"'[^']*(?:\$\(|`)[^']*'"  # '...$(...' or '...`...'
     r"|\\\$\\?\(|\\`"  # \$(  \$\(  \`
     r"|\$'[^']*\\(?:x24|044|u0024|U00000024|x60|140)"  # $'\x24(' ANSI-C spellings
 )
+# An assignment inside arithmetic (``(( PATH=1 ))``, ``let IFS++``) and a loop
+# variable (``for PATH in ...``): see `parse_command`.
+_ARITHMETIC = re.compile(r"\(\(|\$\[|\blet\b")
+_ARITHMETIC_ASSIGNED = re.compile(
+    r"\b([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[[^]]*\])?\s*(?:(?:[-+*/%&|^]|<<|>>)?=(?!=)|\+\+|--)"
+    r"|(?:\+\+|--)\s*([A-Za-z_][A-Za-z0-9_]*)"
+)
+_LOOP_VARIABLE = re.compile(r"\b(?:for|select)\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+PARSE_TIMEOUT_S = 0.25
+"""Longest tree-sitter may take on one script (seconds): some inputs of a few dozen
+KiB (``((a`` repeated) take it tens of seconds, on the supervisor's event loop."""
+
+
+def _parse_bounded(src: bytes) -> Tree:
+    """``_parser().parse(src)``, abandoned after `PARSE_TIMEOUT_S`.
+
+    Raises:
+        UnparseableCommand: the parse ran out of time (fail closed).
+    """
+    parser = _parser()
+    deadline = time.monotonic() + PARSE_TIMEOUT_S
+    try:
+        return parser.parse(
+            lambda offset, _point: src[offset : offset + 65536],
+            progress_callback=lambda *_: time.monotonic() > deadline,
+        )
+    except ValueError as exc:
+        parser.reset()  # else the next parse would resume this one
+        raise UnparseableCommand(f"parsing took longer than {PARSE_TIMEOUT_S:g} s") from exc
 
 
 # ----------------------------------------------------------------------------
@@ -702,13 +818,18 @@ def _shell_script(argv: Sequence[_Word]) -> tuple[_Word | None, bool]:
     """Return ``(SCRIPT, reads_stdin)`` for a shell's argv.
 
     ``SCRIPT`` is the word after ``-c`` (None without ``-c``); ``reads_stdin`` is
-    whether the shell reads its script from standard input (no ``-c``, no file).
+    whether the shell reads its script from standard input or a pipe (no ``-c``
+    and no file, ``-s``, ``-``, ``/dev/stdin``, a process substitution ``<(...)``).
     """
     has_c = has_s = False
     i = 1
     while i < len(argv):
         word = argv[i].text
-        if word in ("--", "-"):
+        if word in ("--version", "--help") and not has_c:
+            return None, False
+        if word == "-":
+            return None, True
+        if word == "--":
             i += 1
             break
         if word.startswith("--"):
@@ -723,7 +844,33 @@ def _shell_script(argv: Sequence[_Word]) -> tuple[_Word | None, bool]:
         break
     if has_c:
         return (argv[i] if i < len(argv) else None), False
-    return None, has_s or i >= len(argv)
+    return None, has_s or i >= len(argv) or _reads_pipe(argv[i])
+
+
+def _reads_pipe(word: _Word) -> bool:
+    """Whether a script file name is standard input, a process substitution or a
+    file descriptor (its contents are not in the text)."""
+    text = word.text
+    return (
+        text in _STDIN_SCRIPTS
+        or text.startswith(("<(", ">(", "/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"))
+        or (word.dynamic and "<(" in text)
+    )
+
+
+def _variables_set(argv: Sequence[_Word]) -> Iterator[str]:
+    """The variable names a `_SETS_VARIABLES` builtin may assign: each argument
+    that is a name (``PATH``, ``a[1]``, ``PATH=x``, ``PATH+=x``; for ``let`` every
+    name assigned in its expressions)."""
+    if argv[0].text == "let":
+        for word in argv[1:]:
+            for match in _ARITHMETIC_ASSIGNED.finditer(word.text):
+                yield match.group(1) or match.group(2)
+        return
+    for word in argv[1:]:
+        match = _ASSIGNMENT.match(word.text + "=")
+        if match:
+            yield match.group(1)
 
 
 def _su_script(argv: Sequence[_Word]) -> _Word | None:
@@ -764,10 +911,103 @@ def _xargs_replace(argv: Sequence[_Word]) -> str:
     return "{}"
 
 
+# Programs that run a command given in their arguments (or read from their input)
+# that `_unwrap` does not find: any use but asking for help or the version is
+# unparseable (fail closed).
+_OPAQUE_RUNNERS = frozenset(
+    {
+        "flock",
+        "script",
+        "watch",
+        "chrt",
+        "setpriv",
+        "unshare",
+        "strace",
+        "ltrace",
+        "sg",
+        "newgrp",
+        "fish",
+        "tcsh",
+        "csh",
+        "pkexec",
+        "runuser",
+        "numactl",
+        "nsenter",
+        "firejail",
+        "systemd-run",
+        "valgrind",
+        "setarch",
+        "linux32",
+        "linux64",
+        "prlimit",
+        "fakeroot",
+        "faketime",
+        "eatmydata",
+        "proot",
+        "bwrap",
+        "cgexec",
+        "catchsegv",
+        "unbuffer",
+        "rlwrap",
+        "dbus-run-session",
+        "xvfb-run",
+        "tini",
+        "dumb-init",
+        "chpst",
+        "setuidgid",
+        "envdir",
+        "softlimit",
+        "proxychains",
+        "proxychains4",
+        "torsocks",
+        "trickle",
+        "nocache",
+        "cpulimit",
+        "parallel",
+        "at",
+        "batch",
+        "toybox",
+    }
+)
+_ONLY_INFORMATION = frozenset({"--help", "--version", "-h", "-V"})
+# Builtins that assign the variables named in their arguments (``printf -v NAME``,
+# ``read NAME``, ``mapfile NAME``, ``declare NAME``, ``let NAME=1`` ...).
+_SETS_VARIABLES = frozenset(
+    {
+        "printf",
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "wait",
+        "let",
+        "declare",
+        "typeset",
+        "local",
+        "readonly",
+        "export",
+        "unset",
+    }
+)
+# A script file name that reads the shell's standard input or a pipe.
+_STDIN_SCRIPTS = frozenset({"-", "/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"})
+
 # Programs whose arguments `_Walker._emit` looks into: any other program is only
 # recorded.
 _RUNS_OTHER_CODE = frozenset(
-    {*_WRAPPERS, *_SHELLS, "source", ".", "su", "eval", "trap", "find", "git"}
+    {
+        *_WRAPPERS,
+        *_SHELLS,
+        *_OPAQUE_RUNNERS,
+        *_SETS_VARIABLES,
+        "source",
+        ".",
+        "su",
+        "eval",
+        "trap",
+        "find",
+        "git",
+    }
 )
 
 # git's global options (before the subcommand): those that take the next word as
@@ -996,7 +1236,7 @@ class _Walker:
         src = text.encode("utf-8", "surrogatepass")
         if len(src) > MAX_INPUT_BYTES:
             raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
-        tree = _parser().parse(src)
+        tree = _parse_bounded(src)
         root = tree.root_node
         if root.has_error:
             raise UnparseableCommand(_syntax_error(root))
@@ -1191,8 +1431,13 @@ class _Walker:
             elif child.type == "variable_assignment":
                 argv.append(_Word(_assignment_text(child, src)))
                 self._note_assignment(child)
+                target = argv[-1].text.partition("=")[2]
+                if _is_dangerous(target):  # `declare -n r=PATH; r=x` sets PATH
+                    self.set_dangerous.setdefault(target)
             elif child.type == "variable_name":
                 argv.append(_Word(_text(child, src)))
+                if _is_dangerous(argv[-1].text):  # `export PATH`, `declare -n PATH`
+                    self.set_dangerous.setdefault(argv[-1].text)
             elif child.type not in ("comment", *_REDIRECTS):
                 argv.append(_decode([child], src))
         self.out.append(
@@ -1297,6 +1542,16 @@ class _Walker:
         name = program.text.rpartition("/")[2]  # posixpath.basename
         if name not in _RUNS_OTHER_CODE:
             return
+        if name in _OPAQUE_RUNNERS:
+            if len(argv) == 2 and argv[1].text in _ONLY_INFORMATION:
+                return
+            raise UnparseableCommand(f"{name} runs a command this parser does not find")
+        if name in _SETS_VARIABLES:
+            # `printf -v PATH x; ls` sets PATH like `PATH=x; ls` does.
+            for variable in _variables_set(argv):
+                if _is_dangerous(variable):
+                    self.set_dangerous.setdefault(variable)
+            return
         if name in _WRAPPERS:
             if name in ("time", "coproc") and any(w.text in _RESERVED for w in argv[1:3]):
                 raise UnparseableCommand(f"{name} before a compound command")
@@ -1319,9 +1574,17 @@ class _Walker:
                 )
             elif reads_stdin and here:
                 raise UnparseableCommand(f"a here-document or here-string is the script of {name}")
-        elif name in ("source", ".") and here and len(argv) > 1:
-            if argv[1].text in ("/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"):
+            elif reads_stdin and len(argv) > 1:
+                # A bare `sh` is left to the rules for `sh` (issue 4 case 1:
+                # `echo ok | sh` is the default's, sh uncovered).
+                raise UnparseableCommand(
+                    f"the script of {name} is read from standard input or a pipe"
+                )
+        elif name in ("source", ".") and len(argv) > 1:
+            if here and argv[1].text in _STDIN_SCRIPTS:
                 raise UnparseableCommand(f"a here-document or here-string is sourced by {name}")
+            if _reads_pipe(argv[1]):
+                raise UnparseableCommand(f"the script sourced by {name} is read from a pipe")
         elif name == "su":
             script = _su_script(argv)
             if script is not None:

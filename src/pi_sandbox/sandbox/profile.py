@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
+import shlex
+import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -811,6 +815,14 @@ def _protected_paths(
                 continue
             if even_if_missing or os.path.lexists(candidate):
                 protected.append(candidate)
+    if roots:
+        # Files the repositories' git config makes git run or read on the host
+        # (core.hooksPath, include.path, core.fsmonitor …), when a tool could write
+        # them. The workspace is read too: read-only, it can still point into a
+        # writable root.
+        repos = list(dict.fromkeys([os.path.realpath(workspace), *roots]))
+        for kind, target in _git_config_targets(repos, home=home_real):
+            _protect_git_target(target, kind, roots, protected)
     for path in settings.deny_write:
         given = resolve_policy_path(path, workspace=workspace, home=home)
         absolute = os.path.realpath(given)
@@ -819,6 +831,259 @@ def _protected_paths(
             _refuse_hard_links(absolute, f"sandbox.filesystem.deny_write: {path!r}")
             protected.append(absolute)
     return list(dict.fromkeys(protected))
+
+
+# Git config keys that name a file git later runs or reads on the host: a hooks
+# directory, included config files (which may set anything, core.fsmonitor too) and
+# commands. Matched against lower-cased keys (section and variable names are
+# case-insensitive; an includeIf condition is not, but is not looked at).
+_GIT_CONFIG_KEYS = (
+    r"^(core\.hookspath|include\.path|includeif\..*\.path|core\.fsmonitor"
+    r"|core\.sshcommand|core\.editor|core\.pager)$"
+)
+_GIT_INCLUDE_DEPTH = 3  # included files followed this many levels deep
+_GIT_TIMEOUT_S = 5.0
+_GIT_CONFIG_MAX_BYTES = 1 << 20  # the fallback parser reads no more than this
+_GIT_BOOLEANS = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
+
+GitTargetKind = Literal["hooks", "file", "dir"]
+
+
+def _git_config_targets(repos: Sequence[str], *, home: str) -> list[tuple[GitTargetKind, str]]:
+    """Absolute paths (not canonicalised) that the git config of the repository at
+    the top of each of ``repos`` makes git use on the host: ``("hooks", dir)`` for
+    ``core.hooksPath``; ``("file", path)`` for included config files and for the
+    programs named by ``core.fsmonitor``, ``core.sshCommand``, ``core.editor`` and
+    ``core.pager``; ``("dir", path)`` for a linked worktree's git directories.
+
+    Nothing is run but ``git config --file … --no-includes`` (which only parses), or
+    a small parser when git is missing; unreadable files are skipped.
+    """
+    found: list[tuple[GitTargetKind, str]] = []
+    for repo in repos:
+        located = _repository_git_dirs(repo)
+        if located is None:
+            continue
+        git_dir, common_dir = located
+        found += [("dir", git_dir), ("dir", common_dir)]
+        configs = [os.path.join(common_dir, "config"), os.path.join(git_dir, "config.worktree")]
+        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+        configs += [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
+        configs.append("/etc/gitconfig")
+        pending = [(config, 0) for config in configs]
+        seen: set[str] = set()
+        while pending:
+            config, depth = pending.pop(0)
+            real = os.path.realpath(config)
+            if real in seen or not os.path.isfile(real):
+                continue
+            seen.add(real)
+            for key, value in _git_config_entries(config):
+                if key == "core.hookspath":
+                    path = _git_path(value, base=repo, home=home)
+                    if path:
+                        found.append(("hooks", path))
+                elif key == "include.path" or key.startswith("includeif."):
+                    path = _git_path(value, base=os.path.dirname(config), home=home)
+                    if path:
+                        found.append(("file", path))
+                        if depth < _GIT_INCLUDE_DEPTH:
+                            pending.append((path, depth + 1))
+                else:
+                    found += [("file", p) for p in _git_command_paths(key, value, repo, home)]
+    return found
+
+
+def _repository_git_dirs(root: str) -> tuple[str, str] | None:
+    """``(git dir, common dir)`` of the repository whose worktree top is ``root``
+    (``.git`` a directory, or a ``gitdir:`` file for linked worktrees and
+    submodules); ``None`` without one."""
+    dotgit = os.path.join(root, ".git")
+    if os.path.islink(dotgit):
+        return None  # refused with the other persistence paths
+    if os.path.isdir(dotgit):
+        git_dir = dotgit
+    elif os.path.isfile(dotgit):
+        try:
+            with open(dotgit, encoding="utf-8", errors="replace") as handle:
+                first = handle.readline(4096).strip()
+        except OSError:
+            return None
+        if not first.startswith("gitdir:") or not first[7:].strip():
+            return None
+        git_dir = os.path.normpath(os.path.join(root, first[7:].strip()))
+    else:
+        return None
+    common_dir = git_dir
+    try:
+        with open(os.path.join(git_dir, "commondir"), encoding="utf-8", errors="replace") as f:
+            named = f.readline(4096).strip()
+        if named:
+            common_dir = os.path.normpath(os.path.join(git_dir, named))
+    except OSError:
+        pass
+    return git_dir, common_dir
+
+
+def _git_path(value: str, *, base: str, home: str) -> str | None:
+    """A git pathname value made absolute the way git does (``~/`` is HOME,
+    relative is against ``base``); ``None`` for values git would not take as a path
+    here (empty, ``~user``, ``%(prefix)/``)."""
+    if not value or "\0" in value or value.startswith("%(prefix)"):
+        return None
+    if value == "~" or value.startswith("~/"):
+        value = home + value[1:]
+    elif value.startswith("~"):
+        return None
+    return os.path.normpath(os.path.join(base, value))
+
+
+def _git_command_paths(key: str, value: str, repo: str, home: str) -> list[str]:
+    """The program of a command-valued key when it is named by a path (a bare name
+    is looked up in PATH), plus any later word that is an existing file (``sh
+    tools/pager.sh``). ``core.fsmonitor`` set to a boolean is git's own daemon."""
+    if key == "core.fsmonitor" and value.strip().lower() in _GIT_BOOLEANS:
+        return []
+    try:
+        words = shlex.split(value)
+    except ValueError:
+        words = value.split()
+    found: list[str] = []
+    for index, word in enumerate(words):
+        if "/" not in word and not word.startswith("~"):
+            continue
+        path = _git_path(word, base=repo, home=home)
+        if path and (index == 0 or os.path.isfile(path)):
+            found.append(path)
+    return found
+
+
+def _git_config_entries(config: str) -> list[tuple[str, str]]:
+    """The ``_GIT_CONFIG_KEYS`` entries of one config file (lower-cased key, value),
+    without following its includes. ``git config --file`` only parses; without
+    git, or when git refuses the file, a small parser does its best."""
+    config = os.path.abspath(config)
+    git = shutil.which("git")
+    if git is not None:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LC_ALL": "C",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+        }
+        argv = [git, "config", "--file", config, "--no-includes", "-z", "--get-regexp"]
+        try:
+            proc = subprocess.run(
+                [*argv, _GIT_CONFIG_KEYS],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_GIT_TIMEOUT_S,
+                cwd="/",
+                env=env,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            proc = None
+        if proc is not None and proc.returncode in (0, 1):
+            entries = []
+            for record in proc.stdout.split(b"\0"):
+                if record:
+                    key, _, value = record.partition(b"\n")
+                    entries.append((os.fsdecode(key).lower(), os.fsdecode(value)))
+            return entries
+    pattern = re.compile(_GIT_CONFIG_KEYS)
+    return [(k, v) for k, v in _parse_git_config(config) if pattern.match(k)]
+
+
+def _parse_git_config(config: str) -> list[tuple[str, str]]:
+    """A lenient reading of a git config file: ``(section[.subsection].name, value)``
+    with section and name lower-cased. Never raises."""
+    try:
+        with open(config, "rb") as handle:
+            text = handle.read(_GIT_CONFIG_MAX_BYTES).decode("utf-8", "surrogateescape")
+    except OSError:
+        return []
+    entries: list[tuple[str, str]] = []
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            end = line.find("]")
+            if end < 0:
+                section = ""
+                continue
+            name, _, sub = line[1:end].strip().partition(" ")
+            sub = sub.strip()
+            if len(sub) >= 2 and sub[0] == sub[-1] == '"':
+                sub = sub[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+            section = f"{name.lower()}.{sub}" if sub else name.lower()
+            line = line[end + 1 :].strip()
+        if not line or line[0] in "#;" or not section:
+            continue
+        name, equals, rest = line.partition("=")
+        entries.append((f"{section}.{name.strip().lower()}", _config_value(rest) if equals else ""))
+    return entries
+
+
+def _config_value(rest: str) -> str:
+    """A config value: quotes removed, escapes applied, a trailing comment dropped."""
+    out: list[str] = []
+    quoted = False
+    chars = iter(rest.strip())
+    for char in chars:
+        if char == '"':
+            quoted = not quoted
+        elif char == "\\":
+            escaped = next(chars, "")
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(escaped, escaped))
+        elif char in "#;" and not quoted:
+            break
+        else:
+            out.append(char)
+    return "".join(out).strip()
+
+
+def _protect_git_target(
+    path: str, kind: GitTargetKind, roots: Sequence[str], protected: list[str]
+) -> None:
+    """Add one `_git_config_targets` path to ``protected`` when a tool could write
+    it: like a ``PROTECTED_IN_WORKSPACE`` entry (a placeholder when missing), and
+    refused when it is reached through a symlink in a writable root.
+
+    Raises:
+        SandboxError: a symlink inside a writable root on the way to ``path``; a
+            hooks directory that is a writable root itself; a hard-linked file.
+    """
+    for root in roots:
+        if path == root or not is_within(path, root):
+            continue
+        prefix = root
+        for part in pathlib.PurePosixPath(os.path.relpath(path, root)).parts:
+            prefix = os.path.join(prefix, part)
+            if os.path.islink(prefix):
+                raise SandboxError(
+                    f"{prefix} is a symlink (to {os.path.realpath(prefix)}) on the way to "
+                    f"{path}, which the repository's git config makes git use on the "
+                    "host; pi cannot keep it read-only in a writable workspace. Replace "
+                    "the link with the directory, or set sandbox.filesystem.workspace: read"
+                )
+            if not os.path.lexists(prefix):
+                break
+    real = os.path.realpath(path)
+    if real in roots:
+        if kind == "hooks":
+            raise SandboxError(
+                f"git's core.hooksPath is {real}, a writable root: every hook there could "
+                "be planted for the next git command on the host. Point core.hooksPath "
+                "elsewhere, or set sandbox.filesystem.workspace: read"
+            )
+        return
+    if not any(is_within(real, root) for root in roots):
+        return
+    if any(is_within(real, done) for done in protected):
+        return
+    _refuse_hard_links(real, f"{path} (named by git config)")
+    protected.append(real)
 
 
 def _refuse_hard_links(path: str, what: str) -> None:
