@@ -111,3 +111,32 @@ def listener():
     server = Listener()
     yield server
     server.close()
+
+
+@pytest.fixture
+def pi_bash_run():
+    """``run(root, workspace, policy, commands, *flags, env=...)``: ``pi --mode json``
+    over ``workspace`` with the scripted model making one ``bash`` call per command
+    (the script is written to ``root/script.yaml``), under ``--policy policy``."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    def run(
+        root: Path,
+        workspace: Path,
+        policy: Path,
+        commands: list[str],
+        *flags: str,
+        env: dict[str, str],
+    ) -> subprocess.CompletedProcess[str]:
+        turns = [{"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in commands]
+        script = root / "script.yaml"
+        script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
+        argv = [sys.executable, "-m", "pi_sandbox.cli", *flags, "--mode", "json"]
+        argv += ["--model", "scripted", "--script", str(script), "--policy", str(policy)]
+        argv += ["-C", str(workspace), "go"]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+    return run

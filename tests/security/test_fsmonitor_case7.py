@@ -22,11 +22,9 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 
@@ -105,38 +103,14 @@ class Attack:
 
     def run(self, *flags: str, commands: list[str]) -> tuple[subprocess.CompletedProcess, str]:
         """``pi --mode json`` with a scripted model making one bash call per command."""
-        turns = [{"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in commands]
-        script = self.root / "script.yaml"
-        script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pi_sandbox.cli",
-                *flags,
-                "--mode",
-                "json",
-                "--model",
-                "scripted",
-                "--script",
-                str(script),
-                "--policy",
-                str(self.policy),
-                "-C",
-                str(self.workspace),
-                "go",
-            ],
-            env={
-                **os.environ,
-                "HOME": str(self.home),
-                "PI_CODING_AGENT_DIR": str(self.agent),
-                "GIT_CONFIG_GLOBAL": os.devnull,
-                "GIT_CONFIG_NOSYSTEM": "1",
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        env = {
+            **os.environ,
+            "HOME": str(self.home),
+            "PI_CODING_AGENT_DIR": str(self.agent),
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+        proc = self.pi_bash_run(self.root, self.workspace, self.policy, commands, *flags, env=env)
         sessions = "".join(p.read_text() for p in (self.agent / "sessions").rglob("*.jsonl"))
         return proc, sessions
 
@@ -150,8 +124,10 @@ class Attack:
 
 
 @pytest.fixture
-def attack(tmp_path: Path) -> Attack:
-    return Attack(tmp_path)
+def attack(tmp_path: Path, pi_bash_run) -> Attack:
+    made = Attack(tmp_path)
+    made.pi_bash_run = pi_bash_run
+    return made
 
 
 def events(stdout: str, kind: str) -> list[dict]:

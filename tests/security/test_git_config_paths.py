@@ -17,11 +17,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 
@@ -86,37 +84,9 @@ class Repo:
         return [plant_hook, plant_fsmonitor, "echo written > ordinary.txt"]
 
     def run(self, *flags: str) -> subprocess.CompletedProcess[str]:
-        turns = [
-            {"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in self.commands
-        ]
-        script = self.root / "script.yaml"
-        script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pi_sandbox.cli",
-                *flags,
-                "--mode",
-                "json",
-                "--model",
-                "scripted",
-                "--script",
-                str(script),
-                "--policy",
-                str(self.policy),
-                "-C",
-                str(self.workspace),
-                "go",
-            ],
-            env={
-                **GIT_ENV,
-                "HOME": str(self.home),
-                "PI_CODING_AGENT_DIR": str(self.agent),
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
+        env = {**GIT_ENV, "HOME": str(self.home), "PI_CODING_AGENT_DIR": str(self.agent)}
+        return self.pi_bash_run(
+            self.root, self.workspace, self.policy, self.commands, *flags, env=env
         )
 
     def host_git_status_and_commit(self) -> None:
@@ -131,8 +101,10 @@ class Repo:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return Repo(tmp_path)
+def repo(tmp_path: Path, pi_bash_run) -> Repo:
+    made = Repo(tmp_path)
+    made.pi_bash_run = pi_bash_run
+    return made
 
 
 def tool_results(stdout: str) -> list[dict]:
