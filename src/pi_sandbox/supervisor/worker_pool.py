@@ -137,8 +137,15 @@ class PoolConfig:
     extension_rules: ExtensionRules | None = None
 
 
-def _extension_entries(directory: Path) -> list[Path]:
-    """One level deep (seed 004): ``*.py`` files and package directories with ``__init__.py``."""
+def _extension_entries(directory: Path, notices: list[str] | None = None) -> list[Path]:
+    """One level deep (seed 004): ``*.py`` files, package directories with
+    ``__init__.py``, and directories whose ``pyproject.toml`` declares
+    ``[tool.pi] extensions = ["entry.py", "pkg", …]`` (entries relative to that
+    directory, which must stay inside it: a file or a package directory each).
+
+    A ``pyproject.toml`` that cannot be read, or an entry that is missing, leaves
+    the directory or that entry out with a line in ``notices`` naming the file.
+    """
     if not directory.is_dir():
         return []
     found = []
@@ -149,7 +156,57 @@ def _extension_entries(directory: Path) -> list[Path]:
             entry.is_dir() and (entry / "__init__.py").is_file()
         ):
             found.append(entry)
+        elif entry.is_dir() and (entry / "pyproject.toml").is_file():
+            found += _declared_entries(entry, notices if notices is not None else [])
     return found
+
+
+def _listing(directory: Path) -> list[Path]:
+    """The visible ``*.py`` files and directories of ``directory`` (none when it is
+    missing), by metadata alone: what may be extensions, without reading any."""
+    try:
+        return sorted(
+            e
+            for e in directory.iterdir()
+            if not e.name.startswith((".", "_")) and (e.suffix == ".py" or e.is_dir())
+        )
+    except OSError:
+        return []
+
+
+def _declared_entries(package: Path, notices: list[str]) -> list[Path]:
+    """The ``[tool.pi] extensions`` entries of ``package/pyproject.toml``."""
+    import tomllib
+
+    manifest = package / "pyproject.toml"
+    try:
+        with manifest.open("rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        notices.append(f"Skipped {package}: cannot read {manifest}: {exc}")
+        return []
+    declared = data.get("tool", {}).get("pi", {}).get("extensions")
+    if declared is None:
+        return []  # a Python project that is not an extension
+    if not isinstance(declared, list) or not all(isinstance(e, str) for e in declared):
+        notices.append(f"Skipped {package}: {manifest}: tool.pi.extensions must be a list of paths")
+        return []
+    root = os.path.realpath(package)
+    entries = []
+    for relative in declared:
+        path = package / relative
+        real = os.path.realpath(path)
+        if not real.startswith(root + os.sep):
+            notices.append(f"Skipped {relative!r} of {manifest}: outside {package}")
+        elif (path.is_file() and path.suffix == ".py") or (
+            path.is_dir() and (path / "__init__.py").is_file()
+        ):
+            entries.append(path)
+        else:
+            notices.append(
+                f"Skipped {relative!r} of {manifest}: not a .py file or a package directory"
+            )
+    return entries
 
 
 def discover_extensions(
@@ -196,7 +253,9 @@ def discover_extensions(
                 "project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load it."
             )
     if not no_extensions:
-        project = _extension_entries(project_dir)
+        # Untrusted: only the directory listing, for the notice; no file of the
+        # project (a pyproject.toml included) is read before trust (DESIGN §8).
+        project = _extension_entries(project_dir, notices) if trusted else _listing(project_dir)
         if project and trusted:
             candidates += [ExtensionSource(p, "project", p) for p in project]
         elif project:
@@ -206,7 +265,8 @@ def discover_extensions(
                 "the project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load them."
             )
         candidates += [
-            ExtensionSource(p, "user", p) for p in _extension_entries(agent_dir / "extensions")
+            ExtensionSource(p, "user", p)
+            for p in _extension_entries(agent_dir / "extensions", notices)
         ]
     # One source per canonical path: the first position, the most trusted finder.
     rank = {"cli": 0, "user": 1, "project": 2}
