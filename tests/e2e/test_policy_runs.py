@@ -108,12 +108,12 @@ class Setup:
             cwd=self.root,
         )
 
-    def run(
-        self, script: Path, *flags: str, session: bool = False
-    ) -> subprocess.CompletedProcess[str]:
-        """``pi -p`` over ``script`` in the workspace (no session file by default)."""
-        return self.pi(
-            "-p",
+    def argv(self, script: Path, *flags: str, session: bool = False) -> list[str]:
+        """The ``pi`` command line of a scripted run over the workspace."""
+        return [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
             "--model",
             "scripted",
             "--script",
@@ -123,7 +123,13 @@ class Setup:
             str(self.workspace),
             *flags,
             "go",
-        )
+        ]
+
+    def run(
+        self, script: Path, *flags: str, session: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``pi -p`` over ``script`` in the workspace (no session file by default)."""
+        return self.pi(*self.argv(script, "-p", *flags, session=session)[3:])
 
 
 def _write(path: Path, text: str) -> Path:
@@ -612,22 +618,7 @@ def test_ci_an_audit_log_that_fills_up_mid_run_stops_the_run_with_a_clear_messag
 
     script = setup.script(*[f"echo call-{n}" for n in range(40)])
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--ci",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            "--no-session",
-            "--audit-log",
-            str(log),
-            "-C",
-            str(setup.workspace),
-            "go",
-        ],
+        setup.argv(script, "--ci", "--audit-log", str(log)),
         env=setup.env,
         capture_output=True,
         text=True,
@@ -671,24 +662,7 @@ def _run_case_8(setup: Setup, garbage: str) -> tuple[subprocess.Popen[str], str,
     log = setup.root / "audit.jsonl"
     script = setup.script(_corrupt_and_signal(setup.user_file, marker, garbage), "rm -rf victim")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--no-sandbox",
-            "--mode",
-            "json",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            "--no-session",
-            "--audit-log",
-            str(log),
-            "-C",
-            str(setup.workspace),
-            "go",
-        ],
+        setup.argv(script, "--no-sandbox", "--mode", "json", "--audit-log", str(log)),
         env=setup.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
