@@ -475,13 +475,6 @@ class _Call:
             return exc
 
     @cached_property
-    def argvs(self) -> tuple[tuple[str, ...], ...] | UnparseableCommand:
-        commands = self.commands
-        if isinstance(commands, UnparseableCommand):
-            return commands
-        return tuple(command.argv for command in commands)
-
-    @cached_property
     def paths(self) -> tuple[str, ...] | None:
         """The forms ``path`` globs are matched against: the ``path`` argument's,
         or, for a shell command, those of every word of every simple command that

@@ -125,7 +125,6 @@ class AuditLog:
         elif isinstance(paths, str | os.PathLike):
             paths = (Path(paths),)
         self.paths: tuple[Path, ...] = tuple(dict.fromkeys(Path(p) for p in paths))
-        self.path = self.paths[0] if self.paths else None
         self.session: str | None = None
         self.records = 0
         self.include = frozenset(include) if include is not None else None

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ class _Start:
     trust: str | None
     trust_source: str
     audit_paths: list[Path]
-    session_id: str = field(default_factory=lambda: str(__import__("uuid").uuid4()))
+    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
 def run_print_session(options: RunOptions) -> int:
