@@ -299,3 +299,24 @@ def test_a_mode_change_to_a_host_device_node_is_put_back_after_the_call(tmp_path
     assert result.returncode == 0, result.stderr
     assert "pi put it back" in "\n".join(warnings(result.stdout))
     assert tool_text(result.stdout).splitlines()[-1] == "666"  # repaired before the next call
+
+
+def test_another_runs_placeholders_are_not_reported_as_created_by_a_tool(tmp_path, workspace):
+    slow_dir = tmp_path / "slow"
+    slow_dir.mkdir()
+    slow = subprocess.Popen(
+        pi_argv(workspace, script_for(slow_dir, "sleep 4")),
+        env=pi_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.lexists(workspace / ".pi") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the slow run's placeholders exist now
+        quick = pi(tmp_path, workspace, "true")
+        assert quick.returncode == 0, quick.stderr
+        assert "a tool created it" not in quick.stdout + quick.stderr
+    finally:
+        slow.communicate(timeout=60)

@@ -226,3 +226,15 @@ async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace
         )
     assert "WROTE" not in out
     assert out.strip().splitlines()[-1] == "1"  # /proc/sys is a read-only mount
+
+
+def test_a_run_sees_the_placeholders_another_run_recorded(tmp_path, monkeypatch):
+    from pi_sandbox.sandbox import placeholders
+
+    monkeypatch.setattr(placeholders, "state_dir", lambda: str(tmp_path))
+    other, mine = PlaceholderLease.acquire(), PlaceholderLease.acquire()
+    other.record([str(tmp_path / "ws" / ".pi")])
+    assert str(tmp_path / "ws" / ".pi") in mine.recorded()
+    mine.release([])  # another run is still inside: nothing removed, list kept
+    assert str(tmp_path / "ws" / ".pi") in mine.recorded()  # still readable after release
+    other.release([])

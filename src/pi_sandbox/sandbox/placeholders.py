@@ -138,6 +138,18 @@ class PlaceholderLease:
             self._fd = None
         return removed
 
+    def recorded(self) -> set[str]:
+        """Every placeholder this user's runs have recorded and not yet removed
+        (also usable after `release`): a run tells another run's placeholder from a
+        directory one of its own tools created."""
+        if self._list_path is None:
+            return set()
+        try:
+            with self._list_locked():
+                return set(self._read_list())
+        except OSError:
+            return set()
+
     def _read_list(self) -> list[str]:
         assert self._list_path is not None
         try:

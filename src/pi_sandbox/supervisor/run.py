@@ -313,7 +313,7 @@ def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
     """An empty directory the sandbox made to protect a missing path (still held
     by a concurrent sandboxed run), not something a tool created."""
     try:
-        return str(path) in pool.placeholders and path.is_dir() and not any(path.iterdir())
+        return pool.is_placeholder(str(path)) and path.is_dir() and not any(path.iterdir())
     except OSError:
         return False
 

@@ -344,8 +344,17 @@ class WorkerPool:
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
         self._lease: PlaceholderLease | None = None
+        self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
+
+    def is_placeholder(self, path: str) -> bool:
+        """Whether ``path`` is a placeholder of this run or, per the shared list,
+        of a concurrent sandboxed run of the same user."""
+        if path in self.placeholders:
+            return True
+        lease = self._lease or self._released_lease
+        return lease is not None and path in lease.recorded()
 
     @property
     def log_dir(self) -> Path:
@@ -764,6 +773,7 @@ class WorkerPool:
             # Every sandbox of this run is gone: placeholders may go unless another
             # sandboxed run of this user is still active (see placeholders.py).
             self._lease.release(self.placeholders)
+            self._released_lease = self._lease
             self._lease = None
         if self.cgroups is not None:
             with trio.CancelScope(shield=True):
