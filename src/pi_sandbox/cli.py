@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-p", "--print", action="store_true", help="non-interactive: print the final answer"
     )
     parser.add_argument(
-        "--mode", choices=["text", "json"], default="text", help="output mode (json: event stream)"
+        "--mode",
+        choices=["text", "json", "rpc"],
+        default="text",
+        help="output mode (json: event stream; rpc: JSON commands on stdin, events on stdout)",
     )
     parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
     parser.add_argument(
@@ -77,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-extensions", action="store_true", help="disable extension discovery (-e still loads)"
     )
+    tools = parser.add_mutually_exclusive_group()
+    tools.add_argument(
+        "--tools",
+        metavar="A,B",
+        help="only these tools (built-in and extension tools alike) are active",
+    )
+    tools.add_argument("--no-tools", action="store_true", help="no tool is active")
     sandbox = parser.add_mutually_exclusive_group()
     sandbox.add_argument(
         "--sandbox", dest="sandbox", action="store_true", default=None, help="run workers in bwrap"
@@ -329,7 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Flags registered by extensions are only known once they load: unknown options
+    # are checked then (`SessionHost` re-parses the whole command line).
+    args, unknown = parser.parse_known_args(argv)
+    for token in unknown:
+        if not token.startswith("--") or token == "--":
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     # Heavy imports after argument parsing: `pi --help` stays fast.
     from pi_sandbox.supervisor.run import RunOptions, run_print_session
 
@@ -338,9 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument -C: not a directory: {args.directory}")
     cwd = cwd.resolve()
     message = " ".join(args.message).strip()
-    if not message and not sys.stdin.isatty():
+    if not message and not sys.stdin.isatty() and args.mode != "rpc":
         message = sys.stdin.read().strip()
-    if not message:
+    if not message and args.mode != "rpc":
         parser.error(
             "no message: give one as arguments or on stdin (interactive mode is not available yet)"
         )
@@ -362,7 +377,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         message=message,
         cwd=cwd,
         agent_dir=agent_dir(),
-        mode="json" if args.mode == "json" else "print",
+        mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
+        tools=(
+            set()
+            if args.no_tools
+            else {t.strip() for t in args.tools.split(",") if t.strip()}
+            if args.tools is not None
+            else None
+        ),
+        argv=argv if unknown else [],
         model=args.model or ("scripted" if args.script else "openai/gpt-4o-mini"),
         script=args.script.resolve() if args.script else None,
         base_url=args.base_url,

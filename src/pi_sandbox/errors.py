@@ -10,6 +10,7 @@ Tree::
     │   ├── WorkerTimeoutError   a request passed its deadline ($/cancel is sent; the answer is dropped)
     │   └── RemoteError          the worker answered with an error; carries the remote traceback text
     ├── StaleContextError        a message from an invalidated worker generation
+    ├── HostCallError            an extension's action (host/call) was refused; carries the wire code
     ├── SandboxError
     │   └── SandboxUnavailableError  a sandbox is required and bwrap cannot run here
     ├── PolicyError
@@ -24,6 +25,8 @@ OSError from bwrap, pydantic) are translated at the boundary with ``raise … fr
 from __future__ import annotations
 
 __all__ = [
+    "AuditLogError",
+    "HostCallError",
     "PiSandboxError",
     "PolicyError",
     "PolicyFileError",
@@ -81,6 +84,20 @@ class RemoteError(WorkerError):
 
 class StaleContextError(PiSandboxError):
     """A message arrived from, or was sent to, an invalidated worker generation."""
+
+
+class HostCallError(PiSandboxError):
+    """An extension's action (``host/call``) was refused or failed.
+
+    Attributes:
+        code: the wire error code (``methods.ERROR_STALE``, ``ERROR_CAPABILITY``,
+            ``ERROR_HOST``, ``ERROR_INVALID_PARAMS``); the worker turns it into
+            ``StaleContextError``, ``CapabilityError`` or ``HostError``.
+    """
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class SandboxError(PiSandboxError):

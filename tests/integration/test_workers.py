@@ -458,7 +458,7 @@ async def test_a_worker_returning_a_malformed_state_counts_as_a_failed_handler(
     liar.write_text(
         "from pi_sandbox.worker import runtime\n"
         "def _patched(self, params, cancel):\n"
-        "    return {'state': {'input': {}, 'block': 'maybe', 'reason': 3}, 'stopped': False, 'errors': []}\n"
+        "    return {'state': {'input': {}, 'block': 'maybe', 'reason': 3, 'terminate': False}, 'stopped': False, 'errors': []}\n"
         "runtime.WorkerRuntime._dispatch_event = _patched\n"
         "def extension(pi):\n"
         "    pi.on('tool_call', lambda event, ctx: None)\n"

@@ -26,7 +26,8 @@ PACKAGES = {
         "WorkerError",
         "SandboxUnavailableError",
     },
-    "pi_sandbox.worker.api": {"ExtensionAPI", "Context", "Event"},
+    "pi_sandbox.worker.api": {"ExtensionAPI", "Context", "Event", "StaleContextError"},
+    "pi_sandbox.sdk": {"ExtensionAPI", "Context", "ToolCallEvent", "block", "StaleContextError"},
 }
 
 

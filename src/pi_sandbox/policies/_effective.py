@@ -64,7 +64,13 @@ _DEFAULT_CAPABILITIES = {
     "ui": True,
     "exec": True,
     "network": False,
+    "set_model": True,
+    "register_providers": True,
 }
+
+DEFAULT_HANDLER_TIMEOUT_S = 30.0
+"""Deadline of one extension handler call when no policy sets
+``extensions.handler_timeout_s`` (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,9 @@ class ExtensionRules:
         project_files: project-tier policy files; their entries govern project
             extensions only (a repository must not switch off the user's own
             guard extensions).
+        handler_timeout_s: the deadline of each extension handler call, seconds:
+            the smallest any tier set (a tighter deadline only fails hooks sooner;
+            ``tool_call`` fails closed).
     """
 
     project_allowed: bool = True
@@ -135,6 +144,7 @@ class ExtensionRules:
     deny: tuple[tuple[str, str], ...] = ()
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
+    handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -661,11 +671,17 @@ def _extensions(
     allow_lists: list[tuple[tuple[str, ...], str]] = []
     deny: list[tuple[str, str]] = []
     capabilities: list[tuple[str, str, bool, str]] = []
+    handler_timeout_s = DEFAULT_HANDLER_TIMEOUT_S
     for loaded, allowed in usable:
         section = loaded.file.extensions
         if section is None or "extensions" not in allowed:
             continue
         source, tier = str(loaded.path), loaded.tier
+        if section.handler_timeout_s is not None and section.handler_timeout_s < handler_timeout_s:
+            handler_timeout_s = section.handler_timeout_s
+            origins.append(
+                ValueOrigin("extensions.handler_timeout_s", handler_timeout_s, tier, (source,))
+            )
         if section.project == "deny" and project_allowed:
             project_allowed, denied_by = False, source
             origins.append(ValueOrigin("extensions.project", "deny", tier, (source,)))
@@ -715,6 +731,7 @@ def _extensions(
         deny=tuple(deny),
         capabilities=tuple(capabilities),
         project_files=project_files,
+        handler_timeout_s=handler_timeout_s,
     )
 
 

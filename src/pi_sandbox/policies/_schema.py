@@ -321,7 +321,15 @@ def _valid_glob(pattern: str) -> str:
 
 Globs = Annotated[tuple[Glob, ...], BeforeValidator(_not_null)]
 
-CAPABILITIES = ("override_builtin_tools", "send_user_messages", "ui", "exec", "network")
+CAPABILITIES = (
+    "override_builtin_tools",
+    "send_user_messages",
+    "ui",
+    "exec",
+    "network",
+    "set_model",
+    "register_providers",
+)
 """Extension capabilities a policy can grant or withhold, in documentation order."""
 
 
@@ -331,7 +339,8 @@ class ExtensionCapabilities(_Strict):
     Unset fields leave the capability to other entries and tiers; across every
     entry that matches an extension, in every file, ``false`` wins. Defaults
     (no entry sets it): ``override_builtin_tools`` false, ``network`` false, the
-    others true.
+    others true. A project extension loaded with ``sandboxed`` trust gets none of
+    them, whatever the policy says (issue 5).
     """
 
     override_builtin_tools: StrictBool | None = None
@@ -339,6 +348,8 @@ class ExtensionCapabilities(_Strict):
     ui: StrictBool | None = None
     exec: StrictBool | None = None
     network: StrictBool | None = None
+    set_model: StrictBool | None = None
+    register_providers: StrictBool | None = None
 
 
 class ExtensionsSection(_Strict):
@@ -350,6 +361,7 @@ class ExtensionsSection(_Strict):
     """
 
     project: Literal["allow", "deny"] = "allow"
+    handler_timeout_s: Annotated[float, Field(ge=0.1, le=3600)] | None = None
     allow: Annotated[Globs | None, BeforeValidator(_not_null)] = None
     deny: Globs = ()
     capabilities: Annotated[

@@ -1,6 +1,6 @@
 """Event kinds and their combiners: one pure module shared by worker and supervisor.
 
-DESIGN §4 (seed 000 §9): every event has one kind, and each kind has one way of
+DESIGN §4 (seed 000 §9–§11): every event has one kind, and each kind has one way of
 combining handler results. A worker runs its own handlers with these functions; the
 supervisor runs the same functions across workers, passing the running ``state``
 from one worker to the next. Stdlib only — this module is imported inside workers.
@@ -30,6 +30,49 @@ short_circuit       first decisive result wins                  ``tool_call``: b
 transaction         ``cancel`` stops at once, else last result  report, continue
 collect             union of contributed paths                  report, continue
 ==================  ==========================================  =======================
+
+States (what ``initial_state`` returns and ``check_state`` enforces, keys exactly) and
+what a handler may return. In a returned mapping a key whose value is ``None`` counts
+as absent; a result of the wrong shape raises ``HandlerResultError``, which callers
+treat as a handler error (``apply_error``: the previous state is kept).
+
+- notifications (and unknown events): ``{}``; results ignored.
+- ``input``: ``{"text": str, "images": [dict], "action": "continue" | "transform" |
+  "handled"}``. Returns None or ``{"action": "continue"}`` (no change);
+  ``{"action": "transform", "text": str, "images"?: [dict]}`` (action becomes
+  ``"transform"``); ``{"action": "handled"}`` (decisive: the input is consumed).
+- ``before_agent_start``: ``{"messages": [dict], "system_prompt": str | None}``.
+  Returns ``{"message"?: dict, "messages"?: [dict], "system_prompt" | "systemPrompt"?:
+  str}``: messages accumulate in order, the prompt replaces (this prompt only).
+- ``context``: ``{"messages": [dict with a str "role"]}``. Returns ``{"messages": [...]}``
+  (replaces the list).
+- ``before_provider_request``: ``{"payload": dict}``. Returns ``{"payload": dict}``
+  (replaces; a mapping without ``payload`` is an error).
+- ``message_end``: ``{"message": dict}``. Returns ``{"message": dict}`` with the same
+  ``role`` (replaces).
+- ``tool_call``: ``{"input": dict, "block": bool, "reason": str | None, "terminate":
+  bool}`` (``reason``/``terminate`` only with ``block``). A handler may mutate
+  ``event.input`` in place and/or return ``{"input": dict}`` (a shallow patch), or
+  ``{"block": True, "reason"?: str, "terminate"?: bool}`` (decisive).
+- ``tool_result``: ``{"content": [block], "details": dict, "is_error": bool,
+  "terminate": bool}``. Returns a patch of ``content`` (a string becomes one text
+  block), ``details``, ``is_error``/``isError``, ``terminate``.
+- ``user_bash``: ``{"result": dict | None}``; the first mapping wins (decisive).
+- ``project_trust``: ``{"result": "yes" | "no" | "sandboxed" | None}``; returns one of
+  those strings or ``{"trust" | "decision": ...}``; ``"undecided"`` counts as None;
+  the first decision wins (decisive).
+- ``session_before_switch/fork/tree/compact``: ``{"result": dict | None}``; returns a
+  mapping; ``{"cancel": True}`` is decisive, otherwise the last one is kept.
+- ``resources_discover``: ``{"skill_paths": [str], "prompt_paths": [str],
+  "theme_paths": [str]}``; returns ``skill_paths``/``skillPaths``,
+  ``prompt_paths``/``promptPaths``, ``theme_paths``/``themePaths``; unioned in order,
+  without duplicates.
+
+The view a handler receives is a deep copy of the payload with ``type`` set and the
+running state applied: ``input`` → ``text``/``images``; ``before_agent_start`` →
+``system_prompt``; ``context`` → ``messages``; ``before_provider_request`` →
+``payload``; ``message_end`` → ``message``; ``tool_call`` → ``input``;
+``tool_result`` → the four state fields.
 """
 
 from __future__ import annotations
@@ -45,6 +88,7 @@ __all__ = [
     "CHAINED",
     "COLLECT",
     "EVENT_KINDS",
+    "KNOWN_EVENTS",
     "NOTIFICATION",
     "SHORT_CIRCUIT",
     "TRANSACTION",
@@ -52,6 +96,7 @@ __all__ = [
     "apply_error",
     "apply_result",
     "check_state",
+    "check_transition",
     "handler_view",
     "initial_state",
     "is_decisive",
@@ -81,6 +126,10 @@ EVENT_KINDS: dict[str, str] = {
             "tool_execution_update",
             "tool_execution_end",
             "model_select",
+            "after_provider_response",
+            # The after-events of the session_before_* transactions.
+            "session_switch",
+            "session_fork",
             "session_compact",
             "session_tree",
         )
@@ -106,12 +155,27 @@ EVENT_KINDS: dict[str, str] = {
     "resources_discover": COLLECT,
 }
 
-# The fields a tool_result handler may patch (seed 000 §8.3), with pi's camelCase alias.
+# Every event the extension runtime knows; the supervisor dispatches only these.
+KNOWN_EVENTS: frozenset[str] = frozenset(EVENT_KINDS)
+
+# The fields a tool_result handler may patch (seed 000 §9.8), with pi's camelCase alias.
 _TOOL_RESULT_FIELDS = {
     "content": "content",
     "details": "details",
     "is_error": "is_error",
     "isError": "is_error",
+    "terminate": "terminate",
+}
+
+_INPUT_ACTIONS = ("continue", "transform", "handled")
+
+_TRUST_DECISIONS = ("yes", "no", "sandboxed")
+
+# resources_discover: state key → the keys a handler may use for it.
+_RESOURCE_KEYS = {
+    "skill_paths": ("skill_paths", "skillPaths"),
+    "prompt_paths": ("prompt_paths", "promptPaths"),
+    "theme_paths": ("theme_paths", "themePaths"),
 }
 
 
@@ -125,30 +189,40 @@ def kind_of(event: str) -> str:
 
 
 def initial_state(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The state before the first handler runs.
-
-    Shapes: ``tool_call`` → ``{"input": dict, "block": False, "reason": None}``;
-    ``tool_result`` → ``{"content": list, "details": dict, "is_error": bool}``;
-    other chained events → ``{"value": payload}``; ``collect`` → ``{"paths": []}``;
-    short-circuit and transaction events → ``{"result": None}``; notifications → ``{}``.
-    """
+    """The state before the first handler runs (shapes: see the module docstring)."""
     if event == "tool_call":
         return {
             "input": copy.deepcopy(dict(payload.get("input") or {})),
             "block": False,
             "reason": None,
+            "terminate": False,
         }
     if event == "tool_result":
         return {
             "content": copy.deepcopy(list(payload.get("content") or [])),
-            "details": copy.deepcopy(payload.get("details") or {}),
+            "details": copy.deepcopy(dict(payload.get("details") or {})),
             "is_error": bool(payload.get("is_error", False)),
+            "terminate": False,
         }
+    if event == "input":
+        text = payload.get("text")
+        return {
+            "text": text if isinstance(text, str) else "",
+            "images": copy.deepcopy(list(payload.get("images") or [])),
+            "action": "continue",
+        }
+    if event == "before_agent_start":
+        prompt = payload.get("system_prompt")
+        return {"messages": [], "system_prompt": prompt if isinstance(prompt, str) else None}
+    if event == "context":
+        return {"messages": copy.deepcopy(list(payload.get("messages") or []))}
+    if event == "before_provider_request":
+        return {"payload": copy.deepcopy(dict(payload.get("payload") or {}))}
+    if event == "message_end":
+        return {"message": copy.deepcopy(dict(payload.get("message") or {}))}
     kind = kind_of(event)
-    if kind == CHAINED:
-        return {"value": copy.deepcopy(dict(payload))}
     if kind == COLLECT:
-        return {"paths": []}
+        return {key: [] for key in _RESOURCE_KEYS}
     if kind in (SHORT_CIRCUIT, TRANSACTION):
         return {"result": None}
     return {}
@@ -168,8 +242,17 @@ def handler_view(
         view["input"] = copy.deepcopy(state["input"])
     elif event == "tool_result":
         view.update(copy.deepcopy(dict(state)))
-    elif kind_of(event) == CHAINED:
-        view.update(copy.deepcopy(state["value"]))
+    elif event == "input":
+        view["text"] = state["text"]
+        view["images"] = copy.deepcopy(state["images"])
+    elif event == "before_agent_start":
+        view["system_prompt"] = state["system_prompt"]
+    elif event == "context":
+        view["messages"] = copy.deepcopy(state["messages"])
+    elif event == "before_provider_request":
+        view["payload"] = copy.deepcopy(state["payload"])
+    elif event == "message_end":
+        view["message"] = copy.deepcopy(state["message"])
     return view
 
 
@@ -178,99 +261,215 @@ def apply_result(
 ) -> tuple[dict[str, Any], bool]:
     """Fold one handler's ``result`` into ``state``; returns ``(state, stop)``.
 
+    ``state`` is never mutated: a new state is returned.
+
     Raises:
         HandlerResultError: ``result`` has the wrong shape for the event; callers treat it
             as a handler error (``apply_error``).
     """
-    kind = kind_of(event)
     if event == "tool_call":
-        new_input = view.get("input")
-        if not isinstance(new_input, dict):
-            raise HandlerResultError("tool_call handler replaced event.input with a non-object")
-        state = {**state, "input": copy.deepcopy(new_input)}
-        if result is None:
-            return state, False
-        if not isinstance(result, Mapping):
-            raise HandlerResultError(
-                f"tool_call handler returned {type(result).__name__}; expected None or a mapping"
-            )
-        if result.get("block"):
-            reason = result.get("reason")
-            return {
-                **state,
-                "block": True,
-                "reason": str(reason) if reason else "Blocked by an extension",
-            }, True
+        return _apply_tool_call(state, view, result)
+    if result is None:
         return state, False
+    kind = kind_of(event)
+    if kind == NOTIFICATION:
+        return state, False
+    if event == "project_trust":
+        decision = _trust_decision(result)
+        return ({"result": decision}, True) if decision is not None else (state, False)
+    if not isinstance(result, Mapping):
+        raise HandlerResultError(
+            f"{event} handler returned {type(result).__name__}; expected None or a mapping"
+        )
     if event == "tool_result":
-        if result is None:
-            return state, False
-        if not isinstance(result, Mapping):
-            raise HandlerResultError(
-                f"tool_result handler returned {type(result).__name__}; expected None or a patch mapping"
-            )
         patched = dict(state)
         for key, field in _TOOL_RESULT_FIELDS.items():
-            if key in result:
+            if result.get(key) is not None:
                 patched[field] = _check_tool_result_field(field, result[key])
         return patched, False
-    if kind == CHAINED:
-        if result is None:
+    if event == "input":
+        return _apply_input(state, result)
+    if event == "before_agent_start":
+        return _apply_before_agent_start(state, result), False
+    if event == "context":
+        messages = result.get("messages")
+        if messages is None:
             return state, False
-        if not isinstance(result, Mapping):
+        _check_messages(event, messages, need_role=True)
+        return {"messages": copy.deepcopy(list(messages))}, False
+    if event == "before_provider_request":
+        new_payload = result.get("payload")
+        if not isinstance(new_payload, dict):
             raise HandlerResultError(
-                f"{event} handler returned {type(result).__name__}; expected a mapping"
+                "before_provider_request handler must return None or {'payload': {...}}"
             )
-        return {"value": {**state["value"], **copy.deepcopy(dict(result))}}, False
-    if kind == SHORT_CIRCUIT:
-        if result is None:
+        return {"payload": copy.deepcopy(new_payload)}, False
+    if event == "message_end":
+        message = result.get("message")
+        if message is None:
             return state, False
-        return {"result": copy.deepcopy(result)}, True
+        if not isinstance(message, dict):
+            raise HandlerResultError("message_end handler: message must be an object")
+        if message.get("role") != state["message"].get("role"):
+            raise HandlerResultError(
+                f"message_end handler changed the message role from "
+                f"{state['message'].get('role')!r} to {message.get('role')!r}"
+            )
+        return {"message": copy.deepcopy(message)}, False
+    if kind == SHORT_CIRCUIT:  # user_bash: the first mapping wins
+        return {"result": copy.deepcopy(dict(result))}, True
     if kind == TRANSACTION:
-        if result is None:
-            return state, False
-        if isinstance(result, Mapping) and result.get("cancel"):
-            return {"result": copy.deepcopy(dict(result))}, True
-        return {"result": copy.deepcopy(result)}, False
+        return {"result": copy.deepcopy(dict(result))}, bool(result.get("cancel"))
     if kind == COLLECT:
-        if result is None:
-            return state, False
-        paths = result.get("paths", []) if isinstance(result, Mapping) else result
-        if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
-            raise HandlerResultError(f"{event} handler must return a list of path strings")
-        return {"paths": [*state["paths"], *paths]}, False
+        merged = {key: list(state[key]) for key in _RESOURCE_KEYS}
+        for field, aliases in _RESOURCE_KEYS.items():
+            for alias in aliases:
+                paths = result.get(alias)
+                if paths is None:
+                    continue
+                if not isinstance(paths, list | tuple) or not all(
+                    isinstance(p, str) for p in paths
+                ):
+                    raise HandlerResultError(f"{event} handler: {alias} must be a list of strings")
+                merged[field] += [p for p in dict.fromkeys(paths) if p not in merged[field]]
+        return merged, False
     return state, False
+
+
+def _apply_tool_call(
+    state: dict[str, Any], view: Mapping[str, Any], result: Any
+) -> tuple[dict[str, Any], bool]:
+    new_input = view.get("input")
+    if not isinstance(new_input, dict):
+        raise HandlerResultError("tool_call handler replaced event.input with a non-object")
+    if result is not None and not isinstance(result, Mapping):
+        raise HandlerResultError(
+            f"tool_call handler returned {type(result).__name__}; expected None or a mapping"
+        )
+    state = {**state, "input": copy.deepcopy(dict(new_input))}
+    if result is None:
+        return state, False
+    patch = result.get("input")
+    if patch is not None:
+        if not isinstance(patch, Mapping):
+            raise HandlerResultError("tool_call handler: input must be an object (a patch)")
+        state["input"] = {**state["input"], **copy.deepcopy(dict(patch))}
+    terminate = result.get("terminate")
+    if terminate is not None and not isinstance(terminate, bool):
+        raise HandlerResultError("tool_call handler: terminate must be a boolean")
+    if result.get("block"):
+        reason = result.get("reason")
+        return {
+            **state,
+            "block": True,
+            "reason": str(reason) if reason else "Blocked by an extension",
+            "terminate": bool(terminate),
+        }, True
+    return state, False
+
+
+def _apply_input(state: dict[str, Any], result: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    action = result.get("action")
+    if action == "continue":
+        return state, False
+    if action == "handled":
+        return {**state, "action": "handled"}, True
+    if action != "transform":
+        raise HandlerResultError(
+            f"input handler returned action {action!r}; expected 'continue', 'transform' or 'handled'"
+        )
+    text = result.get("text")
+    if not isinstance(text, str):
+        raise HandlerResultError("input handler: a transform needs a string text")
+    images = result.get("images")
+    if images is None:
+        images = state["images"]
+    elif not isinstance(images, list) or not all(isinstance(i, dict) for i in images):
+        raise HandlerResultError("input handler: images must be a list of image objects")
+    return {"text": text, "images": copy.deepcopy(images), "action": "transform"}, False
+
+
+def _apply_before_agent_start(state: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+    added = []
+    message = result.get("message")
+    if message is not None:
+        if not isinstance(message, dict):
+            raise HandlerResultError("before_agent_start handler: message must be an object")
+        added.append(message)
+    messages = result.get("messages")
+    if messages is not None:
+        _check_messages("before_agent_start", messages, need_role=False)
+        added += messages
+    prompt = result.get("system_prompt")
+    if prompt is None:
+        prompt = result.get("systemPrompt")
+    if prompt is not None and not isinstance(prompt, str):
+        raise HandlerResultError("before_agent_start handler: system_prompt must be a string")
+    return {
+        "messages": [*state["messages"], *copy.deepcopy(added)],
+        "system_prompt": state["system_prompt"] if prompt is None else prompt,
+    }
+
+
+def _trust_decision(result: Any) -> str | None:
+    decision = result
+    if isinstance(result, Mapping):
+        decision = result.get("trust")
+        if decision is None:
+            decision = result.get("decision")
+        if decision is None:
+            raise HandlerResultError("project_trust handler returned a mapping without trust")
+    if decision is None or decision == "undecided":
+        return None
+    if decision not in _TRUST_DECISIONS:
+        raise HandlerResultError(
+            f"project_trust handler returned {decision!r}; expected 'yes', 'no' or 'sandboxed'"
+        )
+    return decision
+
+
+def _check_messages(event: str, messages: Any, *, need_role: bool) -> None:
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and (not need_role or isinstance(m.get("role"), str)) for m in messages
+    ):
+        what = "objects with a string role" if need_role else "objects"
+        raise HandlerResultError(f"{event}: messages must be a list of {what}")
 
 
 def apply_error(event: str, state: dict[str, Any], message: str) -> tuple[dict[str, Any], bool]:
     """Fold a handler failure (exception, timeout, crashed worker) into ``state``.
 
     ``tool_call`` fails closed: the call is blocked with ``message`` as the reason and
-    no later handler runs. Every other event keeps the previous state and continues.
+    no later handler runs (``terminate`` stays False). Every other event keeps the
+    previous state and continues.
     """
     if event == "tool_call":
-        return {**state, "block": True, "reason": message}, True
+        return {**state, "block": True, "reason": message, "terminate": False}, True
     return state, False
 
 
 def _check_tool_result_field(field: str, value: Any) -> Any:
-    if field == "is_error":
+    if field in ("is_error", "terminate"):
         if not isinstance(value, bool):
-            raise HandlerResultError("tool_result patch: is_error must be a boolean")
+            raise HandlerResultError(f"tool_result patch: {field} must be a boolean")
         return value
     if field == "details":
-        if value is not None and not isinstance(value, dict):
+        if not isinstance(value, dict):
             raise HandlerResultError("tool_result patch: details must be an object")
-        return copy.deepcopy(value or {})
+        return copy.deepcopy(value)
     if isinstance(value, str):
         return [{"type": "text", "text": value}]
-    if not isinstance(value, list) or not all(
-        isinstance(block, dict) and isinstance(block.get("type"), str) for block in value
-    ):
+    if not _is_content(value):
         raise HandlerResultError(
             "tool_result patch: content must be a string or a list of content blocks"
         )
     return copy.deepcopy(value)
+
+
+def _is_content(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(block, dict) and isinstance(block.get("type"), str) for block in value
+    )
 
 
 def is_decisive(event: str, state: Mapping[str, Any]) -> bool:
@@ -283,6 +482,8 @@ def is_decisive(event: str, state: Mapping[str, Any]) -> bool:
     kind = kind_of(event)
     if event == "tool_call":
         return state.get("block") is True
+    if event == "input":
+        return state.get("action") == "handled"
     if kind == SHORT_CIRCUIT:
         return state.get("result") is not None
     if kind == TRANSACTION:
@@ -295,18 +496,107 @@ def check_state(event: str, state: Mapping[str, Any]) -> None:
     """Check that a state a worker returned has the shape ``initial_state`` gives.
 
     Raises:
-        HandlerResultError: a key is missing, extra, or of the wrong type.
+        HandlerResultError: ``state`` is not a mapping, a key is missing or extra, or a
+            value is of the wrong type.
     """
+    if not isinstance(state, Mapping):
+        raise HandlerResultError(f"{event} state is {type(state).__name__}; expected an object")
     expected = set(initial_state(event, {}))
     if set(state) != expected:
         raise HandlerResultError(
             f"{event} state has keys {sorted(state)}; expected {sorted(expected)}"
         )
+    problem = _state_problem(event, state)
+    if problem:
+        raise HandlerResultError(f"{event} state: {problem}")
+
+
+def _state_problem(event: str, state: Mapping[str, Any]) -> str | None:
+    kind = kind_of(event)
     if event == "tool_call":
-        if not isinstance(state["input"], dict) or not isinstance(state["block"], bool):
-            raise HandlerResultError("tool_call state needs an input object and a boolean block")
-        if state["reason"] is not None and not isinstance(state["reason"], str):
-            raise HandlerResultError("tool_call state: reason must be a string or null")
+        if not isinstance(state["input"], dict):
+            return "input must be an object"
+        if not isinstance(state["block"], bool) or not isinstance(state["terminate"], bool):
+            return "it needs a boolean block and a boolean terminate"
+        if state["block"]:
+            if not isinstance(state["reason"], str):
+                return "a block needs a string reason"
+        elif state["reason"] is not None or state["terminate"]:
+            return "reason and terminate need block"
     elif event == "tool_result":
-        for field in ("content", "details", "is_error"):
-            _check_tool_result_field(field, state[field])
+        if not _is_content(state["content"]):
+            return "content must be a list of content blocks"
+        if not isinstance(state["details"], dict):
+            return "details must be an object"
+        if not isinstance(state["is_error"], bool) or not isinstance(state["terminate"], bool):
+            return "is_error and terminate must be booleans"
+    elif event == "input":
+        if not isinstance(state["text"], str):
+            return "text must be a string"
+        if not isinstance(state["images"], list) or not all(
+            isinstance(i, dict) for i in state["images"]
+        ):
+            return "images must be a list of objects"
+        if state["action"] not in _INPUT_ACTIONS:
+            return "action must be 'continue', 'transform' or 'handled'"
+    elif event == "before_agent_start":
+        if not isinstance(state["messages"], list) or not all(
+            isinstance(m, dict) for m in state["messages"]
+        ):
+            return "messages must be a list of objects"
+        if state["system_prompt"] is not None and not isinstance(state["system_prompt"], str):
+            return "system_prompt must be a string or null"
+    elif event == "context":
+        try:
+            _check_messages(event, state["messages"], need_role=True)
+        except HandlerResultError as exc:
+            return str(exc)
+    elif event == "before_provider_request":
+        if not isinstance(state["payload"], dict):
+            return "payload must be an object"
+    elif event == "message_end":
+        message = state["message"]
+        if not isinstance(message, dict) or not isinstance(message.get("role", ""), str):
+            return "message must be an object with a string role"
+    elif event == "project_trust":
+        if state["result"] is not None and state["result"] not in _TRUST_DECISIONS:
+            return "result must be 'yes', 'no', 'sandboxed' or null"
+    elif kind in (SHORT_CIRCUIT, TRANSACTION):
+        if state["result"] is not None and not isinstance(state["result"], dict):
+            return "result must be an object or null"
+    elif kind == COLLECT:
+        for key in _RESOURCE_KEYS:
+            paths = state[key]
+            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+                return f"{key} must be a list of strings"
+            if len(set(paths)) != len(paths):
+                return f"{key} has duplicates"
+    return None
+
+
+def check_transition(event: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """Check that ``after`` (from a worker) is a state its handlers could reach from ``before``.
+
+    ``check_state`` judges a state alone; this also rejects a worker that rewrites
+    what earlier workers decided: a changed ``message_end`` role, dropped
+    ``before_agent_start`` messages or ``resources_discover`` paths, an ``input``
+    transform undone. ``before`` is the (valid) state the worker was sent.
+
+    Raises:
+        HandlerResultError: ``after`` is malformed or not reachable from ``before``.
+    """
+    check_state(event, after)
+    if event == "message_end":
+        if after["message"].get("role") != before["message"].get("role"):
+            raise HandlerResultError("message_end: a worker changed the message role")
+    elif event == "before_agent_start":
+        count = len(before["messages"])
+        if after["messages"][:count] != before["messages"]:
+            raise HandlerResultError("before_agent_start: a worker dropped earlier messages")
+    elif event == "input":
+        if before["action"] == "transform" and after["action"] == "continue":
+            raise HandlerResultError("input: a worker undid an earlier transform")
+    elif kind_of(event) == COLLECT:
+        for key in _RESOURCE_KEYS:
+            if after[key][: len(before[key])] != before[key]:
+                raise HandlerResultError(f"{event}: a worker dropped earlier {key}")

@@ -13,15 +13,24 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 __all__ = [
     "WORKER_MESSAGE",
+    "BusEmitParams",
+    "CancelledParams",
+    "CommandWire",
     "ContentBlock",
     "DispatchResult",
+    "FlagWire",
     "HandlerError",
+    "HostCallParams",
     "ImageContent",
     "InitializeResult",
     "LogParams",
     "NotificationMessage",
+    "ProviderWire",
+    "Registrations",
+    "RequestMessage",
     "ResponseMessage",
     "RpcErrorObject",
+    "ShortcutWire",
     "TextContent",
     "ToolDefinitionWire",
     "ToolResultWire",
@@ -59,14 +68,23 @@ class ResponseMessage(_Strict):
 
 
 class NotificationMessage(_Strict):
-    """A worker notification (``log``, ``tool/update``). Workers may not send requests yet."""
+    """A worker notification (``log``, ``tool/update``, ``registrations/update``, …)."""
 
     jsonrpc: Literal["2.0"]
     method: Annotated[str, Field(min_length=1, max_length=128)]
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-WorkerMessage = ResponseMessage | NotificationMessage
+class RequestMessage(_Strict):
+    """A worker request: only ``host/call`` exists (an extension API action)."""
+
+    jsonrpc: Literal["2.0"]
+    id: int
+    method: Literal["host/call"]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+WorkerMessage = ResponseMessage | RequestMessage | NotificationMessage
 WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 
 
@@ -89,22 +107,97 @@ ContentBlock = Annotated[TextContent | ImageContent, Field(discriminator="type")
 
 
 class ToolDefinitionWire(_Strict):
-    """A tool a worker offers: name (provider-safe), label, description, JSON Schema parameters."""
+    """A tool a worker offers: name (provider-safe), label, description, JSON Schema
+    parameters, its system-prompt snippet and guidelines, and its execution mode."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
     label: Annotated[str, Field(max_length=200)] = ""
     description: Annotated[str, Field(max_length=20_000)]
     parameters: dict[str, Any]
+    prompt_snippet: Annotated[str, Field(max_length=2_000)] | None = None
+    prompt_guidelines: Annotated[
+        list[Annotated[str, Field(max_length=2_000)]], Field(max_length=50)
+    ] = Field(default_factory=list)
+    execution_mode: Literal["parallel", "sequential"] = "parallel"
 
 
-class InitializeResult(_Strict):
-    """The handshake answer: what the worker registered."""
+_Name = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class CommandWire(_Strict):
+    """A ``/command`` an extension registered."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+    description: Annotated[str, Field(max_length=2_000)] = ""
+    completions: Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=500)] = (
+        Field(default_factory=list)
+    )
+    dynamic_completions: bool = False
+
+
+class FlagWire(_Strict):
+    """A command-line flag an extension registered (``--name``)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")]
+    type: Literal["bool", "string"] = "bool"
+    default: bool | str | None = None
+    description: Annotated[str, Field(max_length=2_000)] = ""
+
+
+class ShortcutWire(_Strict):
+    """A keyboard shortcut an extension registered."""
+
+    key: Annotated[str, Field(min_length=1, max_length=64)]
+    description: Annotated[str, Field(max_length=2_000)] = ""
+
+
+class ProviderWire(_Strict):
+    """A model provider an extension registered (configuration only)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Registrations(_Strict):
+    """Everything an extension registered; a bound extension re-sends all of it
+    (``registrations/update``) whenever it changes."""
+
+    tools: Annotated[list[ToolDefinitionWire], Field(max_length=500)] = Field(default_factory=list)
+    events: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
+    commands: Annotated[list[CommandWire], Field(max_length=500)] = Field(default_factory=list)
+    flags: Annotated[list[FlagWire], Field(max_length=200)] = Field(default_factory=list)
+    shortcuts: Annotated[list[ShortcutWire], Field(max_length=200)] = Field(default_factory=list)
+    renderers: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
+    providers: Annotated[list[ProviderWire], Field(max_length=50)] = Field(default_factory=list)
+    channels: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
+
+
+class HostCallParams(_Strict):
+    """``host/call`` parameters: the action's name and its arguments."""
+
+    op: _Name
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class BusEmitParams(_Strict):
+    """``bus/emit`` parameters: a channel and JSON data."""
+
+    channel: _Name
+    data: Any = None
+
+
+class CancelledParams(_Strict):
+    """``$/cancelled``: the cancelled request whose handler returned."""
+
+    id: int
+
+
+class InitializeResult(Registrations):
+    """The handshake answer: what the worker registered while its factory ran."""
 
     protocol_version: int
     generation: int
     pid: int
-    tools: list[ToolDefinitionWire] = Field(default_factory=list)
-    events: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
 
 
 class HandlerError(_Strict):
@@ -128,6 +221,7 @@ class ToolResultWire(_Strict):
     content: list[ContentBlock]
     details: dict[str, Any] = Field(default_factory=dict)
     is_error: bool = False
+    terminate: bool = False
 
 
 class LogParams(_Strict):

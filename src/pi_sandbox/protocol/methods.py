@@ -1,41 +1,68 @@
 """Method names and error codes of the supervisor ↔ worker protocol (stdlib only).
 
 Supervisor → worker requests: ``initialize``, ``event/dispatch``, ``tool/execute``,
-``shutdown``; notification ``$/cancel``. Worker → supervisor notifications:
-``log``, ``tool/update``.
+``command/execute``, ``session/callback``, ``shutdown``; notifications ``$/cancel``,
+``bus/deliver``, ``generation/end``.
+
+Worker → supervisor request: ``host/call`` (an action of the extension API, e.g.
+``send_message``, ``set_active_tools``, ``ui``; answered with a result or an error
+``ERROR_STALE``/``ERROR_CAPABILITY``/``ERROR_HOST``). Worker → supervisor
+notifications: ``log``, ``tool/update``, ``registrations/update`` (a bound
+extension registered or unsubscribed something), ``bus/emit``, ``$/cancelled``
+(a cancelled request's handler has returned, issue 5: a worker that does not send
+it within the grace period is killed).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BUS_DELIVER",
+    "BUS_EMIT",
     "CANCEL",
+    "CANCELLED",
+    "COMMAND_EXECUTE",
+    "ERROR_CAPABILITY",
     "ERROR_EXTENSION_LOAD",
     "ERROR_HANDLER",
+    "ERROR_HOST",
     "ERROR_INTERNAL",
     "ERROR_INVALID_PARAMS",
     "ERROR_INVALID_REQUEST",
     "ERROR_METHOD_NOT_FOUND",
+    "ERROR_STALE",
     "EVENT_DISPATCH",
+    "GENERATION_END",
+    "HOST_CALL",
     "INITIALIZE",
     "LOG",
     "PROTOCOL_VERSION",
+    "REGISTRATIONS_UPDATE",
+    "SESSION_CALLBACK",
     "SHUTDOWN",
     "TOOL_EXECUTE",
     "TOOL_UPDATE",
     "WORKER_FD",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 WORKER_FD = 3
 
 INITIALIZE = "initialize"
 EVENT_DISPATCH = "event/dispatch"
 TOOL_EXECUTE = "tool/execute"
 SHUTDOWN = "shutdown"
+COMMAND_EXECUTE = "command/execute"
+SESSION_CALLBACK = "session/callback"
 CANCEL = "$/cancel"
+BUS_DELIVER = "bus/deliver"
+GENERATION_END = "generation/end"
 
+HOST_CALL = "host/call"
 LOG = "log"
 TOOL_UPDATE = "tool/update"
+REGISTRATIONS_UPDATE = "registrations/update"
+BUS_EMIT = "bus/emit"
+CANCELLED = "$/cancelled"
 
 # JSON-RPC 2.0 reserved codes, then ours (-32000 to -32099 are implementation-defined).
 ERROR_INVALID_REQUEST = -32600
@@ -44,3 +71,6 @@ ERROR_INVALID_PARAMS = -32602
 ERROR_INTERNAL = -32603
 ERROR_EXTENSION_LOAD = -32001
 ERROR_HANDLER = -32002
+ERROR_STALE = -32003
+ERROR_CAPABILITY = -32004
+ERROR_HOST = -32005

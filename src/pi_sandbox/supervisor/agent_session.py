@@ -1,15 +1,28 @@
 """The agent loop (DESIGN §1, §9): user message → model → tool calls → results → next turn.
 
-``AgentSession`` owns the conversation and drives the provider and the tool pipeline.
+``AgentSession`` owns the conversation of one run and drives the provider and the
+tool pipeline, dispatching the run's events to extensions (issue 5, seed 000 §10):
+``before_agent_start`` → ``agent_start`` → per turn ``turn_start``, ``context``,
+``before_provider_request``, ``message_start``/``message_update``/``message_end``,
+``after_provider_response``, the tool pipeline's events, ``turn_end`` → ``agent_end``.
+Steering messages are taken after each tool batch, follow-ups when the model stops.
+``abort()`` cancels whatever the run is waiting for (a provider request, a handler,
+a tool) and the run ends at once.
+
 It holds no secrets beyond the provider object and never imports extension code:
 extensions and tools are reached through the ``WorkerPool``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from pi_sandbox.errors import ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
@@ -17,7 +30,7 @@ from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
 
-__all__ = ["AgentSession", "build_system_prompt"]
+__all__ = ["AgentSession", "build_system_prompt", "llm_messages"]
 
 
 def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
@@ -42,26 +55,80 @@ def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
     return turn
 
 
-def build_system_prompt(cwd: Path, tools: list[ToolDefinition]) -> str:
-    """A compact coding-agent system prompt naming the tools and the working directory."""
+def build_system_prompt(
+    cwd: Path,
+    tools: list[ToolDefinition],
+    *,
+    snippets: dict[str, str] | None = None,
+    guidelines: list[str] | None = None,
+) -> str:
+    """A compact coding-agent system prompt naming the active tools and the working
+    directory. ``snippets`` (tool name → one line) replace a tool's description line;
+    ``guidelines`` are the active tools' ``prompt_guidelines``."""
+    snippets = snippets or {}
     lines = [
         "You are an expert coding assistant working in a software repository.",
         "You help by reading files, running commands, editing code and writing new files.",
         "",
         "Available tools:",
         *[
-            f"- {tool.name}: {tool.description.splitlines()[0] if tool.description else ''}"
+            f"- {tool.name}: "
+            + (
+                snippets.get(tool.name)
+                or (tool.description.splitlines()[0] if tool.description else "")
+            )
             for tool in tools
         ],
         "",
         "Guidelines:",
         "- Use read to examine files before editing; use edit for precise changes, write for new files.",
         "- Every tool runs in a sandbox; a blocked call returns an error result that explains why.",
+        *[f"- {line}" for line in guidelines or []],
         "- Be concise in your final answer.",
         "",
         f"Current working directory: {cwd}",
     ]
     return "\n".join(lines)
+
+
+def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as providers take them: ``custom`` messages (from extensions)
+    become user messages; anything else without a provider role is dropped."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role in ("user", "assistant", "toolResult"):
+            out.append(message)
+        elif role == "custom":
+            content = message.get("content")
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            out.append(
+                {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
+            )
+    return out
+
+
+def _user_message(text: str, images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    content += images or []
+    return {"role": "user", "content": content, "timestamp": now_ms()}
+
+
+def custom_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A ``custom`` message from an extension's ``send_message``/``before_agent_start``
+    (``custom_type``/``customType``, ``content``, ``display``, ``details``)."""
+    content = message.get("content", "")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    return {
+        "role": "custom",
+        "customType": str(message.get("custom_type") or message.get("customType") or "extension"),
+        "content": content,
+        "display": bool(message.get("display", True)),
+        "details": message.get("details"),
+        "timestamp": now_ms(),
+    }
 
 
 @dataclass
@@ -73,8 +140,12 @@ class AgentSession:
         pool: started workers and the tool registry.
         pipeline: the tool call pipeline bound to ``pool``.
         emit: receives every event (json mode prints them; print mode summarises).
-        writer: the session file, or ``None`` with ``--no-session``.
+        writer: the session (file or memory); its current branch is the conversation.
+        active_tools: returns the tool definitions of the next request.
+        system_prompt: returns the system prompt of the next request.
         max_turns: a guard against a model that never stops calling tools.
+        steering / follow_ups / next_turn: queued user or custom messages, delivered
+            after the current tool batch, when the model stops, with the next prompt.
     """
 
     provider: Provider
@@ -82,94 +153,255 @@ class AgentSession:
     pipeline: ToolPipeline
     emit: EmitFn
     cwd: Path
-    writer: SessionWriter | None = None
+    writer: SessionWriter
+    active_tools: Callable[[], list[ToolDefinition]] | None = None
+    system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    system_prompt: str = ""
+    running: bool = False
+    aborted: bool = False
+    steering: list[dict[str, Any]] = field(default_factory=list)
+    follow_ups: list[dict[str, Any]] = field(default_factory=list)
+    next_turn: list[dict[str, Any]] = field(default_factory=list)
+    prompt_override: str | None = None
+    _scopes: set[trio.CancelScope] = field(default_factory=set)
+    idle: trio.Event = field(default_factory=trio.Event)
 
     def __post_init__(self) -> None:
-        if not self.system_prompt:
-            self.system_prompt = build_system_prompt(self.cwd, self.tool_definitions())
+        self.idle.set()
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation: the messages on the session's current branch."""
+        return self.writer.messages()
 
     def tool_definitions(self) -> list[ToolDefinition]:
-        """The tools offered to the model, in registry order."""
+        """The tools offered to the model in the next request."""
+        if self.active_tools is not None:
+            return self.active_tools()
         return [
             ToolDefinition(t.definition.name, t.definition.description, t.definition.parameters)
             for t in self.pool.tools.values()
         ]
 
-    def _record(self, message: dict[str, Any]) -> None:
-        self.messages.append(message)
-        if self.writer is not None:
-            self.writer.append_message(message)
+    def current_system_prompt(self) -> str:
+        """The system prompt of the next request (a ``before_agent_start`` override
+        holds for the rest of its prompt)."""
+        if self.prompt_override is not None:
+            return self.prompt_override
+        if self.system_prompt is not None:
+            return self.system_prompt()
+        return build_system_prompt(self.cwd, self.tool_definitions())
 
-    async def _notify(self, event: str, payload: dict[str, Any]) -> None:
+    def record(self, message: dict[str, Any]) -> str:
+        """Append ``message`` to the session; returns the entry id."""
+        return self.writer.append_message(message).id
+
+    # --- extension events ------------------------------------------------------------------
+
+    async def notify(self, event: str, payload: dict[str, Any]) -> None:
+        """Dispatch a notification event to subscribed extensions; errors reported."""
+        if not self.pool.subscribed(event):
+            return
         outcome = await self.pool.dispatch(event, payload)
         await report_extension_errors(self.emit, outcome.errors, event)
 
-    async def start(self) -> None:
-        """Announce the session to extensions (``session_start``)."""
-        if self.writer is not None:
-            self.writer.append_model_change(self.provider.name, self.provider.model)
-        await self._notify("session_start", {"reason": "startup"})
+    async def chain(self, event: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Dispatch a chained event; the final state, or None when nobody subscribes."""
+        if not self.pool.subscribed(event):
+            return None
+        outcome = await self.pool.dispatch(event, payload)
+        await report_extension_errors(self.emit, outcome.errors, event)
+        return outcome.state
 
-    async def shutdown(self) -> None:
-        """Announce the end of the session to extensions (``session_shutdown``)."""
-        await self._notify("session_shutdown", {})
+    # --- abort -------------------------------------------------------------------------------
 
-    async def prompt(self, text: str) -> str:
-        """Run the agent loop for one user message until the model stops calling tools.
+    @contextlib.asynccontextmanager
+    async def abortable(self) -> AsyncIterator[trio.CancelScope]:
+        """A cancel scope that `abort` cancels (checks ``aborted`` at entry)."""
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            if self.aborted:
+                scope.cancel()
+            try:
+                yield scope
+            finally:
+                self._scopes.discard(scope)
+
+    def abort(self) -> bool:
+        """Abort the running prompt; returns at once. False when idle."""
+        if not self.running:
+            return False
+        self.aborted = True
+        for scope in list(self._scopes):
+            scope.cancel()
+        return True
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(
+        self, text: str, images: list[dict[str, Any]] | None = None, *, as_user: bool = True
+    ) -> str:
+        """Run the agent loop for one user message until the model stops calling tools
+        (then follow-ups), the run is aborted, or every tool result says terminate.
 
         Returns:
-            The final assistant text.
+            The final assistant text ("" when aborted before any).
 
         Raises:
             ProviderError: the provider failed, or ``max_turns`` was exceeded.
         """
-        user = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
-        self._record(user)
-        await self.emit({"type": "agent_start"})
-        await self.emit({"type": "message_end", "message": user})
-        new_messages: list[dict[str, Any]] = [user]
+        self.running, self.aborted, self.prompt_override = True, False, None
+        self.idle = trio.Event()
+        new_messages: list[dict[str, Any]] = []
         final_text = ""
         try:
-            for _ in range(self.max_turns):
-                await self.emit({"type": "turn_start"})
-                await self._notify("turn_start", {})
-                turn = _with_unique_call_ids(await self._request())
-                assistant = self._assistant_message(turn)
-                self._record(assistant)
-                new_messages.append(assistant)
-                await self.emit({"type": "message_end", "message": assistant})
-                final_text = turn.text
-                results: list[dict[str, Any]] = []
-                if turn.tool_calls:
-                    for outcome in await self.pipeline.run(turn.tool_calls):
-                        message = outcome.message()
-                        self._record(message)
-                        new_messages.append(message)
-                        results.append(message)
-                        await self.emit({"type": "message_end", "message": message})
-                await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
-                if not turn.tool_calls:
-                    return final_text
-            raise ProviderError(
-                f"the model kept calling tools for {self.max_turns} turns; stopping"
+            state = await self.chain(
+                "before_agent_start",
+                {
+                    "prompt": text,
+                    "images": images or [],
+                    "system_prompt": self.current_system_prompt(),
+                },
             )
+            for queued in self.next_turn:
+                self.record(queued)
+                new_messages.append(queued)
+            self.next_turn.clear()
+            if as_user:
+                user = _user_message(text, images)
+                self.record(user)
+                new_messages.append(user)
+            if state is not None:
+                for extra in state.get("messages") or []:
+                    if isinstance(extra, dict):
+                        message = custom_message(extra)
+                        self.record(message)
+                        new_messages.append(message)
+                override = state.get("system_prompt")
+                if isinstance(override, str) and override != self.current_system_prompt():
+                    self.prompt_override = override
+            await self.emit({"type": "agent_start"})
+            await self.notify("agent_start", {})
+            for message in new_messages:
+                await self.emit({"type": "message_end", "message": message})
+            for _ in range(self.max_turns):
+                if self.aborted:
+                    break
+                final_text, more = await self._turn(new_messages)
+                if not more or self.aborted:
+                    break
+            else:
+                raise ProviderError(
+                    f"the model kept calling tools for {self.max_turns} turns; stopping"
+                )
+            return final_text
         finally:
-            await self.emit({"type": "agent_end", "messages": new_messages})
+            with trio.CancelScope(shield=True):
+                await self.emit(
+                    {"type": "agent_end", "messages": new_messages, "aborted": self.aborted}
+                )
+                await self.notify("agent_end", {"messages": new_messages, "aborted": self.aborted})
+            self.running = False
+            self.prompt_override = None
+            self.idle.set()
 
-    async def _request(self) -> AssistantTurn:
+    async def _turn(self, new_messages: list[dict[str, Any]]) -> tuple[str, bool]:
+        """One provider request and its tool calls; returns (text, whether to go on)."""
+        await self.emit({"type": "turn_start"})
+        await self.notify("turn_start", {})
+        turn = await self._request()
+        if turn is None:  # aborted during the request
+            await self.emit({"type": "turn_end", "message": None, "toolResults": []})
+            await self.notify("turn_end", {"message": None, "tool_results": []})
+            return "", False
+        assistant = self._assistant_message(turn)
+        replaced = await self.chain("message_end", {"message": assistant})
+        if replaced is not None and isinstance(replaced.get("message"), dict):
+            assistant = replaced["message"]
+        self.record(assistant)
+        new_messages.append(assistant)
+        await self.emit({"type": "message_end", "message": assistant})
+        results: list[dict[str, Any]] = []
+        terminate = False
+        if turn.tool_calls:
+            outcomes = await self.pipeline.run(turn.tool_calls, session=self)
+            for outcome in outcomes:
+                message = outcome.message()
+                self.record(message)
+                new_messages.append(message)
+                results.append(message)
+                await self.emit({"type": "message_end", "message": message})
+            # A batch stops the run only when every call in it asked to (issue 5 case 5).
+            terminate = bool(outcomes) and all(o.terminate for o in outcomes)
+        await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
+        await self.notify("turn_end", {"message": assistant, "tool_results": results})
+        if self.aborted or terminate:
+            return turn.text, False
+        if self.steering:
+            for queued in self.steering:
+                self.record(queued)
+                new_messages.append(queued)
+                await self.emit({"type": "message_end", "message": queued})
+            self.steering.clear()
+            return turn.text, True
+        if turn.tool_calls:
+            return turn.text, True
+        if self.follow_ups:
+            queued = self.follow_ups.pop(0)
+            self.record(queued)
+            new_messages.append(queued)
+            await self.emit({"type": "message_end", "message": queued})
+            return turn.text, True
+        return turn.text, False
+
+    async def _request(self) -> AssistantTurn | None:
+        messages = copy.deepcopy(self.messages)
+        state = await self.chain("context", {"messages": messages})
+        if state is not None and isinstance(state.get("messages"), list):
+            messages = state["messages"]
+        tools = self.tool_definitions()
+        payload = {
+            "model": self.provider.model,
+            "system_prompt": self.current_system_prompt(),
+            "messages": messages,
+            "tools": [
+                {"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in tools
+            ],
+        }
+        state = await self.chain("before_provider_request", {"payload": payload})
+        if state is not None and isinstance(state.get("payload"), dict):
+            payload = _checked_payload(state["payload"], payload)
+            tools = [
+                ToolDefinition(t["name"], t.get("description", ""), t.get("parameters", {}))
+                for t in payload["tools"]
+            ]
+
         async def on_delta(delta: str) -> None:
             await self.emit({"type": "message_update", "delta": delta})
+            await self.notify("message_update", {"delta": delta})
 
         await self.emit({"type": "message_start", "message": {"role": "assistant"}})
-        return await self.provider.complete(
-            system_prompt=self.system_prompt,
-            messages=self.messages,
-            tools=self.tool_definitions(),
-            on_text_delta=on_delta,
+        await self.notify("message_start", {"message": {"role": "assistant"}})
+        turn: AssistantTurn | None = None
+        async with self.abortable():
+            turn = await self.provider.complete(
+                system_prompt=payload["system_prompt"],
+                messages=llm_messages(payload["messages"]),
+                tools=tools,
+                on_text_delta=on_delta,
+            )
+        if turn is None:
+            return None
+        await self.notify(
+            "after_provider_response",
+            {
+                "model": turn.model or self.provider.model,
+                "stop_reason": turn.stop_reason,
+                "usage": turn.usage,
+            },
         )
+        return _with_unique_call_ids(turn)
 
     def _assistant_message(self, turn: AssistantTurn) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
@@ -188,3 +420,25 @@ class AgentSession:
             "stopReason": turn.stop_reason,
             "timestamp": now_ms(),
         }
+
+
+def _checked_payload(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """A ``before_provider_request`` replacement, field by field: a field of the wrong
+    shape keeps the previous value (fail-open, like every chained event)."""
+    out = dict(old)
+    if isinstance(new.get("system_prompt"), str):
+        out["system_prompt"] = new["system_prompt"]
+    messages = new.get("messages")
+    if isinstance(messages, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
+    ):
+        out["messages"] = messages
+    tools = new.get("tools")
+    if isinstance(tools, list) and all(
+        isinstance(t, dict)
+        and isinstance(t.get("name"), str)
+        and isinstance(t.get("parameters", {}), dict)
+        for t in tools
+    ):
+        out["tools"] = tools
+    return out

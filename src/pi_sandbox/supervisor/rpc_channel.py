@@ -7,6 +7,7 @@ malformed raises ``ProtocolError`` out of ``run()`` and the owner kills the work
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,11 +23,21 @@ from pi_sandbox.protocol.framing import (
     FrameError,
     encode_frame,
 )
-from pi_sandbox.protocol.messages import WORKER_MESSAGE, NotificationMessage, ResponseMessage
+from pi_sandbox.protocol.messages import (
+    WORKER_MESSAGE,
+    NotificationMessage,
+    RequestMessage,
+    ResponseMessage,
+)
 
-__all__ = ["NotificationHandler", "RpcChannel"]
+__all__ = ["NotificationHandler", "RequestHandler", "RpcChannel"]
 
 NotificationHandler = Callable[[NotificationMessage], Awaitable[None]]
+RequestHandler = Callable[[RequestMessage], None]
+"""Called (synchronously) for each valid worker request; it must schedule the work
+and answer later with `RpcChannel.respond`, never block the reader."""
+
+_ANSWERED_KEPT = 1024
 
 
 class _Pending:
@@ -44,6 +55,8 @@ class RpcChannel:
         stream: the connected trio stream (supervisor end of the socketpair).
         name: human-readable worker name for errors, e.g. ``"extension guard.py"``.
         on_notification: awaited for each valid notification, in arrival order.
+        on_request: called for each valid worker request (``host/call``); without
+            it a request is a protocol error.
         max_frame_bytes: frame size limit in both directions (DESIGN §3: 8 MiB).
     """
 
@@ -53,11 +66,18 @@ class RpcChannel:
         *,
         name: str,
         on_notification: NotificationHandler | None = None,
+        on_request: RequestHandler | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self.name = name
         self._stream = stream
         self._on_notification = on_notification
+        self._on_request = on_request
+        # Ids answered recently: a second answer to one of them is a protocol error
+        # (a late answer to a request that timed out is not: it is dropped).
+        self._answered: dict[int, None] = {}
+        # Cancelled requests whose handler has not reported its end ($/cancelled).
+        self._cancelling: dict[int, trio.Event] = {}
         self._max_frame_bytes = max_frame_bytes
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
@@ -113,10 +133,24 @@ class RpcChannel:
             raise ProtocolError(f"{self.name}: invalid message: {summary}") from exc
         if isinstance(message, ResponseMessage):
             pending = self._pending.get(message.id)
-            if pending is None:
+            if pending is None or pending.response is not None:
+                if message.id in self._answered or (
+                    pending is not None and pending.response is not None
+                ):
+                    raise ProtocolError(
+                        f"{self.name}: answered request {message.id} more than once"
+                    )
                 return  # the request timed out or was cancelled; a late answer is dropped
             pending.response = message
             pending.done.set()
+            self._answered[message.id] = None
+            while len(self._answered) > _ANSWERED_KEPT:
+                del self._answered[next(iter(self._answered))]
+            return
+        if isinstance(message, RequestMessage):
+            if self._on_request is None:
+                raise ProtocolError(f"{self.name}: sent a request ({message.method})")
+            self._on_request(message)
             return
         if self._on_notification is not None:
             await self._on_notification(message)
@@ -124,6 +158,9 @@ class RpcChannel:
     def _close(self, reason: BaseException) -> None:
         if self._closed_reason is None:
             self._closed_reason = reason
+        for event in self._cancelling.values():
+            event.set()
+        self._cancelling.clear()
         for pending in self._pending.values():
             if pending.response is None:
                 pending.response = self._closed_reason
@@ -148,6 +185,36 @@ class RpcChannel:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._close(WorkerCrashedError(f"{self.name}: channel broke while sending ({exc})"))
                 raise WorkerCrashedError(f"{self.name}: channel broke while sending") from exc
+
+    async def respond(
+        self, request_id: int, *, result: Any = None, error: dict[str, Any] | None = None
+    ) -> None:
+        """Answer a worker request: ``result``, or ``error`` (``{"code", "message"}``).
+        A worker that is gone is not an error here (its request dies with it)."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+        if error is not None:
+            message["error"] = error
+        else:
+            message["result"] = result
+        try:
+            await self.send(message)
+        except WorkerCrashedError:
+            pass
+        except ProtocolError as exc:
+            # The result does not fit in a frame: the worker gets an error instead.
+            with contextlib.suppress(WorkerCrashedError, ProtocolError):
+                await self.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "error": {"code": methods.ERROR_HOST, "message": str(exc)[:500]},
+                    }
+                )
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification; a closed channel is ignored."""
+        with contextlib.suppress(WorkerCrashedError, ProtocolError):
+            await self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
     async def request(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Send a request and wait for its result.
@@ -192,9 +259,27 @@ class RpcChannel:
             )
         return response.result
 
+    def cancel_finished(self, request_id: int) -> None:
+        """The worker reported (``$/cancelled``) that a cancelled request's handler returned."""
+        event = self._cancelling.pop(request_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait_cancels(self, grace_s: float) -> bool:
+        """Wait up to ``grace_s`` seconds for every cancelled request's handler to
+        return; True when they all did (or the channel closed), False otherwise."""
+        with trio.move_on_after(grace_s):
+            for event in list(self._cancelling.values()):
+                await event.wait()
+            return True
+        return self.closed
+
     async def _send_cancel(self, request_id: int) -> None:
         if self.closed:
             return
+        self._cancelling[request_id] = trio.Event()
+        while len(self._cancelling) > _ANSWERED_KEPT:
+            del self._cancelling[next(iter(self._cancelling))]
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             try:
                 await self.send(

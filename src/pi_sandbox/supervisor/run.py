@@ -46,7 +46,7 @@ class RunOptions:
     message: str
     cwd: Path
     agent_dir: Path
-    mode: str = "print"  # "print" | "json"
+    mode: str = "print"  # "print" | "json" | "rpc"
     model: str = "scripted"
     script: Path | None = None
     base_url: str | None = None
@@ -61,6 +61,8 @@ class RunOptions:
     audit_log: Path | None = None
     ci: bool = False
     notices: list[str] = field(default_factory=list)  # shown once the run starts
+    tools: set[str] | None = None  # --tools / --no-tools (empty set); None: every tool
+    argv: list[str] = field(default_factory=list)  # re-parsed with extension flags
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
     extra_managed_policy_dirs: tuple[Path, ...] = ()
 
@@ -119,7 +121,7 @@ def run_print_session(options: RunOptions) -> int:
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
-    output = JsonOutput() if options.mode == "json" else PrintOutput()
+    output = JsonOutput() if options.mode in ("json", "rpc") else PrintOutput()
     from pi_sandbox.supervisor.audit_log import AuditLog
 
     policy = start.policy
@@ -183,7 +185,7 @@ def run_print_session(options: RunOptions) -> int:
         silence_stdout()
         if not isinstance(exc, BrokenPipeError):
             return fail(f"cannot write output: {exc.strerror or exc}", 1)
-        return 0 if options.mode == "json" else 1
+        return 0 if options.mode in ("json", "rpc") else 1
     except Exception as exc:  # the last line of defence: a clear message, never a bare traceback
         import traceback
 
@@ -338,7 +340,9 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
+    from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.session_file import SessionWriter
+    from pi_sandbox.supervisor.session_host import SessionHost
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline, report_extension_errors
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
@@ -385,7 +389,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         sandbox=options.sandbox,
         project_trust=start.trust,
         mode=options.mode,
-        has_ui=False,
+        # rpc: dialogs go to the client (extension_ui_request / extension_ui_response).
+        has_ui=options.mode == "rpc",
         settings=settings,
         audit=audit.record,
         # Every tier's files stay read-only in every sandbox: a tool must not rewrite
@@ -393,6 +398,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         policy_files=tuple(dict.fromkeys([*options.policies, *policy.sources])),
         audit_logs=tuple(start.audit_paths),
         extension_rules=policy.extensions,
+        hook_timeout_s=policy.extensions.handler_timeout_s,
     )
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
@@ -473,7 +479,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     writer = (
                         SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
                         if options.session
-                        else None
+                        else SessionWriter.in_memory(options.cwd, start.session_id)
                     )
                 except OSError as exc:
                     raise UsageError(
@@ -481,13 +487,13 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         f"{exc} (use --no-session, or set PI_CODING_AGENT_DIR)"
                     ) from exc
                 header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
-                if writer is not None:
+                if writer.path is not None:
                     header.update(
                         id=writer.header.id,
                         timestamp=writer.header.timestamp,
                         path=str(writer.path),
                     )
-                if options.mode == "json":
+                if options.mode in ("json", "rpc"):
                     await output(header)
                 for notice in notices:
                     await output({"type": "notice", "message": notice})
@@ -551,12 +557,58 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     cwd=options.cwd,
                     writer=writer,
                 )
-                await session.start()
+                writer.append_model_change(provider.name, provider.model)
+
+                def rediscover() -> tuple[list[Any], list[str]]:
+                    found, found_notices = discover_extensions(
+                        cwd=options.cwd,
+                        agent_dir=options.agent_dir,
+                        cli_paths=options.extensions,
+                        no_extensions=options.no_extensions,
+                        project_trust=start.trust,
+                        rules=policy.extensions,
+                    )
+                    return found, found_notices
+
+                def new_writer() -> SessionWriter:
+                    if options.session:
+                        return SessionWriter.create(options.agent_dir, options.cwd)
+                    return SessionWriter.in_memory(options.cwd)
+
+                host = SessionHost(
+                    pool=pool,
+                    session=session,
+                    emit=output,
+                    audit=audit.record,
+                    discover=rediscover,
+                    new_writer=new_writer,
+                    tools_filter=options.tools,
+                    argv=options.argv,
+                    parse_flags=_flag_parser() if options.argv else None,
+                    agent_dir=options.agent_dir,
+                )
                 try:
-                    final_text = await session.prompt(options.message)
+                    await host.start(nursery)
+                    if options.mode == "rpc":
+                        await serve_rpc(host, output)
+                        final_text = None
+                    else:
+                        message = host.message_from_flags or options.message
+                        answer: dict[str, str] = {}
+
+                        async def prompt_job() -> None:
+                            answer["text"] = await host.submit(message)
+
+                        host.enqueue(prompt_job)
+                        await host.wait_quiet()
+                        final_text = answer.get("text", "")
+                    if host.errors:
+                        raise host.errors[0]
                 finally:
-                    await session.shutdown()
-                if options.mode != "json":
+                    with trio.CancelScope(shield=True), trio.move_on_after(10):
+                        await session.notify("session_shutdown", {"reason": "quit"})
+                    writer = session.writer
+                if final_text is not None and options.mode != "json":
                     try:
                         print(printable(final_text), flush=True)
                     except OSError as exc:
@@ -568,6 +620,10 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                                 flush=True,
                             )
                         status = 1
+            except UsageError as exc:
+                await output({"type": "error", "error": str(exc)})
+                print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
+                status = 2
             except ProviderError as exc:
                 await output({"type": "error", "error": f"provider error: {exc}"})
                 print(printable(f"pi: provider error: {exc}"), file=sys.stderr, flush=True)
@@ -650,6 +706,16 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         )
         status = EXIT_DENIED
     return status
+
+
+def _flag_parser() -> Any:
+    from pi_sandbox.cli import build_parser
+    from pi_sandbox.supervisor.session_host import parse_extension_flags
+
+    def parse(argv: Any, flags: list[Any]) -> tuple[dict[str, Any], str]:
+        return parse_extension_flags(argv, flags, build_parser)
+
+    return parse
 
 
 async def _reload_on_sighup(store: Any, target: dict[str, Any], output: Any, audit: Any) -> None:

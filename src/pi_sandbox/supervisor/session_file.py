@@ -102,15 +102,117 @@ def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
 
 
 class SessionWriter:
-    """Writes one session file, entry by entry, linking each entry to the previous one."""
+    """Writes one session file, entry by entry, linking each entry to its parent
+    (the current leaf), and keeps every entry in memory (``entries``, ``by_id``) for
+    ``ctx.session_manager``.
 
-    def __init__(self, path: Path, header: SessionHeader) -> None:
+    ``path`` None keeps the session in memory only (``--no-session``).
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        header: SessionHeader,
+        *,
+        existing: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.path = path
         self.header = header
         self.last_id: str | None = None
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._write(_converter.unstructure(header))
+        self.entries: list[dict[str, Any]] = []
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.name: str | None = None
+        self._fd = -1
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        if existing is None:
+            self._write(_converter.unstructure(header))
+        else:
+            for record in existing:
+                self._remember(record)
+
+    @classmethod
+    def in_memory(cls, cwd: Path, session_id: str | None = None) -> SessionWriter:
+        """A session that is never written (``--no-session``)."""
+        return cls(None, SessionHeader(id=session_id or str(uuid.uuid4()), cwd=str(cwd)))
+
+    @classmethod
+    def resume(cls, path: Path) -> SessionWriter:
+        """Continue an existing session file (``switch_session``): its entries are
+        loaded, the leaf is its last entry, new entries are appended.
+
+        Raises:
+            ValueError: the file is not a session file (see `load_session`).
+            OSError: it cannot be read or opened for appending.
+        """
+        header, entries = load_session(path)
+        records = [e if isinstance(e, dict) else _converter.unstructure(e) for e in entries]
+        return cls(path, header, existing=records)
+
+    def _remember(self, record: dict[str, Any]) -> None:
+        entry_id = record.get("id")
+        if not isinstance(entry_id, str):
+            return
+        self.entries.append(record)
+        self.by_id[entry_id] = record
+        self.last_id = entry_id
+        if record.get("type") == "session_info" and isinstance(record.get("name"), str):
+            self.name = record["name"]
+
+    def branch(self, leaf: str | None = None) -> list[dict[str, Any]]:
+        """The entries from the root to ``leaf`` (default: the current leaf)."""
+        chain: list[dict[str, Any]] = []
+        current = self.last_id if leaf is None else leaf
+        seen: set[str] = set()
+        while current is not None and current in self.by_id and current not in seen:
+            seen.add(current)
+            record = self.by_id[current]
+            chain.append(record)
+            current = record.get("parentId")
+        return chain[::-1]
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages on the current branch, in order (what the model sees)."""
+        return [
+            record["message"]
+            for record in self.branch()
+            if record.get("type") == "message" and isinstance(record.get("message"), dict)
+        ]
+
+    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
+        record = {
+            "type": record.pop("type"),
+            "id": self._next_id(),
+            "parentId": self.last_id,
+            "timestamp": _now_iso(),
+            **record,
+        }
+        self._write(record)
+        self._remember(record)
+        return record
+
+    def append_custom(self, custom_type: str, data: Any) -> dict[str, Any]:
+        """Append a ``custom`` entry (extension state; never sent to the model)."""
+        return self._append({"type": "custom", "customType": custom_type, "data": data})
+
+    def append_session_info(self, name: str) -> dict[str, Any]:
+        """Append a ``session_info`` entry naming the session."""
+        return self._append({"type": "session_info", "name": name})
+
+    def append_label(self, target_id: str, label: str | None) -> dict[str, Any]:
+        """Append a ``label`` entry for ``target_id`` (``None`` clears it)."""
+        return self._append({"type": "label", "targetId": target_id, "label": label})
+
+    def move_leaf(self, target_id: str) -> None:
+        """Make ``target_id`` the leaf: the next entry branches from it.
+
+        Raises:
+            KeyError: no entry has that id.
+        """
+        if target_id not in self.by_id:
+            raise KeyError(target_id)
+        self.last_id = target_id
 
     @classmethod
     def create(cls, agent_dir: Path, cwd: Path, session_id: str | None = None) -> SessionWriter:
@@ -125,7 +227,8 @@ class SessionWriter:
         return cls(session_dir_for(agent_dir, cwd) / f"{stamp}_{session_id}.jsonl", header)
 
     def _write(self, record: dict[str, Any]) -> None:
-        os.write(self._fd, (dumps_line(record) + "\n").encode())
+        if self.path is not None:
+            os.write(self._fd, (dumps_line(record) + "\n").encode())
 
     def _next_id(self) -> str:
         return secrets.token_hex(4)
@@ -133,8 +236,9 @@ class SessionWriter:
     def append_message(self, message: dict[str, Any]) -> MessageEntry:
         """Append a message entry now; returns it (its ``id`` is the new leaf)."""
         entry = MessageEntry(id=self._next_id(), parent_id=self.last_id, message=message)
-        self._write(_converter.unstructure(entry))
-        self.last_id = entry.id
+        record = _converter.unstructure(entry)
+        self._write(record)
+        self._remember(record)
         return entry
 
     def append_model_change(self, provider: str, model_id: str) -> ModelChangeEntry:
@@ -142,8 +246,9 @@ class SessionWriter:
         entry = ModelChangeEntry(
             id=self._next_id(), parent_id=self.last_id, provider=provider, model_id=model_id
         )
-        self._write(_converter.unstructure(entry))
-        self.last_id = entry.id
+        record = _converter.unstructure(entry)
+        self._write(record)
+        self._remember(record)
         return entry
 
     def close(self) -> None:

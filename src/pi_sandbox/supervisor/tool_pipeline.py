@@ -17,6 +17,7 @@ The gate decides, the sandbox enforces: nothing here checks paths for safety.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -81,6 +82,7 @@ class ToolOutcome:
     arguments: dict[str, Any]
     result: dict[str, Any]
     blocked: bool = False
+    terminate: bool = False
 
     def message(self) -> dict[str, Any]:
         """The ``toolResult`` message in pi's shape (camelCase)."""
@@ -103,6 +105,7 @@ class _Prepared:
     early: dict[str, Any] | None = None
     blocked: bool = False
     original: dict[str, Any] | None = None  # the model's input, when a hook changed it
+    terminate: bool = False  # a tool_call hook blocked it with terminate: true
 
 
 VALIDATION_TIMEOUT_S = 5.0
@@ -135,20 +138,57 @@ class ToolPipeline:
     has_ui: bool = False
     tool_timeout_s: float = 600.0
     denied: int = 0
+    # Whether a tool is active (``--tools``, ``set_active_tools``); None: all are.
+    tool_filter: Callable[[str], bool] | None = None
     _validators: dict[str, Any] = field(default_factory=dict)
     _path_locks: dict[str, trio.Lock] = field(default_factory=dict)
 
-    async def run(self, calls: list[ToolCall]) -> list[ToolOutcome]:
-        """Run sibling tool calls; returns their outcomes in source order."""
-        prepared = [await self._preflight(call) for call in calls]
+    async def run(self, calls: list[ToolCall], session: Any = None) -> list[ToolOutcome]:
+        """Run sibling tool calls; returns their outcomes in source order.
+
+        Preflight (validation, gate, ``tool_call`` hooks) is sequential in source
+        order; execution is concurrent unless a tool of the batch is
+        ``execution_mode: sequential``. With a ``session`` (`AgentSession`), its
+        ``abort()`` stops the batch: a call aborted in preflight gets an error result
+        and later calls get none (issue 5 case 6); running calls are cancelled and get
+        an error result. ``tool_result`` hooks still see every result.
+        """
+        prepared: list[_Prepared] = []
+        for call in calls:
+            if session is not None and session.aborted:
+                break
+            item = None
+            if session is None:
+                item = await self._preflight(call)
+            else:
+                async with session.abortable():
+                    item = await self._preflight(call)
+                if item is None or session.aborted:
+                    item = _Prepared(call, copy.deepcopy(call.arguments))
+                    item.tool = self.pool.tools.get(call.name)
+                    item.early, item.blocked = (
+                        _error_result("Aborted by the user or an extension", blocked_by="abort"),
+                        True,
+                    )
+                    prepared.append(item)
+                    break
+            prepared.append(item)
         outcomes: list[ToolOutcome | None] = [None] * len(prepared)
+        sequential = any(
+            item.tool is not None and item.tool.definition.execution_mode == "sequential"
+            for item in prepared
+        )
 
         async def execute(index: int, item: _Prepared) -> None:
-            outcomes[index] = await self._execute(item)
+            outcomes[index] = await self._execute(item, session)
 
-        async with trio.open_nursery() as nursery:
+        if sequential:
             for index, item in enumerate(prepared):
-                nursery.start_soon(execute, index, item)
+                await execute(index, item)
+        else:
+            async with trio.open_nursery() as nursery:
+                for index, item in enumerate(prepared):
+                    nursery.start_soon(execute, index, item)
         for path in self.pool.repair_host_devices():
             self.pool.repaired_devices.append(path)
             await self.emit(
@@ -252,7 +292,8 @@ class ToolPipeline:
     async def _preflight(self, call: ToolCall) -> _Prepared:
         item = _Prepared(call, copy.deepcopy(call.arguments))
         item.tool = self.pool.tools.get(call.name)
-        if item.tool is None:
+        if item.tool is None or (self.tool_filter is not None and not self.tool_filter(call.name)):
+            item.tool = None
             item.early = _error_result(f"Tool {call.name} not found")
             return item
         if nests_deeper_than(item.arguments, MAX_NESTING):
@@ -282,6 +323,7 @@ class ToolPipeline:
                 str(outcome.state.get("reason") or "Blocked"), blocked_by="extension"
             )
             item.blocked = True
+            item.terminate = bool(outcome.state.get("terminate"))
             return item
         new_input = outcome.state["input"]
         if new_input != item.arguments:
@@ -305,7 +347,12 @@ class ToolPipeline:
 
     # --- execution (steps 5-6) -------------------------------------------------------------
 
-    async def _execute(self, item: _Prepared) -> ToolOutcome:
+    async def _notify(self, event: str, payload: dict[str, Any]) -> None:
+        if self.pool.subscribed(event):
+            outcome = await self.pool.dispatch(event, payload)
+            await self._report(outcome.errors, event)
+
+    async def _execute(self, item: _Prepared, session: Any = None) -> ToolOutcome:
         call = item.call
         start: dict[str, Any] = {
             "type": "tool_execution_start",
@@ -316,17 +363,32 @@ class ToolPipeline:
         if item.original is not None:
             start["originalArgs"] = item.original  # a tool_call hook changed the input
         await self.emit(start)
+        await self._notify(
+            "tool_execution_start",
+            {"tool_call_id": call.id, "tool_name": call.name, "args": item.arguments},
+        )
+        terminate = item.terminate
         if item.early is not None:
             result = item.early
+            if item.blocked and (result.get("details") or {}).get("blocked_by") == "abort":
+                # Aborted in preflight: tool_result hooks still see the error result.
+                result, terminate = await self._transform(item, result)
         else:
             assert item.tool is not None
+            result = None
             lock = self._lock_for(call.name, item.arguments)
-            if lock is None:
-                result = await self._call_worker(item)
-            else:
-                async with lock:
+            scope = session.abortable() if session is not None else contextlib.nullcontext()
+            async with scope:
+                if lock is None:
                     result = await self._call_worker(item)
-            result = await self._transform(item, result)
+                else:
+                    async with lock:
+                        result = await self._call_worker(item)
+            if result is None:
+                result = _error_result("Aborted by the user or an extension", blocked_by="abort")
+            terminate = bool(result.pop("terminate", False))
+            with trio.CancelScope(shield=bool(session is not None and session.aborted)):
+                result, terminate = await self._transform(item, result, terminate)
         self.pool.audit(
             {
                 "event": "tool_call_outcome",
@@ -348,7 +410,16 @@ class ToolPipeline:
                 "blocked": item.blocked,
             }
         )
-        return ToolOutcome(call, item.arguments, result, item.blocked)
+        await self._notify(
+            "tool_execution_end",
+            {
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "result": {"content": result["content"], "details": result.get("details") or {}},
+                "is_error": bool(result.get("is_error")),
+            },
+        )
+        return ToolOutcome(call, item.arguments, result, item.blocked, terminate)
 
     def _lock_for(self, name: str, arguments: dict[str, Any]) -> trio.Lock | None:
         if name not in _WRITING_TOOLS or not isinstance(arguments.get("path"), str):
@@ -445,7 +516,13 @@ class ToolPipeline:
             f"the extension {tool.source} that provides {tool.definition.name} is not running: {reason}"
         )
 
-    async def _transform(self, item: _Prepared, result: dict[str, Any]) -> dict[str, Any]:
+    async def _transform(
+        self, item: _Prepared, result: dict[str, Any], terminate: bool = False
+    ) -> tuple[dict[str, Any], bool]:
+        """``tool_result`` hooks: field patches (content, details, is_error, terminate);
+        returns the result and whether it asks to end the run."""
+        if not self.pool.subscribed("tool_result"):
+            return result, terminate
         payload = {
             "tool_name": item.call.name,
             "tool_call_id": item.call.id,
@@ -453,22 +530,25 @@ class ToolPipeline:
             "content": result["content"],
             "details": result.get("details") or {},
             "is_error": bool(result.get("is_error")),
+            "terminate": terminate,
         }
         outcome = await self.pool.dispatch("tool_result", payload)
         await self._report(outcome.errors, "tool_result")
         state = outcome.state
         try:
             # A patch is untrusted worker output: it must still be a valid tool result.
-            return ToolResultWire.model_validate(
+            patched = ToolResultWire.model_validate(
                 {
                     "content": state["content"],
                     "details": state["details"],
                     "is_error": state["is_error"],
                 }
             ).model_dump()
+            patched.pop("terminate", None)
+            return patched, bool(state.get("terminate", terminate))
         except (pydantic.ValidationError, KeyError) as exc:
             await self._report([{"message": f"tool_result patch rejected: {exc}"}], "tool_result")
-            return result
+            return result, terminate
 
 
 def _limits_reached(before: dict[str, int], worker: WorkerProcess) -> str | None:

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 import trio
@@ -36,6 +36,11 @@ from pi_sandbox.sandbox.device_guard import DeviceGuard
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
+from pi_sandbox.supervisor.extension_discovery import (
+    ExtensionSource,
+    discover_extensions,
+    extension_name,
+)
 from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
 
 __all__ = [
@@ -50,26 +55,15 @@ __all__ = [
     "unsandboxed_env",
 ]
 
-Origin = Literal["cli", "user", "project"]
+MAX_EXTENSION_RESTARTS = 3
+"""Restarts of one extension's worker per session; past it the extension is disabled."""
 
-MAX_EXTENSION_RESTARTS = 2
+CANCEL_GRACE_S = 1.0
+"""After ``$/cancel`` (abort, deadline), how long a handler has to return before its
+worker is killed and restarted (issue 5)."""
 
-
-@dataclass(frozen=True)
-class ExtensionSource:
-    """An extension found on disk: its canonical path and where it came from.
-
-    Attributes:
-        path: the canonical path (symlinks resolved); what is loaded.
-        origin: ``"cli"``, ``"user"`` or ``"project"``.
-        discovered: the path it was found at, before symlinks were resolved (a
-            ``.pi/extensions/helper.py`` linking elsewhere); None when unknown.
-            Policy patterns are matched against both paths.
-    """
-
-    path: Path
-    origin: Origin
-    discovered: Path | None = None
+RESTART_BACKOFF_S = (0.1, 0.5, 2.0)
+"""Delay before the 1st, 2nd, 3rd … restart of a crashed extension worker."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +73,19 @@ class RegisteredTool:
     definition: ToolDefinitionWire
     worker: WorkerProcess
     source: str  # "builtin" or the extension's path
+
+
+@dataclass(frozen=True)
+class RegisteredCommand:
+    """A ``/command``: its invocation name (``review`` or, when two extensions
+    registered ``review``, ``review:1``/``review:2`` in load order), the name the
+    extension registered, and the extension's index in `WorkerPool.extensions`."""
+
+    name: str
+    registered_name: str
+    description: str
+    index: int
+    source: str
 
 
 @dataclass
@@ -108,7 +115,8 @@ class PoolConfig:
         sandbox: run every worker under bwrap.
         project_trust: ``"yes"``, ``"no"``, ``"sandboxed"`` or ``None`` (undecided).
         mode: ``"print"`` or ``"json"``; has_ui: whether prompts can be answered.
-        handshake_timeout_s / hook_timeout_s: deadlines for ``initialize`` and each event.
+        handshake_timeout_s / hook_timeout_s: deadlines for ``initialize`` and each
+            event handler call (the policy's ``extensions.handler_timeout_s``).
         settings: the policy's ``sandbox`` section (filesystem, network, limits).
         audit: called with one JSON-ready record per sandbox decision (the profile
             each worker got, every egress proxy decision); None to drop them.
@@ -137,183 +145,6 @@ class PoolConfig:
     extension_rules: ExtensionRules | None = None
 
 
-def _extension_entries(directory: Path, notices: list[str] | None = None) -> list[Path]:
-    """One level deep (seed 004): ``*.py`` files, package directories with
-    ``__init__.py``, and directories whose ``pyproject.toml`` declares
-    ``[tool.pi] extensions = ["entry.py", "pkg", …]`` (entries relative to that
-    directory, which must stay inside it: a file or a package directory each).
-
-    A ``pyproject.toml`` that cannot be read, or an entry that is missing, leaves
-    the directory or that entry out with a line in ``notices`` naming the file.
-    """
-    if not directory.is_dir():
-        return []
-    found = []
-    for entry in sorted(directory.iterdir()):
-        if entry.name.startswith((".", "_")):
-            continue
-        if (entry.is_file() and entry.suffix == ".py") or (
-            entry.is_dir() and (entry / "__init__.py").is_file()
-        ):
-            found.append(entry)
-        elif entry.is_dir() and (entry / "pyproject.toml").is_file():
-            found += _declared_entries(entry, notices if notices is not None else [])
-    return found
-
-
-def _listing(directory: Path) -> list[Path]:
-    """The visible ``*.py`` files and directories of ``directory`` (none when it is
-    missing), by metadata alone: what may be extensions, without reading any."""
-    try:
-        return sorted(
-            e
-            for e in directory.iterdir()
-            if not e.name.startswith((".", "_")) and (e.suffix == ".py" or e.is_dir())
-        )
-    except OSError:
-        return []
-
-
-def _declared_entries(package: Path, notices: list[str]) -> list[Path]:
-    """The ``[tool.pi] extensions`` entries of ``package/pyproject.toml``."""
-    import tomllib
-
-    manifest = package / "pyproject.toml"
-    try:
-        with manifest.open("rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        notices.append(f"Skipped {package}: cannot read {manifest}: {exc}")
-        return []
-    declared = data.get("tool", {}).get("pi", {}).get("extensions")
-    if declared is None:
-        return []  # a Python project that is not an extension
-    if not isinstance(declared, list) or not all(isinstance(e, str) for e in declared):
-        notices.append(f"Skipped {package}: {manifest}: tool.pi.extensions must be a list of paths")
-        return []
-    root = os.path.realpath(package)
-    entries = []
-    for relative in declared:
-        path = package / relative
-        real = os.path.realpath(path)
-        if not real.startswith(root + os.sep):
-            notices.append(f"Skipped {relative!r} of {manifest}: outside {package}")
-        elif (path.is_file() and path.suffix == ".py") or (
-            path.is_dir() and (path / "__init__.py").is_file()
-        ):
-            entries.append(path)
-        else:
-            notices.append(
-                f"Skipped {relative!r} of {manifest}: not a .py file or a package directory"
-            )
-    return entries
-
-
-def discover_extensions(
-    *,
-    cwd: Path,
-    agent_dir: Path,
-    cli_paths: Sequence[Path],
-    no_extensions: bool,
-    project_trust: str | None,
-    rules: ExtensionRules | None = None,
-    refused: list[tuple[ExtensionSource, str]] | None = None,
-) -> tuple[list[ExtensionSource], list[str]]:
-    """Find extensions in load order: ``-e`` paths, project ``.pi/extensions``, user extensions.
-
-    ``--no-extensions`` disables discovery but not explicit ``-e`` paths. An ``-e``
-    path inside ``<cwd>/.pi/extensions`` (as given or once symlinks are resolved)
-    is a project extension, not a ``cli`` one. Project extensions load only with
-    trust ``yes`` or ``sandboxed`` (DESIGN §8); otherwise they are skipped and a
-    notice says so. Duplicates (same canonical path) load once, at the first
-    position, with the most trusted origin that found them (``cli``, ``user``,
-    ``project``): a repository linking the user's own extension into
-    ``.pi/extensions`` cannot make it a project extension. The policy's
-    ``extensions`` section (``rules``) refuses extensions by name or path glob,
-    matched against both the discovered and the canonical path, and project
-    extensions as a whole (issue 4); each refusal is a notice naming the policy
-    file, and is appended to ``refused``.
-
-    Returns:
-        ``(sources, notices)``; notices are human-readable lines for the user.
-    """
-    project_dir = cwd / ".pi" / "extensions"
-    trusted = project_trust in ("yes", "sandboxed")
-    candidates: list[ExtensionSource] = []
-    notices: list[str] = []
-    for given in cli_paths:
-        found = Path(os.path.abspath(given))
-        if not _inside_project_extensions(found, project_dir):
-            candidates.append(ExtensionSource(found, "cli", found))
-        elif trusted:
-            candidates.append(ExtensionSource(found, "project", found))
-        else:
-            notices.append(
-                f"Skipped -e {given}: it is a project extension (in {project_dir}) and the "
-                "project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load it."
-            )
-    if not no_extensions:
-        # Untrusted: only the directory listing, for the notice; no file of the
-        # project (a pyproject.toml included) is read before trust (DESIGN §8).
-        project = _extension_entries(project_dir, notices) if trusted else _listing(project_dir)
-        if project and trusted:
-            candidates += [ExtensionSource(p, "project", p) for p in project]
-        elif project:
-            names = ", ".join(p.name for p in project)
-            notices.append(
-                f"Skipped {len(project)} project extension(s) in {cwd / '.pi' / 'extensions'} ({names}): "
-                "the project is not trusted. Use --trust sandboxed (sandboxed) or --trust yes to load them."
-            )
-        candidates += [
-            ExtensionSource(p, "user", p)
-            for p in _extension_entries(agent_dir / "extensions", notices)
-        ]
-    # One source per canonical path: the first position, the most trusted finder.
-    rank = {"cli": 0, "user": 1, "project": 2}
-    chosen: dict[Path, ExtensionSource] = {}
-    for candidate in candidates:
-        canonical = Path(os.path.realpath(candidate.path))
-        source = ExtensionSource(canonical, candidate.origin, candidate.discovered)
-        best = chosen.get(canonical)
-        if best is None or rank[source.origin] < rank[best.origin]:
-            chosen[canonical] = source
-    sources = []
-    for source in chosen.values():
-        canonical = source.path
-        why = (
-            rules.refusal(
-                extension_name(canonical), canonical, source.origin, discovered=source.discovered
-            )
-            if rules
-            else None
-        )
-        if why is not None:
-            notices.append(f"Refused {source.origin} extension {canonical}: {why}")
-            if refused is not None:
-                refused.append((source, why))
-            continue
-        sources.append(source)
-    return sources, notices
-
-
-def _inside_project_extensions(path: Path, project_dir: Path) -> bool:
-    """Whether ``path`` (absolute) is in ``project_dir``, as given or once symlinks
-    of either are resolved."""
-    pairs = (
-        (path, project_dir),
-        (Path(os.path.realpath(path)), Path(os.path.realpath(project_dir))),
-        (path, Path(os.path.realpath(project_dir))),
-        (Path(os.path.realpath(path)), project_dir),
-    )
-    return any(p == d or p.is_relative_to(d) for p, d in pairs)
-
-
-def extension_name(path: Path) -> str:
-    """An extension's name for policy patterns: the file's stem, or the package
-    directory's name (``foo.py`` → ``foo``, ``pkg/`` → ``pkg``)."""
-    return path.stem if path.suffix == ".py" else path.name
-
-
 class WorkerPool:
     """Starts, addresses and stops the workers of one session.
 
@@ -337,6 +168,17 @@ class WorkerPool:
         self._respawn_lock = trio.Lock()
         self._restarts: dict[Path, int] = {}
         self.disabled: dict[Path, str] = {}
+        # The session host (actions, bus, reports); set before `start`.
+        self.host: Any = None
+        self.commands: dict[str, RegisteredCommand] = {}
+        # Provider name → (extension path, configuration) registered by extensions.
+        self.providers: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.ambiguous_commands: dict[str, list[str]] = {}
+        self._reported_conflicts: set[tuple[str, str]] = set()
+        self._closing = False
+        # Workers of ended generations not stopped yet (stopped at the latest by aclose).
+        self.retired: list[WorkerProcess] = []
+        self._start_args: dict[str, Any] = {}
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
@@ -363,6 +205,14 @@ class WorkerPool:
 
     def _ctx(self) -> dict[str, Any]:
         return {"cwd": str(self.config.cwd), "has_ui": self.config.has_ui, "mode": self.config.mode}
+
+    def index_of(self, worker: WorkerProcess) -> int | None:
+        """The index in `extensions` of a current-generation worker, else None
+        (an old generation's or a replaced worker: its messages are stale)."""
+        for index, (_, current) in enumerate(self.extensions):
+            if current is worker:
+                return index
+        return None
 
     def _spec(
         self,
@@ -426,9 +276,13 @@ class WorkerPool:
     def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
         """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""
         rules = self.config.extension_rules or ExtensionRules()
-        return rules.capabilities_for(
+        granted = rules.capabilities_for(
             extension_name(source.path), source.path, source.origin, discovered=source.discovered
         )
+        if source.origin == "project" and self.config.project_trust == "sandboxed":
+            # sandboxed trust: the minimum, whatever the policy grants (issue 5).
+            return dict.fromkeys(granted, False)
+        return granted
 
     def repair_host_devices(self) -> list[str]:
         """Undo mode changes a root-run sandbox made to the host's bound device nodes
@@ -509,6 +363,8 @@ class WorkerPool:
             SandboxUnavailableError: a sandbox is required and bwrap cannot run here.
             WorkerStartError: the tool worker could not start.
         """
+        self._nursery = nursery
+        self._start_args = {"on_tool_update": on_tool_update}
         if self._needs_bwrap(sources):
             await self._prepare_sandbox(nursery)
         tool_spec = self._spec(
@@ -521,12 +377,35 @@ class WorkerPool:
         )
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
         self.tool_worker.tool_updates = on_tool_update
+        tool_worker_failure: list[WorkerError] = []
+
+        async def start_tool_worker() -> None:
+            try:
+                await self._start_tool_worker(nursery)
+            except WorkerError as exc:
+                tool_worker_failure.append(exc)
+
+        async with trio.open_nursery() as starters:
+            starters.start_soon(start_tool_worker)
+            starters.start_soon(self._start_extensions, sources)
+        if tool_worker_failure:
+            raise tool_worker_failure[0]
+        self._build_registry()
+
+    async def _start_extensions(self, sources: Sequence[ExtensionSource]) -> None:
+        """Start one worker per source concurrently into `extensions` (load order kept);
+        failures go to `load_errors`."""
+        nursery = self._nursery
+        assert nursery is not None
+        on_tool_update = self._start_args.get("on_tool_update")
         slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
 
         # A sandboxed-trust project extension's tool_call hook may rewrite the input of
         # any tool, an extension's included: every extension worker then runs
         # sandboxed too, like the tool worker (non-project ones with role "extension").
-        all_sandboxed = self._needs_bwrap(sources)
+        all_sandboxed = self._needs_bwrap(sources) or (
+            self.tool_worker is not None and self.tool_worker.spec.sandbox is not None
+        )
 
         async def start_extension(index: int, source: ExtensionSource) -> None:
             # sandboxed trust runs project code under the strictest profile even without --sandbox.
@@ -538,7 +417,11 @@ class WorkerPool:
                 {
                     "kind": "extension",
                     "path": str(source.path),
-                    "ctx": {**self._ctx(), "capabilities": capabilities},
+                    "ctx": {
+                        **self._ctx(),
+                        "capabilities": capabilities,
+                        "trust": self.config.project_trust,
+                    },
                 },
                 role="sandboxed-extension" if untrusted else "extension",
                 sandboxed=sandboxed,
@@ -551,6 +434,7 @@ class WorkerPool:
             )
             worker = WorkerProcess(spec, generation=self.generation)
             worker.tool_updates = on_tool_update
+            self._connect(worker)
             try:
                 await worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
             except RemoteError as exc:
@@ -573,22 +457,124 @@ class WorkerPool:
                 return
             slots[index] = (source, worker)
 
-        tool_worker_failure: list[WorkerError] = []
-
-        async def start_tool_worker() -> None:
-            try:
-                await self._start_tool_worker(nursery)
-            except WorkerError as exc:
-                tool_worker_failure.append(exc)
-
         async with trio.open_nursery() as starters:
-            starters.start_soon(start_tool_worker)
             for index, source in enumerate(sources):
                 starters.start_soon(start_extension, index, source)
         self.extensions = [slot for slot in slots if slot is not None]
-        if tool_worker_failure:
-            raise tool_worker_failure[0]
-        self._build_registry()
+        for _, worker in self.extensions:
+            nursery.start_soon(self._watch, worker)
+
+    def _connect(self, worker: WorkerProcess) -> None:
+        worker.host_call = self._host_call
+        worker.extension_notifications = self._extension_notification
+        worker.error_logs = self._error_log
+
+    async def _host_call(self, worker: WorkerProcess, request: Any) -> Any:
+        if self.host is None:
+            from pi_sandbox.errors import HostCallError
+
+            raise HostCallError("no session is running", code=methods.ERROR_HOST)
+        return await self.host.host_call(worker, request)
+
+    async def _error_log(self, worker: WorkerProcess, message: str) -> None:
+        index = self.index_of(worker)
+        if self.host is None:
+            return
+        if index is not None:
+            await self.host.report(
+                [{"path": str(self.extensions[index][0].path), "message": message}], "extension"
+            )
+        elif worker in self.retired:
+            # An ended generation's worker, not stopped yet: typically a thread of it
+            # that kept using its stale ctx and died of StaleContextError (issue 5
+            # case 3). Its other messages are dropped; this one is the error to show.
+            path = str(worker.spec.init_params.get("path") or worker.name)
+            await self.host.report(
+                [{"path": path, "message": f"(ended generation {worker.generation}) {message}"}],
+                "extension",
+            )
+
+    async def _extension_notification(self, worker: WorkerProcess, message: Any) -> None:
+        from pi_sandbox.protocol.messages import BusEmitParams, Registrations
+
+        index = self.index_of(worker)
+        if index is None:
+            if self.host is not None:
+                await self.host.stale_message(worker, message.method)
+            return
+        try:
+            if message.method == methods.REGISTRATIONS_UPDATE:
+                update = Registrations.model_validate(message.params)
+            else:
+                emitted = BusEmitParams.model_validate(message.params)
+        except pydantic.ValidationError as exc:
+            from pi_sandbox.errors import ProtocolError
+
+            raise ProtocolError(f"{worker.name}: invalid {message.method}: {exc}") from exc
+        if message.method == methods.REGISTRATIONS_UPDATE:
+            assert worker.registrations is not None
+            worker.registrations = worker.registrations.model_copy(update=dict(update))
+            self._build_registry()
+            if self.host is not None:
+                await self.host.registry_changed()
+        elif self.host is not None:
+            await self.host.bus_emit(self.extensions[index][0], emitted.channel, emitted.data)
+
+    async def _watch(self, worker: WorkerProcess) -> None:
+        """Restart an extension worker that died (crash, kill after a deadline or
+        abort) with backoff; it gets ``session_start`` again. Past the restart budget
+        the extension is disabled for the session, visibly (issue 5)."""
+        await worker.exited.wait()
+        if self._closing:
+            return
+        index = self.index_of(worker)
+        if index is None:
+            return  # replaced already, or its generation ended
+        source = self.extensions[index][0]
+        used = self._restarts.get(source.path, 0)
+        how = f"exit status {worker.returncode}" if worker.returncode is not None else "it stopped"
+        if worker.returncode is not None and worker.returncode < 0:
+            import signal as _signal
+
+            try:
+                how = f"signal {_signal.Signals(-worker.returncode).name}"
+            except ValueError:
+                how = f"signal {-worker.returncode}"
+        if self.host is not None:
+            await self.host.report(
+                [
+                    {
+                        "path": str(source.path),
+                        "message": f"extension {source.path} worker stopped ({how})"
+                        + (f": {worker.failure}" if worker.failure else "")
+                        + (
+                            f"; restarting ({used + 1} of {MAX_EXTENSION_RESTARTS})"
+                            if used < MAX_EXTENSION_RESTARTS
+                            else ""
+                        ),
+                    }
+                ],
+                "crash",
+            )
+        await trio.sleep(RESTART_BACKOFF_S[min(used, len(RESTART_BACKOFF_S) - 1)])
+        if self._closing or self.index_of(worker) is None:
+            return
+        replacement = await self.ensure_extension_worker(index)
+        if replacement is None:
+            if self.host is not None:
+                await self.host.report(
+                    [
+                        {
+                            "path": str(source.path),
+                            "message": f"extension {source.path} is disabled for this session: "
+                            f"{self.disabled.get(source.path, 'it kept stopping')}",
+                        }
+                    ],
+                    "crash",
+                )
+            return
+        if self.host is not None:
+            await self.host.worker_restarted(index, replacement)
 
     async def _start_tool_worker(self, nursery: trio.Nursery) -> None:
         assert self.tool_worker is not None
@@ -641,6 +627,9 @@ class WorkerPool:
                 )
                 return None
             self.extensions[index] = (source, replacement)
+            self._build_registry()
+            if self._nursery is not None:
+                self._nursery.start_soon(self._watch, replacement)
             return replacement
 
     async def _respawn(self, old: WorkerProcess) -> WorkerProcess:
@@ -648,37 +637,61 @@ class WorkerPool:
         await old.aclose()
         replacement = WorkerProcess(old.spec, generation=old.generation + 1)
         replacement.tool_updates = old.tool_updates
+        if old is not self.tool_worker:
+            self._connect(replacement)
         await replacement.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
         for name, tool in list(self.tools.items()):
             if tool.worker is old:
                 self.tools[name] = RegisteredTool(tool.definition, replacement, tool.source)
         return replacement
 
+    def _conflict(self, key: tuple[str, str], path: str, message: str) -> None:
+        if key not in self._reported_conflicts:
+            self._reported_conflicts.add(key)
+            self.load_errors.append({"path": path, "message": message})
+            if self.host is not None:
+                self.host.pending_reports.append({"path": path, "message": message})
+
     def _build_registry(self) -> None:
+        """(Re)build the tool and command registries from every worker's current
+        registrations: at start, after a late registration, a restart or a reload.
+
+        Tools: built-ins first; extension tools claimed in trust order (``-e``, user,
+        project), then load order; a duplicate name keeps the first registration
+        (diagnostic once). Commands: load order; a name two extensions registered is
+        kept as ``name:1``, ``name:2`` and a bare ``name`` is ambiguous.
+        """
         assert self.tool_worker is not None and self.tool_worker.registrations is not None
+        tools: dict[str, RegisteredTool] = {}
         for definition in self.tool_worker.registrations.tools:
-            self.tools[definition.name] = RegisteredTool(definition, self.tool_worker, "builtin")
+            tools[definition.name] = RegisteredTool(definition, self.tool_worker, "builtin")
         # Tool names are claimed in trust order, not load order: a project extension
         # (trusted or only sandboxed) must never take over a tool the user installed.
         rank = {"cli": 0, "user": 1, "project": 2}
         for source, worker in sorted(self.extensions, key=lambda item: rank[item[0].origin]):
-            assert worker.registrations is not None
+            if worker.registrations is None:
+                continue
             may_override = self.capabilities(source)["override_builtin_tools"]
             for definition in worker.registrations.tools:
-                existing = self.tools.get(definition.name)
+                existing = tools.get(definition.name)
                 if existing is not None and existing.source == "builtin" and may_override:
                     # The policy's ``override_builtin_tools`` capability (issue 4).
-                    self.tools[definition.name] = RegisteredTool(
-                        definition, worker, str(source.path)
-                    )
-                    self.audit(
-                        {
-                            "event": "extension",
-                            "action": "override_builtin_tool",
-                            "extension": str(source.path),
-                            "tool": definition.name,
-                        }
-                    )
+                    tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+                    if (
+                        "override",
+                        f"{source.path}:{definition.name}",
+                    ) not in self._reported_conflicts:
+                        self._reported_conflicts.add(
+                            ("override", f"{source.path}:{definition.name}")
+                        )
+                        self.audit(
+                            {
+                                "event": "extension",
+                                "action": "override_builtin_tool",
+                                "extension": str(source.path),
+                                "tool": definition.name,
+                            }
+                        )
                     continue
                 if existing is not None:
                     why = (
@@ -687,31 +700,121 @@ class WorkerPool:
                         if existing.source == "builtin"
                         else ""
                     )
-                    self.load_errors.append(
-                        {
-                            "path": str(source.path),
-                            "message": f"Extension {source.path}: tool {definition.name!r} is already "
-                            f"registered by {existing.source}; the first registration wins{why}.",
-                        }
+                    self._conflict(
+                        ("tool", f"{source.path}:{definition.name}"),
+                        str(source.path),
+                        f"Extension {source.path}: tool {definition.name!r} is already "
+                        f"registered by {existing.source}; the first registration wins{why}.",
                     )
                     continue
-                self.tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+                tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+        self.tools = tools
+        by_name: dict[str, list[tuple[int, Any]]] = {}
+        for index, (_source, worker) in enumerate(self.extensions):
+            if worker.registrations is None:
+                continue
+            for command in worker.registrations.commands:
+                by_name.setdefault(command.name, []).append((index, command))
+        commands: dict[str, RegisteredCommand] = {}
+        ambiguous: dict[str, list[str]] = {}
+        for name, entries in by_name.items():
+            if len(entries) == 1:
+                index, command = entries[0]
+                commands[name] = RegisteredCommand(
+                    name, name, command.description, index, str(self.extensions[index][0].path)
+                )
+                continue
+            ambiguous[name] = []
+            for n, (index, command) in enumerate(entries, start=1):
+                alias = f"{name}:{n}"
+                ambiguous[name].append(alias)
+                commands[alias] = RegisteredCommand(
+                    alias, name, command.description, index, str(self.extensions[index][0].path)
+                )
+            self._conflict(
+                ("command", name),
+                str(self.extensions[entries[-1][0]][0].path),
+                f"Command /{name} is registered by {len(entries)} extensions; use "
+                + ", ".join(f"/{a}" for a in ambiguous[name])
+                + " ("
+                + ", ".join(str(self.extensions[i][0].path) for i, _ in entries)
+                + ")",
+            )
+        self.commands = commands
+        self.ambiguous_commands = ambiguous
+        providers: dict[str, tuple[str, dict[str, Any]]] = {}
+        for source, worker in self.extensions:
+            if worker.registrations is None:
+                continue
+            for provider in worker.registrations.providers:
+                if not self.capabilities(source)["register_providers"]:
+                    key = ("provider-refused", f"{source.path}:{provider.name}")
+                    if key not in self._reported_conflicts:
+                        self.audit(
+                            {
+                                "event": "extension",
+                                "action": "capability_refused",
+                                "extension": str(source.path),
+                                "capability": "register_providers",
+                                "op": "register_provider",
+                            }
+                        )
+                    self._conflict(
+                        key,
+                        str(source.path),
+                        f"Extension {source.path}: register_provider({provider.name!r}) refused: "
+                        "the policy does not grant the 'register_providers' capability",
+                    )
+                    continue
+                providers.setdefault(provider.name, (str(source.path), dict(provider.config)))
+        self.providers = providers
 
-    async def dispatch(self, event: str, payload: dict[str, Any]) -> DispatchOutcome:
+    def subscribed(self, event: str) -> bool:
+        """Whether any current worker has a handler for ``event`` (cheap pre-check)."""
+        return any(
+            worker.registrations is not None and event in worker.registrations.events
+            for _, worker in self.extensions
+        )
+
+    async def dispatch(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        only: int | None = None,
+        timeout_s: float | None = None,
+    ) -> DispatchOutcome:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
         A worker that times out, crashes or answers with garbage counts as a failed
         handler: ``tool_call`` is blocked (fail-closed), other events keep the previous
-        state (DESIGN §4). Never raises for worker failures.
+        state (DESIGN §4). A handler past its deadline, or one whose caller was
+        cancelled (abort), gets ``$/cancel``; if it has not returned within
+        `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
+        Never raises for worker failures; trio cancellation propagates.
+
+        Args:
+            only: dispatch to this extension index alone (a restarted worker's
+                ``session_start``).
+            timeout_s: per-handler deadline; default ``config.hook_timeout_s``.
         """
         state = hook_kinds.initial_state(event, payload)
         outcome = DispatchOutcome(state)
+        deadline = self.config.hook_timeout_s if timeout_s is None else timeout_s
+        # tool_call: the first fail-closed block (a handler's error, deadline, crash).
+        # It stays the outcome, but later extensions' handlers still run and see the
+        # call (issue 5 case 4); none of them can unblock it.
+        failed: dict[str, Any] | None = None
         indices = [
             i
             for i, (_, worker) in enumerate(self.extensions)
-            if worker.registrations is not None and event in worker.registrations.events
+            if worker.registrations is not None
+            and event in worker.registrations.events
+            and (only is None or i == only)
         ]
         for index in indices:
+            if index >= len(self.extensions):
+                break
             source = self.extensions[index][0]
             worker = await self.ensure_extension_worker(index)
             if worker is None:
@@ -724,23 +827,36 @@ class WorkerPool:
                     outcome.fatal = message
                     break
                 continue
+            if worker.registrations is None or event not in worker.registrations.events:
+                continue  # a restarted worker that no longer subscribes
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
             try:
-                raw = await worker.request(
-                    methods.EVENT_DISPATCH, params, timeout_s=self.config.hook_timeout_s
-                )
+                raw = await worker.request(methods.EVENT_DISPATCH, params, timeout_s=deadline)
                 result = DispatchResult.model_validate(raw)
-                hook_kinds.check_state(event, result.state)
+                # A worker may not undo what earlier workers decided (a role change,
+                # dropped messages or paths): the transition is checked, not just the shape.
+                hook_kinds.check_transition(event, state, result.state)
+            except trio.Cancelled:
+                self._settle(worker)
+                raise
             except (PiSandboxError, pydantic.ValidationError, hook_kinds.HandlerResultError) as exc:
                 if isinstance(exc, WorkerTimeoutError):
-                    # The hung handler's thread cannot be pre-empted: kill the worker so
-                    # the next event gets a fresh one instead of another full timeout.
-                    worker.kill()
-                    message = f"{event} handler in {source.path} timed out after {self.config.hook_timeout_s:g} s"
+                    # The handler cannot be pre-empted: it was cancelled; if it does
+                    # not return within the grace period its worker is killed.
+                    self._settle(worker)
+                    message = f"{event} handler in {source.path} timed out after {deadline:g} s"
+                elif isinstance(exc, pydantic.ValidationError):
+                    message = (
+                        f"{event} handler in {source.path} returned a malformed result "
+                        f"({exc.error_count()} problem(s))"
+                    )
                 else:
                     message = f"{event} handler in {source.path} failed: {exc}"
                 outcome.errors.append({"path": str(source.path), "message": message})
                 state, stop = hook_kinds.apply_error(event, state, message)
+                if stop and event == "tool_call":
+                    failed = failed or state
+                    continue
                 if stop:
                     break
                 continue
@@ -749,12 +865,50 @@ class WorkerPool:
                 for e in result.errors
             ]
             state = result.state
+            if (
+                event == "tool_call"
+                and state.get("block") is True
+                and any(state.get("reason") == e.message for e in result.errors)
+            ):
+                failed = failed or state  # a handler raised: fail-closed, chain goes on
+                continue
             # The worker's own `stopped` flag is advisory: the chain ends only on a
             # decisive state (a real block, a cancel), judged here.
             if hook_kinds.is_decisive(event, state):
                 break
+        if failed is not None:
+            state = failed
         outcome.state = state
         return outcome
+
+    def _settle(self, worker: WorkerProcess) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(worker.settle_cancels, CANCEL_GRACE_S)
+        else:
+            worker.kill()
+
+    async def end_generation(self) -> list[WorkerProcess]:
+        """End the current generation: every extension worker is told
+        (``generation/end``: its ``pi``/``ctx`` raise `StaleContextError` from now on)
+        and dropped from the pool; returns them for the caller to stop (after the
+        command that asked for the change has returned). The tool worker stays."""
+        old = [worker for _, worker in self.extensions]
+        self.extensions = []
+        self.generation += 1
+        for worker in old:
+            with trio.move_on_after(1):
+                await worker.notify(methods.GENERATION_END, {"generation": worker.generation})
+        self._restarts.clear()
+        self.disabled.clear()
+        self._reported_conflicts = {k for k in self._reported_conflicts if k[0] == "override"}
+        self._build_registry()
+        return old
+
+    async def start_generation(self, sources: Sequence[ExtensionSource]) -> None:
+        """Start a new generation's extension workers (after `end_generation`)."""
+        self.load_errors = []
+        await self._start_extensions(sources)
+        self._build_registry()
 
     async def aclose(self, *, keep_logs: bool = False) -> None:
         """Stop every worker (escalating shutdown, always reaped).
@@ -762,8 +916,11 @@ class WorkerPool:
         The per-worker logs are removed unless ``keep_logs`` (the caller shows their
         path when something failed).
         """
+        self._closing = True
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
+                for worker in self.retired:
+                    nursery.start_soon(worker.aclose)
                 for _, worker in self.extensions:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:

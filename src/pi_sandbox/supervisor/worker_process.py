@@ -29,6 +29,7 @@ import pydantic
 import trio
 
 from pi_sandbox.errors import (
+    HostCallError,
     ProtocolError,
     RemoteError,
     WorkerCrashedError,
@@ -37,7 +38,13 @@ from pi_sandbox.errors import (
     WorkerTimeoutError,
 )
 from pi_sandbox.protocol import methods
-from pi_sandbox.protocol.messages import InitializeResult, LogParams, NotificationMessage
+from pi_sandbox.protocol.messages import (
+    CancelledParams,
+    InitializeResult,
+    LogParams,
+    NotificationMessage,
+    RequestMessage,
+)
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
@@ -104,6 +111,17 @@ class WorkerProcess:
         self.tool_updates: (
             Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
         ) = None
+        # Called with (this worker, the host/call request); returns the result or
+        # raises HostCallError. Set by the pool for extension workers.
+        self.host_call: Callable[[WorkerProcess, RequestMessage], Awaitable[Any]] | None = None
+        # Called with (this worker, a registrations/update or bus/emit notification).
+        self.extension_notifications: (
+            Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
+        ) = None
+        # Awaited with (this worker, text) for each error-level log (a thread of the
+        # extension died); set by the pool.
+        self.error_logs: Callable[[WorkerProcess, str], Awaitable[None]] | None = None
+        self._nursery: trio.Nursery | None = None
         self._channel: RpcChannel | None = None
         self._pidfd: int | None = None
         self._log_pipe: int | None = None
@@ -166,7 +184,13 @@ class WorkerProcess:
             child_sock.close()
         self._pidfd = os.pidfd_open(self.pid)
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent_sock))
-        self._channel = RpcChannel(stream, name=self.name, on_notification=self._on_notification)
+        self._nursery = nursery
+        self._channel = RpcChannel(
+            stream,
+            name=self.name,
+            on_notification=self._on_notification,
+            on_request=self._on_request,
+        )
         nursery.start_soon(self._watch_exit)
         nursery.start_soon(self._read_channel)
         nursery.start_soon(self._drain_log)
@@ -361,15 +385,67 @@ class WorkerProcess:
             try:
                 # Keep the newest few: a worker that logs without end must not grow the
                 # supervisor's memory (the log file keeps everything up to its cap).
-                self.logs.append(LogParams.model_validate(message.params))
-                del self.logs[:-_MAX_KEPT_LOGS]
+                log = LogParams.model_validate(message.params)
             except pydantic.ValidationError as exc:
                 raise ProtocolError(f"{self.name}: invalid log notification: {exc}") from exc
+            self.logs.append(log)
+            del self.logs[:-_MAX_KEPT_LOGS]
+            if log.level == "error" and self.error_logs is not None:
+                await self.error_logs(self, log.message)
         elif message.method == methods.TOOL_UPDATE:
             if self.tool_updates is not None:
                 await self.tool_updates(self, message)
+        elif message.method == methods.CANCELLED:
+            try:
+                params = CancelledParams.model_validate(message.params)
+            except pydantic.ValidationError as exc:
+                raise ProtocolError(f"{self.name}: invalid $/cancelled: {exc}") from exc
+            if self._channel is not None:
+                self._channel.cancel_finished(params.id)
+        elif message.method in (methods.REGISTRATIONS_UPDATE, methods.BUS_EMIT):
+            if self.extension_notifications is None:
+                raise ProtocolError(f"{self.name}: sent {message.method} (not an extension)")
+            await self.extension_notifications(self, message)
         else:
             raise ProtocolError(f"{self.name}: unknown notification {message.method!r}")
+
+    def _on_request(self, message: RequestMessage) -> None:
+        if self.host_call is None or self._nursery is None:
+            raise ProtocolError(f"{self.name}: sent a request but may not make host calls")
+        self._nursery.start_soon(self._answer, message)
+
+    async def _answer(self, message: RequestMessage) -> None:
+        assert self._channel is not None and self.host_call is not None
+        try:
+            result = await self.host_call(self, message)
+        except HostCallError as exc:
+            await self._channel.respond(
+                message.id, error={"code": exc.code, "message": str(exc)[:100_000]}
+            )
+            return
+        except Exception as exc:  # a bug in an action must not take the session down
+            await self._channel.respond(
+                message.id,
+                error={
+                    "code": methods.ERROR_HOST,
+                    "message": f"{type(exc).__name__}: {exc}"[:2000],
+                },
+            )
+            return
+        await self._channel.respond(message.id, result=result)
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification to the worker (ignored once it is gone)."""
+        if self._channel is not None and not self._channel.closed:
+            await self._channel.notify(method, params)
+
+    async def settle_cancels(self, grace_s: float) -> bool:
+        """After a cancel: True when every cancelled handler returned within
+        ``grace_s`` seconds; otherwise the worker is killed and False returned."""
+        if self._channel is None or await self._channel.wait_cancels(grace_s):
+            return True
+        self.kill()
+        return False
 
     async def request(self, method: str, params: dict[str, Any], *, timeout_s: float) -> Any:
         """Send a request on this worker's channel (see ``RpcChannel.request``).

@@ -23,6 +23,19 @@ Handlers receive ``(event, ctx)`` and may be sync or async (an async one runs on
 event loop of its own in the request's thread). Tool ``execute`` receives
 ``(params, ctx)`` and returns ``{"content": [{"type": "text", "text": ...}],
 "details": {...}, "is_error": bool}`` or a plain string.
+
+Two phases (seed 000 §6.3): while the factory runs, only registration is possible
+(``on``, ``register_*``); action methods (``send_message``, ``exec``,
+``set_active_tools`` …) raise `NotAvailableDuringLoadingError`. Once the factory
+returned the extension is *bound*: registrations made later still take effect
+(sent to the supervisor at once) and actions work.
+
+Every ``pi`` and ``ctx`` belongs to one *generation* of the session. A reload or a
+session replacement (``new_session``, ``fork``, ``switch_session``) ends it: from
+then on any use of the old objects raises `StaleContextError` (seed 000 §8.4, where
+``pi`` could only warn), and the old worker process is stopped soon after.
+Values read through ``ctx`` (``model``, ``session_manager`` …) are fetched from the
+supervisor when used, so they are current, never a snapshot.
 """
 
 from __future__ import annotations
@@ -34,9 +47,44 @@ if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["Context", "Event", "ExtensionAPI", "ToolRegistration"]
+__all__ = [
+    "CapabilityError",
+    "CommandContext",
+    "Context",
+    "Event",
+    "EventBus",
+    "ExtensionAPI",
+    "HostError",
+    "NotAvailableDuringLoadingError",
+    "SessionManagerView",
+    "StaleContextError",
+    "ToolRegistration",
+    "UserInterface",
+]
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_COMMAND_CHARS = _NAME_CHARS | set(".:")
+EXECUTION_MODES = ("parallel", "sequential")
+DELIVERY_MODES = ("steer", "follow_up", "next_turn")
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+
+
+class StaleContextError(RuntimeError):
+    """A ``pi`` or ``ctx`` of a generation that ended (reload, new/fork/switch session)
+    was used. Raised in the worker, without a round trip (issue 5 "Stale contexts")."""
+
+
+class NotAvailableDuringLoadingError(RuntimeError):
+    """An action method was called while the factory runs (seed 000 §6.3)."""
+
+
+class CapabilityError(PermissionError):
+    """The policy did not grant this extension the capability an action needs
+    (e.g. ``send_user_messages``, ``ui``, ``exec``, ``set_model``); the refusal is audited."""
+
+
+class HostError(RuntimeError):
+    """The supervisor refused or failed an action; the message says why."""
 
 
 class Event(dict):
@@ -56,28 +104,95 @@ class Event(dict):
         self[name] = value
 
 
-class Context:
-    """What a handler or tool knows about the running session (snapshot at dispatch).
+class Generation:
+    """One generation of the session as a worker sees it; ``end()`` makes every
+    object bound to it raise `StaleContextError`."""
 
-    Attributes:
-        cwd: the session's working directory (absolute path string).
-        has_ui: whether a user interface can answer prompts (False in ``-p``/json modes).
-        mode: ``"print"``, ``"json"``, ``"rpc"`` or ``"interactive"``.
-        signal: a ``threading.Event`` set when the supervisor cancels this operation.
+    def __init__(self, number: int = 1) -> None:
+        self.number = number
+        self.alive = True
+
+    def end(self) -> None:
+        """Mark the generation as ended (the supervisor's ``generation/end``)."""
+        self.alive = False
+
+    def check(self, what: str) -> None:
+        """Raise `StaleContextError` naming ``what`` when the generation ended."""
+        if not self.alive:
+            raise StaleContextError(
+                f"{what}: this object belongs to generation {self.number} of the session, "
+                "which ended (reload or session replacement); use the pi/ctx passed to the "
+                "current handler instead"
+            )
+
+
+class _NoHost:
+    """The host of an API used outside a worker (tests, ``pi_sandbox.sdk`` docs)."""
+
+    bound = True
+
+    def call(self, op: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+        raise HostError(f"{op}: not connected to a pi supervisor")
+
+    def registrations_changed(self) -> None:
+        pass
+
+    def bus_emit(self, channel: str, data: Any) -> None:
+        pass
+
+
+class EventBus:
+    """Inter-extension events, routed through the supervisor (``pi.events``).
+
+    ``on(channel, handler)`` subscribes ``handler(data)``; ``emit(channel, data)``
+    delivers ``data`` (JSON) to every subscriber of the current generation, in this
+    and other extensions. Subscriptions die with their generation.
     """
 
-    def __init__(
-        self, *, cwd: str, has_ui: bool, mode: str, signal: threading.Event | None = None
-    ) -> None:
-        self.cwd = cwd
-        self.has_ui = has_ui
-        self.mode = mode
-        self.signal = signal or threading.Event()
+    def __init__(self, api: ExtensionAPI) -> None:
+        self._api = api
+        self._handlers: dict[str, list[Callable[[Any], Any]]] = {}
 
-    @property
-    def aborted(self) -> bool:
-        """True once the supervisor cancelled the current operation."""
-        return self.signal.is_set()
+    def on(self, channel: str, handler: Callable[[Any], Any]) -> Callable[[], None]:
+        """Subscribe ``handler(data)`` to ``channel``; returns an unsubscribe function.
+
+        Raises:
+            TypeError: bad channel or handler. StaleContextError: old generation.
+        """
+        self._api._generation.check("pi.events.on")
+        if not isinstance(channel, str) or not channel:
+            raise TypeError("pi.events.on(channel, handler): channel must be a non-empty string")
+        if not callable(handler):
+            raise TypeError("pi.events.on(channel, handler): handler must be callable")
+        self._handlers.setdefault(channel, []).append(handler)
+        self._api._changed()
+
+        def unsubscribe() -> None:
+            handlers = self._handlers.get(channel, [])
+            if handler in handlers:
+                handlers.remove(handler)
+                self._api._changed()
+
+        return unsubscribe
+
+    def emit(self, channel: str, data: Any = None) -> None:
+        """Send ``data`` to every subscriber of ``channel`` (asynchronous, no reply).
+
+        Raises:
+            NotAvailableDuringLoadingError: inside the factory. StaleContextError.
+        """
+        self._api._action("pi.events.emit")
+        if not isinstance(channel, str) or not channel:
+            raise TypeError("pi.events.emit(channel, data): channel must be a non-empty string")
+        self._api._host.bus_emit(channel, data)
+
+    def channels(self) -> list[str]:
+        """The channels with at least one subscriber in this extension."""
+        return sorted(c for c, handlers in self._handlers.items() if handlers)
+
+    def handlers(self, channel: str) -> list[Callable[[Any], Any]]:
+        """This extension's subscribers of ``channel`` (a copy)."""
+        return list(self._handlers.get(channel, []))
 
 
 class ToolRegistration:
@@ -91,21 +206,37 @@ class ToolRegistration:
         description: str,
         parameters: dict[str, Any],
         execute: Callable[..., Any],
+        prompt_snippet: str | None = None,
+        prompt_guidelines: list[str] | None = None,
+        execution_mode: str = "parallel",
     ) -> None:
         self.name = name
         self.label = label
         self.description = description
         self.parameters = parameters
         self.execute = execute
+        self.prompt_snippet = prompt_snippet
+        self.prompt_guidelines = prompt_guidelines or []
+        self.execution_mode = execution_mode
 
     def definition(self) -> dict[str, Any]:
-        """The wire shape sent to the supervisor: name, label, description, parameters."""
+        """The wire shape sent to the supervisor."""
         return {
             "name": self.name,
             "label": self.label,
             "description": self.description,
             "parameters": self.parameters,
+            "prompt_snippet": self.prompt_snippet,
+            "prompt_guidelines": list(self.prompt_guidelines),
+            "execution_mode": self.execution_mode,
         }
+
+
+def _pydantic_schema(model: Any) -> dict[str, Any] | None:
+    schema = getattr(model, "model_json_schema", None)
+    if isinstance(model, type) and callable(schema):
+        return schema()
+    return None
 
 
 class ExtensionAPI:
@@ -116,26 +247,62 @@ class ExtensionAPI:
     the extension's path rather than later in a session.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: Any = None, generation: Generation | None = None) -> None:
+        self._host = host or _NoHost()
+        self._generation = generation or Generation()
         self._handlers: dict[str, list[Callable[..., Any]]] = {}
         self._tools: dict[str, ToolRegistration] = {}
+        self._commands: dict[str, dict[str, Any]] = {}
+        self._flags: dict[str, dict[str, Any]] = {}
+        self._shortcuts: dict[str, dict[str, Any]] = {}
+        self._renderers: dict[str, Callable[..., Any]] = {}
+        self._providers: dict[str, dict[str, Any]] = {}
+        self._bound = False
+        self.events = EventBus(self)
+
+    # --- phases ----------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        self._bound = True
+
+    def _changed(self) -> None:
+        if self._bound:
+            self._host.registrations_changed()
+
+    def _action(self, what: str) -> None:
+        self._generation.check(what)
+        if not self._bound:
+            raise NotAvailableDuringLoadingError(
+                f"{what} is not available during loading: call it from an event handler, "
+                "a command or a tool (registration methods work in the factory)"
+            )
+
+    def _call(self, what: str, op: str, /, **args: Any) -> Any:
+        self._action(what)
+        return self._host.call(op, args)
+
+    # --- registration ------------------------------------------------------------------------
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
         """Subscribe ``handler(event, ctx)`` to ``event``; returns a function that unsubscribes.
 
         Raises:
             TypeError: ``event`` is not a string or ``handler`` is not callable.
+            StaleContextError: this ``pi`` belongs to an ended generation.
         """
+        self._generation.check("pi.on")
         if not isinstance(event, str) or not event:
             raise TypeError("pi.on(event, handler): event must be a non-empty string")
         if not callable(handler):
             raise TypeError(f"pi.on({event!r}, handler): handler must be callable")
         self._handlers.setdefault(event, []).append(handler)
+        self._changed()
 
         def unsubscribe() -> None:
             handlers = self._handlers.get(event, [])
             if handler in handlers:
                 handlers.remove(handler)
+                self._changed()
 
         return unsubscribe
 
@@ -144,23 +311,32 @@ class ExtensionAPI:
         *,
         name: str,
         description: str,
-        parameters: dict[str, Any] | None = None,
+        parameters: Any = None,
         execute: Callable[..., Any],
         label: str | None = None,
+        prompt_snippet: str | None = None,
+        prompt_guidelines: list[str] | None = None,
+        execution_mode: str = "parallel",
     ) -> None:
         """Register a tool the model can call.
 
         Args:
             name: 1–64 characters of ``[A-Za-z0-9_-]`` (what providers accept).
             description: shown to the model.
-            parameters: a JSON Schema object (``{"type": "object", ...}``); ``None`` means
-                no parameters.
+            parameters: a JSON Schema object (``{"type": "object", ...}``) or a pydantic
+                model class (its ``model_json_schema()``); ``None`` means no parameters.
             execute: ``execute(params, ctx)``, sync or async.
             label: a human-readable name for UIs (defaults to ``name``).
+            prompt_snippet: one line for the system prompt's tool list while the tool is
+                active (defaults to the description's first line).
+            prompt_guidelines: lines added to the system prompt's guidelines while active.
+            execution_mode: ``"parallel"`` (default) or ``"sequential"``: a batch of tool
+                calls that contains a sequential tool runs one call at a time.
 
         Raises:
             ValueError / TypeError: an argument is missing or malformed (message names it).
         """
+        self._generation.check("pi.register_tool")
         if not isinstance(name, str) or not 1 <= len(name) <= 64 or not set(name) <= _NAME_CHARS:
             raise ValueError(
                 f"register_tool: name {name!r} must be 1-64 characters of [A-Za-z0-9_-]"
@@ -169,13 +345,28 @@ class ExtensionAPI:
             raise TypeError(f"register_tool({name!r}): description must be a string")
         if parameters is None:
             parameters = {"type": "object", "properties": {}}
+        schema = _pydantic_schema(parameters)
+        if schema is not None:
+            parameters = schema
         if not isinstance(parameters, dict) or parameters.get("type") != "object":
             raise ValueError(
-                f"register_tool({name!r}): parameters must be a JSON Schema with type 'object'"
+                f"register_tool({name!r}): parameters must be a JSON Schema with type 'object' "
+                "or a pydantic model class"
             )
         if not callable(execute):
             raise TypeError(f"register_tool({name!r}): execute must be callable")
-        if name in self._tools:
+        if prompt_snippet is not None and not isinstance(prompt_snippet, str):
+            raise TypeError(f"register_tool({name!r}): prompt_snippet must be a string")
+        if prompt_guidelines is not None and (
+            not isinstance(prompt_guidelines, list | tuple)
+            or not all(isinstance(line, str) for line in prompt_guidelines)
+        ):
+            raise TypeError(f"register_tool({name!r}): prompt_guidelines must be a list of strings")
+        if execution_mode not in EXECUTION_MODES:
+            raise ValueError(
+                f"register_tool({name!r}): execution_mode must be 'parallel' or 'sequential'"
+            )
+        if name in self._tools and not self._bound:
             raise ValueError(
                 f"register_tool: tool {name!r} is already registered by this extension"
             )
@@ -185,11 +376,521 @@ class ExtensionAPI:
             description=description,
             parameters=parameters,
             execute=execute,
+            prompt_snippet=prompt_snippet,
+            prompt_guidelines=list(prompt_guidelines or []),
+            execution_mode=execution_mode,
         )
+        self._changed()
+
+    def register_command(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        description: str = "",
+        completions: list[str] | Callable[[str], list[str]] | None = None,
+    ) -> None:
+        """Register ``/name``: ``handler(args, ctx)`` gets the text after the name and a
+        `CommandContext`.
+
+        Args:
+            completions: argument completions, a list or ``fn(prefix) -> list``.
+
+        Raises:
+            ValueError / TypeError: bad name (1–64 of ``[A-Za-z0-9_.:-]``) or handler.
+        """
+        self._generation.check("pi.register_command")
+        name = name.removeprefix("/") if isinstance(name, str) else name
+        if not isinstance(name, str) or not 1 <= len(name) <= 64 or not set(name) <= _COMMAND_CHARS:
+            raise ValueError(
+                f"register_command: name {name!r} must be 1-64 characters of [A-Za-z0-9_.:-]"
+            )
+        if not callable(handler):
+            raise TypeError(f"register_command({name!r}): handler must be callable")
+        if (
+            completions is not None
+            and not callable(completions)
+            and (
+                not isinstance(completions, list | tuple)
+                or not all(isinstance(c, str) for c in completions)
+            )
+        ):
+            raise TypeError(
+                f"register_command({name!r}): completions must be a list of strings or a function"
+            )
+        self._commands[name] = {
+            "description": str(description or ""),
+            "handler": handler,
+            "completions": completions,
+        }
+        self._changed()
+
+    def register_flag(
+        self, name: str, *, type: str = "bool", default: Any = None, description: str = ""
+    ) -> None:
+        """Register ``--name`` on pi's command line (parsed after extensions load).
+
+        Args:
+            type: ``"bool"`` (``--name``) or ``"string"`` (``--name VALUE``).
+            default: the value when the flag is absent (False / None by default).
+
+        Raises:
+            ValueError: bad name or type.
+        """
+        self._generation.check("pi.register_flag")
+        if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS or name[0] == "-":
+            raise ValueError(f"register_flag: name {name!r} must be letters, digits, _ and -")
+        if type not in ("bool", "string"):
+            raise ValueError(f"register_flag({name!r}): type must be 'bool' or 'string'")
+        if default is None and type == "bool":
+            default = False
+        self._flags[name] = {"type": type, "default": default, "description": str(description)}
+        self._changed()
+
+    def register_shortcut(
+        self, key: str, handler: Callable[..., Any], *, description: str = ""
+    ) -> None:
+        """Register a keyboard shortcut (``"ctrl+shift+p"``) for interactive mode;
+        ``handler(ctx)`` runs like a command."""
+        self._generation.check("pi.register_shortcut")
+        if not isinstance(key, str) or not key:
+            raise ValueError("register_shortcut: key must be a non-empty string")
+        if not callable(handler):
+            raise TypeError(f"register_shortcut({key!r}): handler must be callable")
+        self._shortcuts[key] = {"handler": handler, "description": str(description)}
+        self._changed()
+
+    def register_message_renderer(self, custom_type: str, renderer: Callable[..., Any]) -> None:
+        """Register how custom messages of ``custom_type`` are shown by a UI."""
+        self._generation.check("pi.register_message_renderer")
+        if not isinstance(custom_type, str) or not custom_type:
+            raise ValueError("register_message_renderer: custom_type must be a non-empty string")
+        if not callable(renderer):
+            raise TypeError(
+                f"register_message_renderer({custom_type!r}): renderer must be callable"
+            )
+        self._renderers[custom_type] = renderer
+        self._changed()
+
+    def register_provider(self, name: str, config: dict[str, Any]) -> None:
+        """Register a model provider (``base_url``, ``api``, ``models``); queued until
+        the extension is bound, then checked against the ``register_providers``
+        capability by the supervisor."""
+        self._generation.check("pi.register_provider")
+        if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+            raise ValueError(f"register_provider: name {name!r} must be letters, digits, _ and -")
+        if not isinstance(config, dict):
+            raise TypeError(f"register_provider({name!r}): config must be a dict")
+        self._providers[name] = dict(config)
+        self._changed()
+
+    # --- actions (after binding) --------------------------------------------------------------
+
+    def send_message(
+        self,
+        message: dict[str, Any] | str,
+        *,
+        deliver_as: str | None = None,
+        trigger_turn: bool = False,
+    ) -> None:
+        """Add a custom message to the session (``{"custom_type", "content", "display",
+        "details"}``; a string is the content). ``deliver_as`` ``"steer"``/
+        ``"follow_up"``/``"next_turn"`` when the agent is running; ``trigger_turn``
+        starts a turn when it is idle."""
+        if isinstance(message, str):
+            message = {"content": message}
+        self._call(
+            "pi.send_message",
+            "send_message",
+            message=message,
+            deliver_as=deliver_as,
+            trigger_turn=bool(trigger_turn),
+        )
+
+    def send_user_message(self, text: str, *, deliver_as: str = "steer") -> None:
+        """Send a user message: ``"steer"`` (after the current tool calls),
+        ``"follow_up"`` (after the agent finishes) or ``"next_turn"`` (with the next
+        prompt). Needs the ``send_user_messages`` capability."""
+        if deliver_as not in DELIVERY_MODES:
+            raise ValueError(f"send_user_message: deliver_as must be one of {DELIVERY_MODES}")
+        self._call(
+            "pi.send_user_message", "send_user_message", text=str(text), deliver_as=deliver_as
+        )
+
+    def append_entry(self, custom_type: str, data: Any = None) -> str:
+        """Append a custom entry (not sent to the model) to the session file; returns its id."""
+        return self._call(
+            "pi.append_entry", "append_entry", custom_type=str(custom_type), data=data
+        )
+
+    def set_session_name(self, name: str) -> None:
+        """Name the session (a ``session_info`` entry)."""
+        self._call("pi.set_session_name", "set_session_name", name=str(name))
+
+    def get_session_name(self) -> str | None:
+        """The session's name, or None."""
+        return self._call("pi.get_session_name", "get_session_name")
+
+    def set_label(self, entry_id: str, label: str | None) -> None:
+        """Label a session entry (``None`` clears the label)."""
+        self._call("pi.set_label", "set_label", entry_id=str(entry_id), label=label)
+
+    def exec(
+        self,
+        command: str,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+    ) -> dict[str, Any]:
+        """Run ``command args…`` inside this extension's own sandbox (its worker), no shell.
+
+        Returns:
+            ``{"stdout": str, "stderr": str, "code": int, "killed": bool}``; ``killed``
+            when ``timeout`` (seconds) passed.
+
+        Raises:
+            CapabilityError: the policy did not grant ``exec`` (audited).
+        """
+        self._action("pi.exec")
+        if not isinstance(command, str) or not command:
+            raise TypeError("pi.exec(command, args): command must be a non-empty string")
+        argv = [command, *[str(a) for a in args]]
+        self._host.call("exec_check", {"argv": argv})
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                timeout=timeout,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except subprocess.TimeoutExpired as exc:
+            return {
+                "stdout": (exc.stdout or b"").decode("utf-8", "replace"),
+                "stderr": (exc.stderr or b"").decode("utf-8", "replace"),
+                "code": -9,
+                "killed": True,
+            }
+        except OSError as exc:
+            return {"stdout": "", "stderr": str(exc), "code": 127, "killed": False}
+        return {
+            "stdout": done.stdout.decode("utf-8", "replace"),
+            "stderr": done.stderr.decode("utf-8", "replace"),
+            "code": done.returncode,
+            "killed": False,
+        }
+
+    def get_active_tools(self) -> list[str]:
+        """Names of the tools offered to the model."""
+        return self._call("pi.get_active_tools", "get_active_tools")
+
+    def get_all_tools(self) -> list[dict[str, Any]]:
+        """Every registered tool: ``{"name", "description", "source", "active"}``."""
+        return self._call("pi.get_all_tools", "get_all_tools")
+
+    def set_active_tools(self, names: list[str] | None) -> None:
+        """Choose the active tools: ``None`` restores all, ``[]`` means none. Effective
+        for the next provider request, the current run's included."""
+        if names is not None and (
+            not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names)
+        ):
+            raise TypeError("pi.set_active_tools(names): names must be a list of strings or None")
+        self._call(
+            "pi.set_active_tools",
+            "set_active_tools",
+            names=None if names is None else list(names),
+        )
+
+    def get_commands(self) -> list[dict[str, Any]]:
+        """Every command: ``{"name", "description", "source"}`` (duplicates as ``name:N``)."""
+        return self._call("pi.get_commands", "get_commands")
+
+    def set_model(self, model: str) -> bool:
+        """Switch the model (``provider/id``); needs the ``set_model`` capability."""
+        return self._call("pi.set_model", "set_model", model=str(model))
+
+    def get_thinking_level(self) -> str:
+        """The thinking level: one of ``off minimal low medium high xhigh``."""
+        return self._call("pi.get_thinking_level", "get_thinking_level")
+
+    def set_thinking_level(self, level: str) -> None:
+        """Set the thinking level (see `get_thinking_level`)."""
+        if level not in THINKING_LEVELS:
+            raise ValueError(f"set_thinking_level: level must be one of {THINKING_LEVELS}")
+        self._call("pi.set_thinking_level", "set_thinking_level", level=level)
+
+    def get_flag(self, name: str) -> Any:
+        """The value of a flag this extension registered (its default when absent)."""
+        return self._call("pi.get_flag", "get_flag", name=str(name))
+
+    def request_reload(self) -> None:
+        """Ask for a reload once the agent settles (coalesced; ignored during a reload)."""
+        self._call("pi.request_reload", "request_reload")
 
     # Read by the worker runtime only.
     def _registrations(self) -> dict[str, Any]:
+        commands = []
+        for name, command in self._commands.items():
+            completions = command["completions"]
+            commands.append(
+                {
+                    "name": name,
+                    "description": command["description"],
+                    "completions": list(completions)
+                    if isinstance(completions, list | tuple)
+                    else [],
+                    "dynamic_completions": callable(completions),
+                }
+            )
         return {
             "tools": [tool.definition() for tool in self._tools.values()],
             "events": sorted(event for event, handlers in self._handlers.items() if handlers),
+            "commands": commands,
+            "flags": [{"name": n, **f} for n, f in self._flags.items()],
+            "shortcuts": [
+                {"key": k, "description": s["description"]} for k, s in self._shortcuts.items()
+            ],
+            "renderers": sorted(self._renderers),
+            "providers": [{"name": n, "config": c} for n, c in self._providers.items()],
+            "channels": self.events.channels(),
         }
+
+
+class UserInterface:
+    """``ctx.ui``: dialogs and status through the supervisor's user interface.
+
+    Without a UI (``ctx.has_ui`` False: print and json modes) dialogs return their
+    default (``None``, ``False``) at once and ``notify``/``set_status``/``set_widget``
+    become events on the output. Every dialog takes ``timeout`` (seconds) and returns
+    the default when it passes; ``ctx.signal`` aborts it. Needs the ``ui`` capability.
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def _ui(self, kind: str, timeout: float | None = None, **args: Any) -> Any:
+        return self._ctx._call(f"ctx.ui.{kind}", "ui", kind=kind, timeout=timeout, **args)
+
+    def select(self, title: str, options: list[str], *, timeout: float | None = None) -> str | None:
+        """Pick one of ``options``; None when dismissed, timed out or without a UI."""
+        return self._ui("select", timeout, title=str(title), options=[str(o) for o in options])
+
+    def confirm(self, title: str, message: str = "", *, timeout: float | None = None) -> bool:
+        """Yes/no; False when dismissed, timed out or without a UI."""
+        return bool(self._ui("confirm", timeout, title=str(title), message=str(message)))
+
+    def input(
+        self, title: str, placeholder: str = "", *, timeout: float | None = None
+    ) -> str | None:
+        """One line of text; None when dismissed."""
+        return self._ui("input", timeout, title=str(title), placeholder=str(placeholder))
+
+    def editor(self, title: str, prefill: str = "", *, timeout: float | None = None) -> str | None:
+        """Multi-line text; None when dismissed."""
+        return self._ui("editor", timeout, title=str(title), prefill=str(prefill))
+
+    def notify(self, message: str, level: str = "info") -> None:
+        """Show a notification (``info``, ``warning``, ``error``)."""
+        self._ui("notify", None, message=str(message), level=str(level))
+
+    def set_status(self, key: str, text: str | None) -> None:
+        """Set (or clear with None) a status line entry."""
+        self._ui("set_status", None, key=str(key), text=text)
+
+    def set_widget(self, key: str, lines: list[str] | None) -> None:
+        """Set (or clear with None) a widget's lines."""
+        self._ui("set_widget", None, key=str(key), lines=lines)
+
+
+class SessionManagerView:
+    """``ctx.session_manager``: read-only views of the current session (fetched on use)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def _get(self, what: str) -> Any:
+        return self._ctx._call(f"ctx.session_manager.{what}", "session", what=what)
+
+    def get_entries(self) -> list[dict[str, Any]]:
+        """Every entry of the session file (header excluded), in file order."""
+        return self._get("entries")
+
+    def get_branch(self) -> list[dict[str, Any]]:
+        """The entries from the root to the current leaf."""
+        return self._get("branch")
+
+    def get_leaf_id(self) -> str | None:
+        """The id of the current leaf entry."""
+        return self._get("leaf_id")
+
+    def get_session_file(self) -> str | None:
+        """The session file's path (None with ``--no-session``)."""
+        return self._get("session_file")
+
+    def get_session_id(self) -> str:
+        """The session's id."""
+        return self._get("session_id")
+
+
+class Context:
+    """What a handler or tool knows about the running session.
+
+    Attributes:
+        cwd: the session's working directory (absolute path string).
+        has_ui: whether a user interface can answer dialogs (False in print/json modes).
+        mode: ``"print"``, ``"json"``, ``"rpc"`` or ``"interactive"``.
+        signal: a ``threading.Event`` set when the supervisor cancels this operation
+            (abort, deadline); long handlers should poll it.
+        capabilities: what the policy granted this extension (``{"exec": bool, …}``).
+        ui: `UserInterface`; session_manager: `SessionManagerView`.
+    """
+
+    def __init__(
+        self,
+        *,
+        cwd: str,
+        has_ui: bool,
+        mode: str,
+        signal: threading.Event | None = None,
+        host: Any = None,
+        generation: Generation | None = None,
+        capabilities: dict[str, bool] | None = None,
+        trust: str | None = None,
+    ) -> None:
+        self._generation = generation or Generation()
+        self._host = host or _NoHost()
+        self._cwd = cwd
+        self._has_ui = has_ui
+        self._mode = mode
+        self._signal = signal or threading.Event()
+        self._capabilities = dict(capabilities or {})
+        self._trust = trust
+        self.ui = UserInterface(self)
+        self.session_manager = SessionManagerView(self)
+
+    def _check(self, what: str) -> None:
+        self._generation.check(what)
+
+    def _call(self, what: str, op: str, /, **args: Any) -> Any:
+        self._check(what)
+        return self._host.call(op, args)
+
+    @property
+    def cwd(self) -> str:
+        self._check("ctx.cwd")
+        return self._cwd
+
+    @property
+    def has_ui(self) -> bool:
+        self._check("ctx.has_ui")
+        return self._has_ui
+
+    @property
+    def mode(self) -> str:
+        self._check("ctx.mode")
+        return self._mode
+
+    @property
+    def signal(self) -> threading.Event:
+        self._check("ctx.signal")
+        return self._signal
+
+    @property
+    def capabilities(self) -> dict[str, bool]:
+        self._check("ctx.capabilities")
+        return dict(self._capabilities)
+
+    @property
+    def aborted(self) -> bool:
+        """True once the supervisor cancelled the current operation."""
+        return self.signal.is_set()
+
+    @property
+    def model(self) -> dict[str, Any] | None:
+        """The current model: ``{"provider", "id"}`` (fetched when read)."""
+        return self._call("ctx.model", "get_model")
+
+    def is_project_trusted(self) -> bool:
+        """Whether the project is trusted (``yes``; ``sandboxed`` is not)."""
+        self._check("ctx.is_project_trusted")
+        return self._trust == "yes"
+
+    @property
+    def trust(self) -> str | None:
+        """The project trust level: ``"yes"``, ``"no"``, ``"sandboxed"`` or None."""
+        self._check("ctx.trust")
+        return self._trust
+
+    def is_idle(self) -> bool:
+        """Whether the agent is idle (no run in progress)."""
+        return bool(self._call("ctx.is_idle", "is_idle"))
+
+    def abort(self) -> None:
+        """Abort the current run (returns at once; the run ends at its next check)."""
+        self._call("ctx.abort", "abort")
+
+    def compact(self, instructions: str | None = None) -> None:
+        """Compact the session's context now."""
+        self._call("ctx.compact", "compact", instructions=instructions)
+
+    def get_system_prompt(self) -> str:
+        """The system prompt of the next provider request."""
+        return self._call("ctx.get_system_prompt", "get_system_prompt")
+
+
+class CommandContext(Context):
+    """The context of a command handler: `Context` plus session control.
+
+    Each session-replacing method runs the replacement and returns
+    ``{"cancelled": bool}``; afterwards this context and its ``pi`` are stale. A
+    ``with_session`` callback runs in the new generation's worker after its
+    ``session_start``; it must be a module-level function of the extension (it is
+    found again by name in the fresh process) and receives ``(ctx)``.
+    """
+
+    def _session_call(self, what: str, op: str, with_session: Any = None, /, **args: Any) -> Any:
+        if with_session is not None:
+            args["with_session"] = _callback_name(with_session, what)
+        return self._call(what, op, **args)
+
+    def wait_for_idle(self, timeout: float | None = None) -> bool:
+        """Block until the agent is idle; False when ``timeout`` passed first."""
+        return bool(self._call("ctx.wait_for_idle", "wait_for_idle", timeout=timeout))
+
+    def new_session(self, *, with_session: Any = None) -> dict[str, Any]:
+        """Start a new session (``session_before_switch`` may cancel it)."""
+        return self._session_call("ctx.new_session", "new_session", with_session)
+
+    def fork(self, entry_id: str, *, with_session: Any = None) -> dict[str, Any]:
+        """Fork the session at ``entry_id`` into a new session file."""
+        return self._session_call("ctx.fork", "fork", with_session, entry_id=str(entry_id))
+
+    def switch_session(self, session_file: str, *, with_session: Any = None) -> dict[str, Any]:
+        """Switch to another session file of this project."""
+        return self._session_call(
+            "ctx.switch_session", "switch_session", with_session, session_file=str(session_file)
+        )
+
+    def navigate_tree(self, target_id: str, *, with_session: Any = None) -> dict[str, Any]:
+        """Move the session's leaf to ``target_id`` (a branch point)."""
+        return self._session_call(
+            "ctx.navigate_tree", "navigate_tree", with_session, target_id=str(target_id)
+        )
+
+    def reload(self, *, with_session: Any = None) -> dict[str, Any]:
+        """Reload extensions, settings and resources (refused while a run is active)."""
+        return self._session_call("ctx.reload", "reload", with_session)
+
+
+def _callback_name(callback: Any, what: str) -> str:
+    name = getattr(callback, "__qualname__", "")
+    if not callable(callback) or not name or "<" in name:
+        raise TypeError(
+            f"{what}(with_session=...): the callback must be a module-level function of the "
+            "extension (it runs in the new session's worker process and is found there by name)"
+        )
+    return name

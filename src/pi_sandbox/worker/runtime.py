@@ -21,7 +21,16 @@ import threading
 
 from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.framing import FrameDecoder, FrameError, encode_frame
-from pi_sandbox.worker.api import Context, Event, ExtensionAPI
+from pi_sandbox.worker.api import (
+    CapabilityError,
+    CommandContext,
+    Context,
+    Event,
+    ExtensionAPI,
+    Generation,
+    HostError,
+    StaleContextError,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings anyway
@@ -61,7 +70,12 @@ def _format_exception(exc: BaseException) -> str:
 def _normalise_tool_result(value: Any) -> dict[str, Any]:
     """Turn what an extension's ``execute`` returned into the wire tool result shape."""
     if isinstance(value, str):
-        return {"content": [{"type": "text", "text": value}], "details": {}, "is_error": False}
+        return {
+            "content": [{"type": "text", "text": value}],
+            "details": {},
+            "is_error": False,
+            "terminate": False,
+        }
     if not isinstance(value, dict):
         raise TypeError(
             f"tool execute returned {type(value).__name__}; expected a dict or a string"
@@ -75,7 +89,89 @@ def _normalise_tool_result(value: Any) -> dict[str, Any]:
     if not isinstance(details, dict):
         raise TypeError("tool result 'details' must be a dict")
     is_error = value.get("is_error", value.get("isError", False))
-    return {"content": content, "details": details, "is_error": bool(is_error)}
+    return {
+        "content": content,
+        "details": details,
+        "is_error": bool(is_error),
+        "terminate": bool(value.get("terminate", False)),
+    }
+
+
+class _Host:
+    """The extension API's way to the supervisor: ``host/call`` requests from any
+    thread (each waits for its own answer), notifications, the current generation."""
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
+        self._runtime = runtime
+        self._ids = 0
+        self._lock = threading.Lock()
+        self._waiting: dict[int, list[Any]] = {}
+        self.generation = Generation()
+
+    def call(self, op: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+        """Send ``host/call`` and block this thread until the answer comes.
+
+        Raises:
+            StaleContextError / CapabilityError / HostError: the supervisor's refusal.
+        """
+        self.generation.check(op)
+        if threading.current_thread() is threading.main_thread():
+            raise HostError(f"{op}: not available while the extension is being loaded")
+        with self._lock:
+            self._ids += 1
+            request_id = self._ids
+            slot: list[Any] = [threading.Event(), None]
+            self._waiting[request_id] = slot
+        self._runtime.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": methods.HOST_CALL,
+                "params": {"op": op, "args": args},
+            }
+        )
+        slot[0].wait(timeout)
+        with self._lock:
+            self._waiting.pop(request_id, None)
+        response = slot[1]
+        if response is None:
+            raise HostError(f"{op}: no answer from the supervisor")
+        error = response.get("error")
+        if error is None:
+            return response.get("result")
+        code = error.get("code")
+        message = str(error.get("message") or "")
+        if code == methods.ERROR_STALE:
+            self.generation.end()
+            raise StaleContextError(message)
+        if code == methods.ERROR_CAPABILITY:
+            raise CapabilityError(message)
+        if code == methods.ERROR_INVALID_PARAMS:
+            raise ValueError(message)
+        raise HostError(message)
+
+    def answer(self, response: dict[str, Any]) -> None:
+        """Deliver a supervisor response to the thread waiting for it."""
+        with self._lock:
+            slot = self._waiting.get(response.get("id"))  # type: ignore[arg-type]
+        if slot is not None:
+            slot[1] = response
+            slot[0].set()
+
+    def wake_all(self) -> None:
+        """The channel is gone: every waiting call fails."""
+        with self._lock:
+            slots = list(self._waiting.values())
+        for slot in slots:
+            slot[0].set()
+
+    def registrations_changed(self) -> None:
+        api = self._runtime._api
+        if api is not None:
+            self._runtime.notify(methods.REGISTRATIONS_UPDATE, api._registrations())
+
+    def bus_emit(self, channel: str, data: Any) -> None:
+        self._runtime.notify(methods.BUS_EMIT, {"channel": channel, "data": data})
 
 
 class WorkerRuntime:
@@ -96,6 +192,10 @@ class WorkerRuntime:
         self._kind: str | None = None
         self._extension_path = ""
         self._stopping = False
+        self._host = _Host(self)
+        self._module: Any = None
+        self._capabilities: dict[str, bool] = {}
+        self._trust: str | None = None
 
     # --- channel -------------------------------------------------------------------------
 
@@ -139,11 +239,13 @@ class WorkerRuntime:
             except OSError:
                 return 1
             if not data:
+                self._host.wake_all()
                 return 0
             try:
                 messages = self._decoder.feed(data)
             except FrameError as exc:
                 print(f"pi worker: protocol error from supervisor: {exc}", file=sys.stderr)
+                self._host.wake_all()
                 return 2
             for message in messages:
                 self._handle(message)
@@ -161,8 +263,18 @@ class WorkerRuntime:
             if event is not None:
                 event.set()
             return
-        if method is None or request_id is None:
-            return  # responses and unknown notifications: nothing in this worker waits for them
+        if method is None:
+            if request_id is not None:
+                self._host.answer(message)  # the answer to one of our host/call requests
+            return
+        if method == methods.GENERATION_END:
+            self._host.generation.end()
+            return
+        if method == methods.BUS_DELIVER:
+            self._deliver_bus(params)
+            return
+        if request_id is None:
+            return  # unknown notifications: ignored
         if method in (methods.INITIALIZE, methods.SHUTDOWN):
             # In order, on the reading thread: nothing else may run before initialize finishes.
             self._run_request(request_id, method, params)
@@ -210,6 +322,10 @@ class WorkerRuntime:
             self._cancelled.discard(request_id)
         if not cancelled:  # DESIGN §3: a request the peer cancelled is never answered
             self.send(response)
+        else:
+            # ...but its end is reported: the supervisor kills a worker whose
+            # cancelled handler does not return within a grace period (issue 5).
+            self.notify(methods.CANCELLED, {"id": request_id})
 
     def _dispatch(
         self, method: str, params: dict[str, Any], cancel: threading.Event, request_id: Any
@@ -224,6 +340,10 @@ class WorkerRuntime:
             return self._dispatch_event(params, cancel)
         if method == methods.TOOL_EXECUTE:
             return self._execute_tool(params, cancel)
+        if method == methods.COMMAND_EXECUTE:
+            return self._execute_command(params, cancel)
+        if method == methods.SESSION_CALLBACK:
+            return self._session_callback(params, cancel)
         raise _RequestError(methods.ERROR_METHOD_NOT_FOUND, f"unknown method {method!r}")
 
     # --- requests ------------------------------------------------------------------------
@@ -255,13 +375,17 @@ class WorkerRuntime:
             raise _RequestError(methods.ERROR_INVALID_PARAMS, f"unknown worker kind {kind!r}")
         path = str(params.get("path") or "")
         self._extension_path = path
+        self._host.generation.number = int(params.get("generation") or 1)
+        ctx = params.get("ctx") or {}
+        self._capabilities = {str(k): bool(v) for k, v in (ctx.get("capabilities") or {}).items()}
+        self._trust = ctx.get("trust")
+        _install_thread_excepthook(self, path)
         try:
-            ctx = params.get("ctx") or {}
             if ctx.get("cwd") and os.path.isdir(ctx["cwd"]):
                 # posix_spawn has no chdir action on 3.11: extension code sees the session's cwd.
                 os.chdir(ctx["cwd"])
-            api = _load_extension(path)
-        except Exception as exc:
+            api, self._module = _load_extension(path, self._host)
+        except BaseException as exc:
             raise _RequestError(
                 methods.ERROR_EXTENSION_LOAD,
                 f"{type(exc).__name__}: {exc}",
@@ -276,13 +400,85 @@ class WorkerRuntime:
             **api._registrations(),
         }
 
-    def _context(self, ctx: dict[str, Any], cancel: threading.Event) -> Context:
-        return Context(
+    def _context(
+        self, ctx: dict[str, Any], cancel: threading.Event, cls: type[Context] = Context
+    ) -> Context:
+        return cls(
             cwd=str(ctx.get("cwd") or os.getcwd()),
             has_ui=bool(ctx.get("has_ui", False)),
             mode=str(ctx.get("mode") or "print"),
             signal=cancel,
+            host=self._host,
+            generation=self._host.generation,
+            capabilities=self._capabilities,
+            trust=self._trust,
         )
+
+    def _execute_command(self, params: dict[str, Any], cancel: threading.Event) -> Any:
+        name = str(params.get("name") or "")
+        command = self._api._commands.get(name) if self._api else None
+        if command is None:
+            raise _RequestError(
+                methods.ERROR_METHOD_NOT_FOUND, f"this extension has no command {name!r}"
+            )
+        ctx = self._context(params.get("ctx") or {}, cancel, CommandContext)
+        try:
+            _resolve(command["handler"](str(params.get("args") or ""), ctx))
+        except BaseException as exc:
+            raise _RequestError(
+                methods.ERROR_HANDLER,
+                f"/{name} in {self._extension_path} failed: {type(exc).__name__}: {exc}",
+                {"traceback": _format_exception(exc)},
+            ) from exc
+        return {}
+
+    def _session_callback(self, params: dict[str, Any], cancel: threading.Event) -> Any:
+        name = str(params.get("callback") or "")
+        target: Any = self._module
+        for part in name.split("."):
+            target = getattr(target, part, None)
+        if not callable(target):
+            raise _RequestError(
+                methods.ERROR_METHOD_NOT_FOUND,
+                f"with_session callback {name!r} is not a function of {self._extension_path}",
+            )
+        ctx = self._context(params.get("ctx") or {}, cancel, CommandContext)
+        try:
+            _resolve(target(ctx))
+        except BaseException as exc:
+            raise _RequestError(
+                methods.ERROR_HANDLER,
+                f"with_session callback {name} in {self._extension_path} failed: "
+                f"{type(exc).__name__}: {exc}",
+                {"traceback": _format_exception(exc)},
+            ) from exc
+        return {}
+
+    def _deliver_bus(self, params: dict[str, Any]) -> None:
+        if self._api is None:
+            return
+        channel = str(params.get("channel") or "")
+        data = params.get("data")
+        handlers = self._api.events.handlers(channel)
+        if not handlers:
+            return
+
+        def run() -> None:
+            for handler in handlers:
+                try:
+                    _resolve(handler(data))
+                except BaseException as exc:
+                    self.notify(
+                        methods.LOG,
+                        {
+                            "level": "error",
+                            "message": f"pi.events handler for {channel!r} in "
+                            f"{self._extension_path} failed: {type(exc).__name__}: {exc}\n"
+                            + _format_exception(exc)[-4000:],
+                        },
+                    )
+
+        threading.Thread(target=run, daemon=True).start()
 
     def _dispatch_event(self, params: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
         event = str(params.get("event") or "")
@@ -348,8 +544,29 @@ class WorkerRuntime:
             }
 
 
-def _load_extension(path: str) -> ExtensionAPI:
-    """Import the extension at ``path`` and run its factory ``extension(pi)``.
+def _install_thread_excepthook(runtime: WorkerRuntime, path: str) -> None:
+    """Report exceptions that end an extension's own threads (a background task using
+    a stale ``ctx``) as ``log`` errors, which the supervisor shows (issue 5 case 3)."""
+
+    def hook(args: Any) -> None:
+        exc = args.exc_value
+        if exc is None or isinstance(exc, SystemExit):
+            return
+        runtime.notify(
+            methods.LOG,
+            {
+                "level": "error",
+                "message": f"a thread of {path} died: {type(exc).__name__}: {exc}\n"
+                + _format_exception(exc)[-4000:],
+            },
+        )
+
+    threading.excepthook = hook
+
+
+def _load_extension(path: str, host: Any = None) -> tuple[ExtensionAPI, Any]:
+    """Import the extension at ``path`` and run its factory ``extension(pi)``;
+    returns the bound API and the module (``with_session`` callbacks are found in it).
 
     Raises whatever the import or the factory raised; ``ImportError`` when ``path`` is
     neither a ``.py`` file nor a package directory, ``TypeError`` when the module has no
@@ -379,9 +596,10 @@ def _load_extension(path: str) -> ExtensionAPI:
     factory = getattr(module, "extension", None)
     if not callable(factory):
         raise TypeError(f"{path} defines no extension(pi) function")
-    api = ExtensionAPI()
+    api = ExtensionAPI(host, host.generation if host is not None else None)
     _resolve(factory(api))
-    return api
+    api._bind()
+    return api, module
 
 
 def main() -> int:

@@ -1,0 +1,171 @@
+"""``pi --mode rpc``: JSON-lines commands on stdin, events and responses on stdout.
+
+Close to ``pi``'s RPC mode. Each stdin line is one command object with ``type`` and
+an optional ``id`` echoed in its response
+``{"type": "response", "id", "command", "success", "data"?, "error"?}``; every event
+of the session is written as it happens (the same objects as ``--mode json``).
+
+Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
+``abort``, ``reload``, ``new_session``, ``get_state``, ``get_commands``,
+``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
+event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
+runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
+ends the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import trio
+
+from pi_sandbox.errors import HostCallError
+from pi_sandbox.supervisor.session_file import now_ms
+from pi_sandbox.supervisor.tool_pipeline import EmitFn
+
+__all__ = ["MAX_COMMAND_BYTES", "serve_rpc"]
+
+MAX_COMMAND_BYTES = 8 * 1024 * 1024
+"""Longest command line accepted on stdin; a longer one is refused and skipped."""
+
+
+async def _lines(stream: trio.abc.ReceiveStream) -> Any:
+    buffer = b""
+    skipping = False
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            if buffer and not skipping:
+                yield buffer
+            return
+        buffer += data
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if skipping:
+                skipping = False
+                continue
+            yield line
+        if len(buffer) > MAX_COMMAND_BYTES:
+            buffer = b""
+            skipping = True
+            yield None  # report the oversized line
+
+
+async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
+    """Serve commands from ``stdin_fd`` until ``quit`` or end of input.
+
+    Never raises for bad input: a malformed line gets a failed response naming the
+    problem.
+    """
+    host.keep_going = True
+
+    async def respond(command: dict[str, Any], success: bool, **extra: Any) -> None:
+        response = {"type": "response", "command": command.get("type"), "success": success}
+        if "id" in command:
+            response["id"] = command["id"]
+        response.update(extra)
+        await emit(response)
+
+    def user_message(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
+
+    def busy() -> bool:
+        return host.session.running or host._queued > 0 or host.replacing
+
+    async with trio.lowlevel.FdStream(os.dup(stdin_fd)) as stream:
+        async for raw in _lines(stream):
+            if raw is None:
+                await emit(
+                    {
+                        "type": "response",
+                        "success": False,
+                        "error": f"command longer than {MAX_COMMAND_BYTES} bytes; skipped",
+                    }
+                )
+                continue
+            if not raw.strip():
+                continue
+            try:
+                command = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                await emit({"type": "response", "success": False, "error": f"not JSON: {exc}"})
+                continue
+            if not isinstance(command, dict) or not isinstance(command.get("type"), str):
+                await emit(
+                    {
+                        "type": "response",
+                        "success": False,
+                        "error": "a command needs a string 'type'",
+                    }
+                )
+                continue
+            kind = command["type"]
+            message = command.get("message")
+            if kind in ("prompt", "steer", "follow_up") and not isinstance(message, str):
+                await respond(command, False, error=f"{kind}: 'message' must be a string")
+                continue
+            if kind == "prompt":
+                if busy():
+                    await respond(
+                        command,
+                        False,
+                        error="the agent is running; use steer, follow_up or abort",
+                    )
+                    continue
+
+                async def prompt_job(text: str = message) -> None:
+                    await host.submit(text)
+
+                host.enqueue(prompt_job)
+                await respond(command, True)
+            elif kind in ("steer", "follow_up"):
+                if host.session.running:
+                    queue = host.session.steering if kind == "steer" else host.session.follow_ups
+                    queue.append(user_message(message))
+                else:
+
+                    async def queued_job(text: str = message) -> None:
+                        await host.submit(text)
+
+                    host.enqueue(queued_job)
+                await respond(command, True)
+            elif kind == "abort":
+                await respond(command, True, data={"aborted": host.session.abort()})
+            elif kind in ("reload", "new_session"):
+                if busy():
+                    await respond(
+                        command,
+                        False,
+                        error=f"cannot {kind.replace('_', ' ')} while the agent is running; "
+                        "wait until it is idle or abort it",
+                    )
+                    continue
+
+                async def replace_job(what: str = kind, cmd: dict[str, Any] = command) -> None:
+                    try:
+                        result = await host.replace("reload" if what == "reload" else "new")
+                    except HostCallError as exc:
+                        await respond(cmd, False, error=str(exc))
+                    else:
+                        await respond(cmd, True, data=result)
+
+                host.enqueue(replace_job)
+            elif kind == "get_state":
+                await respond(command, True, data=host.state())
+            elif kind == "get_commands":
+                commands = [
+                    {"name": c.name, "description": c.description, "source": c.source}
+                    for c in host.pool.commands.values()
+                ]
+                await respond(command, True, data=commands)
+            elif kind == "extension_ui_response":
+                found = host.ui_response(str(command.get("ui_id")), command.get("value"))
+                await respond(command, found, **({} if found else {"error": "no such UI request"}))
+            elif kind == "quit":
+                await respond(command, True)
+                break
+            else:
+                await respond(command, False, error=f"unknown command type {kind!r}")
+    await host.wait_quiet()

@@ -1,0 +1,1040 @@
+"""The extension runtime's supervisor side (issue 5, DESIGN §3–§5).
+
+``SessionHost`` sits between the agent loop, the worker pool and the user:
+
+- answers every ``host/call`` an extension makes (``send_message``,
+  ``set_active_tools``, ``ctx.ui.*``, ``ctx.session_manager.*``, ``ctx.new_session``
+  …), checking the caller's generation (stale callers get ``ERROR_STALE`` and the
+  drop is reported) and the policy's capabilities (refusals are audited);
+- routes the inter-extension event bus (``pi.events``) to the current generation;
+- runs prompts one at a time (``submit``): ``/commands`` first (duplicates as
+  ``name:1``/``name:2``), then the ``input`` event, then the agent loop; queued
+  follow-ups and triggered turns after it; a deferred ``request_reload`` once the
+  agent settles, then ``agent_settled``;
+- replaces the generation: reload, new session, fork, switch (``session_shutdown``
+  with a bounded wait, ``generation/end`` to the old workers, which are stopped once
+  the command that asked has returned, new workers, ``session_start``,
+  ``resources_discover``, ``with_session`` in the new worker);
+- keeps the active tool set (``--tools``/``--no-tools`` filter everything, also
+  tools registered later) and builds the system prompt from the active tools'
+  snippets and guidelines for every request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from pi_sandbox.errors import (
+    HostCallError,
+    PiSandboxError,
+    PolicyError,
+    ProviderError,
+    UsageError,
+    WorkerError,
+)
+from pi_sandbox.protocol import methods
+from pi_sandbox.supervisor.agent_session import (
+    AgentSession,
+    build_system_prompt,
+    custom_message,
+)
+from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.providers.base import ToolDefinition
+from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
+from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
+from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
+from pi_sandbox.supervisor.worker_process import WorkerProcess
+
+__all__ = ["BUILTIN_COMMANDS", "SessionHost"]
+
+BUILTIN_COMMANDS = {
+    "reload": "Reload extensions, settings and resources",
+    "new": "Start a new session",
+}
+
+SHUTDOWN_WAIT_S = 5.0
+"""Bounded wait for ``session_shutdown`` handlers before a generation is replaced."""
+
+STALE_GRACE_S = 2.0
+"""How long an ended generation's worker may finish the command that replaced it."""
+
+COMMAND_TIMEOUT_S = 3600.0
+"""Deadline of one command handler (they may wait for the agent or a dialog)."""
+
+_UI_DEFAULTS = {"select": None, "confirm": False, "input": None, "editor": None}
+
+
+def _refuse(message: str, code: int = methods.ERROR_HOST) -> HostCallError:
+    return HostCallError(message, code=code)
+
+
+class SessionHost:
+    """One interactive session's extension runtime (see the module docstring).
+
+    Args:
+        pool: the started worker pool (its ``host`` is set to this object).
+        session: the agent loop (``AgentSession``) over the session's writer.
+        emit: output events (print/json/rpc).
+        audit: receives JSON-ready audit records.
+        discover: re-reads extension sources (reload): ``() -> (sources, notices)``.
+        new_writer: a fresh session (``() -> SessionWriter``) for ``new_session``/``fork``.
+        tools_filter: ``--tools`` names (``set()`` for ``--no-tools``), None: no filter.
+        argv: the command line, re-parsed once extensions registered their flags.
+        parse_flags: ``(argv, flags) -> (values, message)``; raises ``UsageError``.
+        agent_dir: where session files live (``switch_session`` stays inside it).
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: WorkerPool,
+        session: AgentSession,
+        emit: EmitFn,
+        audit: Callable[[dict[str, Any]], None],
+        discover: Callable[[], tuple[list[ExtensionSource], list[str]]],
+        new_writer: Callable[[], SessionWriter],
+        tools_filter: set[str] | None = None,
+        argv: Sequence[str] = (),
+        parse_flags: Callable[[Sequence[str], list[Any]], tuple[dict[str, Any], str]] | None = None,
+        agent_dir: Path | None = None,
+    ) -> None:
+        self.pool = pool
+        self.session = session
+        self.emit = emit
+        self.audit = audit
+        self.discover = discover
+        self.new_writer = new_writer
+        self.tools_filter = tools_filter
+        self.argv = list(argv)
+        self.parse_flags = parse_flags
+        self.agent_dir = agent_dir
+        self.active: list[str] | None = None
+        self.flags: dict[str, Any] = {}
+        self.message_from_flags: str | None = None
+        self.thinking_level = "medium"
+        self.reload_requested = False
+        self.replacing = False
+        self.keep_going = False  # rpc mode: a failed prompt does not end the session
+        self.failed = False
+        # Errors that end a print/json run (raised again by the caller after the run).
+        self.errors: list[BaseException] = []
+        self.resources: dict[str, list[str]] = {}
+        self.bus_listeners: dict[str, list[Callable[[Any], Any]]] = {}
+        self.pending_reports: list[dict[str, str]] = []
+        self.ui_pending: dict[str, tuple[trio.Event, list[Any]]] = {}
+        self._ui_ids = 0
+        self._command_workers: set[WorkerProcess] = set()
+        self._command_done: dict[WorkerProcess, trio.Event] = {}
+        self._jobs_send, self._jobs_recv = trio.open_memory_channel[Callable[[], Awaitable[Any]]](
+            1000
+        )
+        self._queued = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+        self._nursery: trio.Nursery | None = None
+        pool.host = self
+        session.active_tools = self.active_definitions
+        session.system_prompt = self.system_prompt
+        pool_pipeline = session.pipeline
+        pool_pipeline.tool_filter = self.is_active
+
+    # --- start and run -----------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Parse extension flags, announce the session (``session_start`` with reason
+        ``startup``, ``resources_discover``) and start the job runner.
+
+        Raises:
+            UsageError: the command line has a flag no extension registered, or a
+                string flag without a value.
+        """
+        self._nursery = nursery
+        self._parse_flags()
+        await self._flush_reports()
+        await self.session.notify("session_start", {"reason": "startup"})
+        await self._discover_resources("startup")
+        nursery.start_soon(self._runner)
+
+    def _parse_flags(self) -> None:
+        flags = [
+            flag for _, worker in self.pool.extensions for flag in _registrations(worker, "flags")
+        ]
+        if self.parse_flags is None:
+            return
+        self.flags, message = self.parse_flags(self.argv, flags)
+        self.message_from_flags = message
+
+    async def _runner(self) -> None:
+        async for job in self._jobs_recv:
+            try:
+                await job()
+            except (ProviderError, UsageError, WorkerError, PolicyError) as exc:
+                self.failed = True
+                self.errors.append(exc)
+                if self.keep_going:  # rpc mode: report and serve the next command
+                    await self.emit({"type": "error", "error": str(exc)})
+            except HostCallError as exc:
+                await self.emit({"type": "warning", "message": str(exc)})
+            finally:
+                self._queued -= 1
+            if self._queued == 0:
+                await self._settle()
+                if self._queued == 0:
+                    self._quiet.set()
+
+    def enqueue(self, job: Callable[[], Awaitable[Any]]) -> None:
+        """Queue ``job`` (a prompt, a reload …) for the runner, one at a time."""
+        self._queued += 1
+        self._quiet = trio.Event() if self._quiet.is_set() else self._quiet
+        self._jobs_send.send_nowait(job)
+
+    async def wait_quiet(self) -> None:
+        """Wait until every queued job ran and the agent settled."""
+        while self._queued > 0 or not self._quiet.is_set():
+            await self._quiet.wait()
+
+    @property
+    def idle(self) -> bool:
+        """No agent run in progress."""
+        return not self.session.running
+
+    async def _settle(self) -> None:
+        """After the last job: triggered turns and follow-ups left by handlers, a
+        deferred reload (once), then ``agent_settled``."""
+        for _ in range(100):
+            # After an aborted run the queued follow-ups stay queued (issue 5 case 6):
+            # they go with the next run (a prompt, or a message that triggers a turn).
+            if self.session.follow_ups and not self.session.running and not self.session.aborted:
+                queued = self.session.follow_ups.pop(0)
+                self.session.record(queued)
+                await self._run_guarded(lambda: self.session.run("", as_user=False))
+                continue
+            if self.reload_requested and not self.session.running:
+                self.reload_requested = False
+                try:
+                    await self.replace("reload")
+                except HostCallError as exc:
+                    await self.emit({"type": "warning", "message": str(exc)})
+                continue
+            break
+        await self.session.notify("agent_settled", {})
+
+    async def _run_guarded(self, run: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await run()
+        except ProviderError as exc:
+            self.failed = True
+            self.errors.append(exc)
+            if self.keep_going:
+                await self.emit({"type": "error", "error": f"provider error: {exc}"})
+            return None
+
+    async def submit(self, text: str, images: list[dict[str, Any]] | None = None) -> str:
+        """Handle one user input: a ``/command``, else the ``input`` event, else an
+        agent run. Returns the final assistant text ("" for commands/handled input).
+
+        Raises:
+            ProviderError: the provider failed.
+            UsageError: ``/name`` is ambiguous (the message lists the candidates).
+        """
+        if text.startswith("/"):
+            name, _, args = text[1:].partition(" ")
+            if name in BUILTIN_COMMANDS:
+                if name == "reload":
+                    await self.replace("reload")
+                else:
+                    await self.replace("new")
+                return ""
+            command = self.pool.commands.get(name)
+            if command is not None:
+                await self.run_command(command, args.strip())
+                return ""
+            if name in self.pool.ambiguous_commands:
+                choices = ", ".join(f"/{c}" for c in self.pool.ambiguous_commands[name])
+                raise UsageError(
+                    f"/{name} is ambiguous: more than one extension registered it; use {choices}"
+                )
+        state = await self.session.chain(
+            "input", {"text": text, "images": images or [], "source": "user"}
+        )
+        if state is not None:
+            if state.get("action") == "handled":
+                return ""
+            text = str(state.get("text", text))
+            images = list(state.get("images") or images or [])
+        return await self.session.run(text, images)
+
+    async def run_command(self, command: RegisteredCommand, args: str) -> None:
+        """Execute an extension command in its worker with a `CommandContext`."""
+        worker = await self.pool.ensure_extension_worker(command.index)
+        if worker is None:
+            raise UsageError(f"/{command.name}: its extension {command.source} is disabled")
+        done = trio.Event()
+        self._command_workers.add(worker)
+        self._command_done[worker] = done
+        try:
+            await worker.request(
+                methods.COMMAND_EXECUTE,
+                {"name": command.registered_name, "args": args, "ctx": self.pool._ctx()},
+                timeout_s=COMMAND_TIMEOUT_S,
+            )
+        except PiSandboxError as exc:
+            if self.pool.index_of(worker) is not None:  # an ended generation's end is no error
+                await self.report(
+                    [
+                        {
+                            "path": command.source,
+                            "message": f"/{command.name} failed: {exc}",
+                            "traceback": getattr(exc, "remote_traceback", ""),
+                        }
+                    ],
+                    "command",
+                )
+        finally:
+            self._command_workers.discard(worker)
+            done.set()
+            self._command_done.pop(worker, None)
+
+    # --- reports -----------------------------------------------------------------------------
+
+    async def report(self, errors: list[dict[str, str]], event: str) -> None:
+        """Show extension failures (``extension_error`` events)."""
+        await report_extension_errors(self.emit, errors, event)
+
+    async def _flush_reports(self) -> None:
+        pending, self.pending_reports = self.pending_reports, []
+        await self.report(pending, "load")
+
+    async def stale_message(self, worker: WorkerProcess, what: str) -> None:
+        """A message from an ended generation's worker: dropped, and said so."""
+        self.audit(
+            {"event": "extension", "action": "stale_message", "worker": worker.name, "what": what}
+        )
+        await self.emit(
+            {
+                "type": "notice",
+                "message": f"dropped {what} from {worker.name}: its generation ended "
+                "(reload or session replacement)",
+            }
+        )
+
+    async def registry_changed(self) -> None:
+        """A bound extension registered something: tools and the system prompt are
+        computed per request, so only diagnostics are left to show."""
+        await self._flush_reports()
+
+    async def worker_restarted(self, index: int, worker: WorkerProcess) -> None:
+        """A crashed extension's replacement gets ``session_start`` again."""
+        outcome = await self.pool.dispatch("session_start", {"reason": "restart"}, only=index)
+        await self.report(outcome.errors, "session_start")
+
+    # --- tools and the system prompt -------------------------------------------------------
+
+    def is_active(self, name: str) -> bool:
+        """Whether tool ``name`` is offered to the model (and may be called)."""
+        if self.tools_filter is not None and name not in self.tools_filter:
+            return False
+        return self.active is None or name in self.active
+
+    def active_definitions(self) -> list[ToolDefinition]:
+        """The active tools in registry order."""
+        return [
+            ToolDefinition(t.definition.name, t.definition.description, t.definition.parameters)
+            for name, t in self.pool.tools.items()
+            if self.is_active(name)
+        ]
+
+    def system_prompt(self) -> str:
+        """The system prompt for the active tools (snippets and guidelines included)."""
+        snippets: dict[str, str] = {}
+        guidelines: list[str] = []
+        for name, tool in self.pool.tools.items():
+            if not self.is_active(name):
+                continue
+            if tool.definition.prompt_snippet:
+                snippets[name] = tool.definition.prompt_snippet
+            for line in tool.definition.prompt_guidelines:
+                if line not in guidelines:
+                    guidelines.append(line)
+        return build_system_prompt(
+            self.session.cwd, self.active_definitions(), snippets=snippets, guidelines=guidelines
+        )
+
+    # --- the event bus -----------------------------------------------------------------------
+
+    def events_on(self, channel: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+        """A supervisor-side bus listener; it survives reloads."""
+        self.bus_listeners.setdefault(channel, []).append(listener)
+        return lambda: self.bus_listeners.get(channel, []).remove(listener)
+
+    async def bus_emit(self, source: ExtensionSource | None, channel: str, data: Any) -> None:
+        """Deliver ``data`` on ``channel`` to every subscriber of the current generation."""
+        for listener in list(self.bus_listeners.get(channel, [])):
+            try:
+                result = listener(data)
+                if hasattr(result, "__await__"):
+                    await result
+            except Exception as exc:
+                await self.emit({"type": "error", "error": f"event bus listener failed: {exc}"})
+        for _, worker in list(self.pool.extensions):
+            if channel in _registrations(worker, "channels"):
+                with trio.move_on_after(1):
+                    await worker.notify(methods.BUS_DELIVER, {"channel": channel, "data": data})
+
+    # --- host calls ----------------------------------------------------------------------------
+
+    async def host_call(self, worker: WorkerProcess, request: Any) -> Any:
+        """Answer one ``host/call`` (see the module docstring).
+
+        Raises:
+            HostCallError: stale caller, missing capability, bad arguments, refusal.
+        """
+        from pi_sandbox.protocol.messages import HostCallParams
+
+        try:
+            call = HostCallParams.model_validate(request.params)
+        except Exception as exc:
+            raise _refuse(f"malformed host/call: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+        index = self.pool.index_of(worker)
+        if index is None:
+            await self.stale_message(worker, f"the action {call.op!r}")
+            raise _refuse(
+                f"{call.op}: this extension's generation ended (reload or session replacement)",
+                methods.ERROR_STALE,
+            )
+        source = self.pool.extensions[index][0]
+        handler = getattr(self, f"_op_{call.op}", None)
+        if handler is None:
+            raise _refuse(f"unknown action {call.op!r}", methods.ERROR_INVALID_PARAMS)
+        needed = _CAPABILITY.get(call.op)
+        if needed is not None and not self.pool.capabilities(source).get(needed, False):
+            self.audit(
+                {
+                    "event": "extension",
+                    "action": "capability_refused",
+                    "extension": str(source.path),
+                    "capability": needed,
+                    "op": call.op,
+                }
+            )
+            raise _refuse(
+                f"{call.op}: the policy does not grant extension {source.path} the "
+                f"{needed!r} capability (extensions.capabilities)",
+                methods.ERROR_CAPABILITY,
+            )
+        if call.op in _COMMAND_ONLY and worker not in self._command_workers:
+            raise _refuse(f"ctx.{call.op} is only available in a command handler")
+        try:
+            return await handler(worker=worker, source=source, **call.args)
+        except TypeError as exc:
+            raise _refuse(f"{call.op}: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+
+    # Each _op_<name>(worker, source, **args) answers one action.
+
+    async def _op_send_message(
+        self,
+        *,
+        worker: Any,
+        source: Any,
+        message: Any,
+        deliver_as: Any = None,
+        trigger_turn: bool = False,
+    ) -> None:
+        if not isinstance(message, dict):
+            raise _refuse("send_message: message must be an object", methods.ERROR_INVALID_PARAMS)
+        entry = custom_message(message)
+        await self._deliver(entry, deliver_as, trigger_turn)
+
+    async def _op_send_user_message(
+        self, *, worker: Any, source: Any, text: str, deliver_as: str = "steer"
+    ) -> None:
+        message = {
+            "role": "user",
+            "content": [{"type": "text", "text": str(text)}],
+            "timestamp": now_ms(),
+        }
+        await self._deliver(message, deliver_as, True)
+
+    async def _deliver(self, message: dict[str, Any], deliver_as: Any, trigger: bool) -> None:
+        session = self.session
+        if session.running:
+            if deliver_as == "follow_up":
+                session.follow_ups.append(message)
+            elif deliver_as == "next_turn":
+                session.next_turn.append(message)
+            else:
+                session.steering.append(message)
+            return
+        if deliver_as == "next_turn":
+            session.next_turn.append(message)
+            return
+        if trigger:
+            session.follow_ups.append(message)
+            session.aborted = False  # a new turn is wanted: an earlier abort no longer holds
+            if self._queued == 0:
+                self.enqueue(_noop)
+            return
+        session.record(message)
+        await self.emit({"type": "message_end", "message": message})
+
+    async def _op_append_entry(
+        self, *, worker: Any, source: Any, custom_type: str, data: Any = None
+    ) -> str:
+        return self.session.writer.append_custom(str(custom_type), data)["id"]
+
+    async def _op_set_session_name(self, *, worker: Any, source: Any, name: str) -> None:
+        self.session.writer.append_session_info(str(name))
+
+    async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
+        return self.session.writer.name
+
+    async def _op_set_label(
+        self, *, worker: Any, source: Any, entry_id: str, label: Any = None
+    ) -> None:
+        if entry_id not in self.session.writer.by_id:
+            raise _refuse(
+                f"set_label: no entry {entry_id!r} in this session", methods.ERROR_INVALID_PARAMS
+            )
+        self.session.writer.append_label(entry_id, None if label is None else str(label))
+
+    async def _op_exec_check(self, *, worker: Any, source: Any, argv: list[str]) -> None:
+        self.audit(
+            {
+                "event": "extension",
+                "action": "exec",
+                "extension": str(source.path),
+                "argv": [str(a)[:200] for a in argv][:50],
+            }
+        )
+
+    async def _op_get_active_tools(self, *, worker: Any, source: Any) -> list[str]:
+        return [t.name for t in self.active_definitions()]
+
+    async def _op_get_all_tools(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": name,
+                "description": tool.definition.description,
+                "source": tool.source,
+                "active": self.is_active(name),
+            }
+            for name, tool in self.pool.tools.items()
+        ]
+
+    async def _op_set_active_tools(
+        self, *, worker: Any, source: Any, names: list[str] | None
+    ) -> None:
+        if names is not None and (
+            not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+        ):
+            raise _refuse(
+                "set_active_tools: names must be a list of strings or null",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        self.active = None if names is None else list(dict.fromkeys(names))
+        await self.emit(
+            {"type": "active_tools", "tools": [t.name for t in self.active_definitions()]}
+        )
+
+    async def _op_get_commands(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
+        commands = [
+            {"name": n, "description": d, "source": "builtin"} for n, d in BUILTIN_COMMANDS.items()
+        ]
+        commands += [
+            {"name": c.name, "description": c.description, "source": c.source}
+            for c in self.pool.commands.values()
+        ]
+        return commands
+
+    async def _op_get_model(self, *, worker: Any, source: Any) -> dict[str, Any]:
+        return {"provider": self.session.provider.name, "id": self.session.provider.model}
+
+    async def _op_set_model(self, *, worker: Any, source: Any, model: str) -> bool:
+        provider = self.session.provider
+        name, _, model_id = str(model).rpartition("/")
+        if name and name != provider.name:
+            raise _refuse(
+                f"set_model: provider {name!r} is not available in this run (only {provider.name!r})"
+            )
+        if not model_id:
+            raise _refuse("set_model: model id is empty", methods.ERROR_INVALID_PARAMS)
+        previous = {"provider": provider.name, "id": provider.model}
+        provider.model = model_id
+        self.session.writer.append_model_change(provider.name, model_id)
+        self.audit(
+            {
+                "event": "extension",
+                "action": "set_model",
+                "extension": str(source.path),
+                "model": model_id,
+            }
+        )
+        await self.session.notify(
+            "model_select",
+            {
+                "model": {"provider": provider.name, "id": model_id},
+                "previous_model": previous,
+                "source": "extension",
+            },
+        )
+        return True
+
+    async def _op_get_thinking_level(self, *, worker: Any, source: Any) -> str:
+        return self.thinking_level
+
+    async def _op_set_thinking_level(self, *, worker: Any, source: Any, level: str) -> None:
+        self.thinking_level = str(level)
+
+    async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
+        own = {flag.name: flag for flag in _registrations(worker, "flags")}
+        if name not in own:
+            raise _refuse(
+                f"get_flag: this extension registered no flag {name!r}",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        return self.flags.get(name, own[name].default)
+
+    async def _op_request_reload(self, *, worker: Any, source: Any) -> dict[str, Any]:
+        if self.replacing:
+            return {"ignored": True}  # asked during a reload: no loops
+        self.reload_requested = True
+        if self.idle and self._queued == 0:
+            self.enqueue(_noop)  # settles at once, which reloads
+        return {"deferred": True}
+
+    async def _op_is_idle(self, *, worker: Any, source: Any) -> bool:
+        return self.idle
+
+    async def _op_abort(self, *, worker: Any, source: Any) -> None:
+        self.session.abort()
+
+    async def _op_compact(self, *, worker: Any, source: Any, instructions: Any = None) -> None:
+        raise _refuse("ctx.compact: compaction is not available in this version")
+
+    async def _op_get_system_prompt(self, *, worker: Any, source: Any) -> str:
+        return self.session.current_system_prompt()
+
+    async def _op_session(self, *, worker: Any, source: Any, what: str) -> Any:
+        writer = self.session.writer
+        if what == "entries":
+            return writer.entries
+        if what == "branch":
+            return writer.branch()
+        if what == "leaf_id":
+            return writer.last_id
+        if what == "session_file":
+            return str(writer.path) if writer.path is not None else None
+        if what == "session_id":
+            return writer.header.id
+        raise _refuse(f"session_manager: unknown view {what!r}", methods.ERROR_INVALID_PARAMS)
+
+    async def _op_ui(
+        self, *, worker: Any, source: Any, kind: str, timeout: Any = None, **args: Any
+    ) -> Any:
+        if kind in ("notify", "set_status", "set_widget"):
+            await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
+            return None
+        if kind not in _UI_DEFAULTS:
+            raise _refuse(f"ctx.ui: unknown dialog {kind!r}", methods.ERROR_INVALID_PARAMS)
+        if not self.pool.config.has_ui:
+            return _UI_DEFAULTS[kind]
+        self._ui_ids += 1
+        request_id = f"ui-{self._ui_ids}"
+        slot: tuple[trio.Event, list[Any]] = (trio.Event(), [_UI_DEFAULTS[kind]])
+        self.ui_pending[request_id] = slot
+        await self.emit(
+            {
+                "type": "extension_ui_request",
+                "ui_id": request_id,
+                "method": kind,
+                "extension": str(source.path),
+                **args,
+            }
+        )
+        limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        try:
+            with trio.move_on_after(limit if limit is not None else float("inf")):
+                await slot[0].wait()
+        finally:
+            self.ui_pending.pop(request_id, None)
+        return slot[1][0]
+
+    def ui_response(self, request_id: str, value: Any) -> bool:
+        """An RPC client's answer to ``extension_ui_request``; False if unknown."""
+        slot = self.ui_pending.get(request_id)
+        if slot is None:
+            return False
+        slot[1][0] = value
+        slot[0].set()
+        return True
+
+    async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
+        limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")
+        with trio.move_on_after(limit):
+            await self.session.idle.wait()
+            return True
+        return False
+
+    async def _op_new_session(
+        self, *, worker: Any, source: Any, with_session: str | None = None
+    ) -> dict[str, Any]:
+        return await self.replace("new", requester=worker, source=source, with_session=with_session)
+
+    async def _op_fork(
+        self, *, worker: Any, source: Any, entry_id: str, with_session: str | None = None
+    ) -> dict[str, Any]:
+        return await self.replace(
+            "fork", requester=worker, source=source, with_session=with_session, entry_id=entry_id
+        )
+
+    async def _op_switch_session(
+        self, *, worker: Any, source: Any, session_file: str, with_session: str | None = None
+    ) -> dict[str, Any]:
+        return await self.replace(
+            "switch",
+            requester=worker,
+            source=source,
+            with_session=with_session,
+            session_file=session_file,
+        )
+
+    async def _op_reload(
+        self, *, worker: Any, source: Any, with_session: str | None = None
+    ) -> dict[str, Any]:
+        return await self.replace(
+            "reload", requester=worker, source=source, with_session=with_session
+        )
+
+    async def _op_navigate_tree(
+        self, *, worker: Any, source: Any, target_id: str, with_session: str | None = None
+    ) -> dict[str, Any]:
+        writer = self.session.writer
+        if target_id not in writer.by_id:
+            raise _refuse(
+                f"navigate_tree: no entry {target_id!r} in this session",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        outcome = await self.pool.dispatch("session_before_tree", {"target_id": target_id})
+        await self.report(outcome.errors, "session_before_tree")
+        if _cancelled(outcome.state):
+            return {"cancelled": True}
+        previous = writer.last_id
+        writer.move_leaf(target_id)
+        await self.session.notify(
+            "session_tree", {"target_id": target_id, "previous_leaf_id": previous}
+        )
+        if with_session:
+            await self._callback(source, with_session)
+        return {"cancelled": False}
+
+    # --- generation replacement ----------------------------------------------------------------
+
+    async def replace(
+        self,
+        kind: str,
+        *,
+        requester: WorkerProcess | None = None,
+        source: ExtensionSource | None = None,
+        with_session: str | None = None,
+        entry_id: str | None = None,
+        session_file: str | None = None,
+    ) -> dict[str, Any]:
+        """Reload (``kind="reload"``) or replace the session (``new``, ``fork``,
+        ``switch``): see the module docstring. Returns ``{"cancelled": bool}``.
+
+        Raises:
+            HostCallError: the agent is running, another replacement is in progress,
+                or the fork point / session file is not valid.
+        """
+        if self.session.running:
+            raise _refuse(
+                f"cannot {'reload' if kind == 'reload' else 'replace the session'} while the "
+                "agent is running; wait until it is idle (ctx.wait_for_idle) or abort it"
+            )
+        if self.replacing:
+            raise _refuse("a reload or session change is already in progress")
+        writer = self.session.writer
+        new_writer: SessionWriter | None = None
+        if kind == "fork" and (entry_id is None or entry_id not in writer.by_id):
+            raise _refuse(
+                f"fork: no entry {entry_id!r} in this session", methods.ERROR_INVALID_PARAMS
+            )
+        if kind == "switch":
+            new_writer = self._open_session(session_file)
+        before = {
+            "new": ("session_before_switch", {"reason": "new"}),
+            "switch": (
+                "session_before_switch",
+                {"reason": "resume", "target_session_file": session_file},
+            ),
+            "fork": ("session_before_fork", {"entry_id": entry_id}),
+        }.get(kind)
+        if before is not None:
+            outcome = await self.pool.dispatch(*before)
+            await self.report(outcome.errors, before[0])
+            if _cancelled(outcome.state):
+                if new_writer is not None:
+                    new_writer.close()
+                return {"cancelled": True}
+        self.replacing = True
+        previous_file = str(writer.path) if writer.path is not None else None
+        try:
+            outcome = await self.pool.dispatch(
+                "session_shutdown",
+                {"reason": kind},
+                timeout_s=min(self.pool.config.hook_timeout_s, SHUTDOWN_WAIT_S),
+            )
+            await self.report(outcome.errors, "session_shutdown")
+            old = await self.pool.end_generation()
+            self._retire(old, requester)
+            if kind == "new":
+                new_writer = self.new_writer()
+            elif kind == "fork":
+                new_writer = self.new_writer()
+                for record in writer.branch(entry_id):
+                    if record.get("type") == "message":
+                        new_writer.append_message(record["message"])
+            if new_writer is not None:
+                writer.close()
+                self.session.writer = new_writer
+                self.session.steering.clear()
+                self.session.follow_ups.clear()
+            sources, notices = self.discover()
+            for notice in notices:
+                await self.emit({"type": "notice", "message": notice})
+            await self.pool.start_generation(sources)
+            await self.report(self.pool.load_errors, "load")
+            self.pending_reports.clear()
+            reason = {"reload": "reload", "new": "new", "fork": "fork", "switch": "resume"}[kind]
+            await self.session.notify(
+                "session_start", {"reason": reason, "previous_session_file": previous_file}
+            )
+            await self._discover_resources(reason)
+            after = {
+                "new": "session_switch",
+                "switch": "session_switch",
+                "fork": "session_fork",
+            }.get(kind)
+            if after is not None:
+                await self.session.notify(
+                    after, {"reason": reason, "previous_session_file": previous_file}
+                )
+            self.audit({"event": "extension", "action": kind, "generation": self.pool.generation})
+            await self.emit(
+                {
+                    "type": "session_replaced" if kind != "reload" else "reloaded",
+                    "reason": reason,
+                    "generation": self.pool.generation,
+                    "sessionFile": str(self.session.writer.path)
+                    if self.session.writer.path
+                    else None,
+                }
+            )
+            if with_session and source is not None:
+                await self._callback(source, with_session)
+        finally:
+            self.replacing = False
+        return {"cancelled": False}
+
+    def _open_session(self, session_file: str | None) -> SessionWriter:
+        if not session_file:
+            raise _refuse("switch_session: no session file given", methods.ERROR_INVALID_PARAMS)
+        path = Path(session_file).expanduser()
+        sessions = (self.agent_dir / "sessions").resolve() if self.agent_dir else None
+        try:
+            resolved = path.resolve(strict=True)
+        except OSError as exc:
+            raise _refuse(
+                f"switch_session: {session_file}: {exc.strerror or exc}",
+                methods.ERROR_INVALID_PARAMS,
+            ) from exc
+        if sessions is None or not resolved.is_relative_to(sessions):
+            raise _refuse(
+                f"switch_session: {session_file} is not a session file under {sessions}",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        try:
+            return SessionWriter.resume(resolved)
+        except (OSError, ValueError) as exc:
+            raise _refuse(f"switch_session: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+
+    def _retire(self, old: list[WorkerProcess], requester: WorkerProcess | None) -> None:
+        """Stop an ended generation's workers: at once, except that the worker whose
+        command asked for the change may finish it (up to `STALE_GRACE_S`)."""
+        self.pool.retired += old
+        assert self._nursery is not None
+
+        async def stop() -> None:
+            if requester is not None and requester in old:
+                done = self._command_done.get(requester)
+                if done is not None:
+                    with trio.move_on_after(STALE_GRACE_S):
+                        await done.wait()
+            async with trio.open_nursery() as nursery:
+                for worker in old:
+                    nursery.start_soon(worker.aclose)
+            for worker in old:
+                with contextlib.suppress(ValueError):
+                    self.pool.retired.remove(worker)
+
+        self._nursery.start_soon(stop)
+
+    async def _callback(self, source: ExtensionSource, name: str) -> None:
+        for index, (current, _worker) in enumerate(self.pool.extensions):
+            if current.path != source.path:
+                continue
+            live = await self.pool.ensure_extension_worker(index)
+            if live is None:
+                break
+            self._command_workers.add(live)
+            try:
+                await live.request(
+                    methods.SESSION_CALLBACK,
+                    {"callback": name, "ctx": self.pool._ctx()},
+                    timeout_s=COMMAND_TIMEOUT_S,
+                )
+            except PiSandboxError as exc:
+                await self.report(
+                    [
+                        {
+                            "path": str(source.path),
+                            "message": f"with_session callback failed: {exc}",
+                            "traceback": getattr(exc, "remote_traceback", ""),
+                        }
+                    ],
+                    "with_session",
+                )
+            finally:
+                self._command_workers.discard(live)
+            return
+        await self.report(
+            [
+                {
+                    "path": str(source.path),
+                    "message": "with_session callback not run: the extension "
+                    "did not load in the new session",
+                }
+            ],
+            "with_session",
+        )
+
+    async def _discover_resources(self, reason: str) -> None:
+        if not self.pool.subscribed("resources_discover"):
+            self.resources = {}
+            return
+        outcome = await self.pool.dispatch(
+            "resources_discover", {"cwd": str(self.session.cwd), "reason": reason}
+        )
+        await self.report(outcome.errors, "resources_discover")
+        self.resources = {k: list(v) for k, v in outcome.state.items()}
+
+    def state(self) -> dict[str, Any]:
+        """What an RPC ``get_state`` answers."""
+        writer = self.session.writer
+        return {
+            "model": {"provider": self.session.provider.name, "id": self.session.provider.model},
+            "thinking_level": self.thinking_level,
+            "is_idle": self.idle,
+            "generation": self.pool.generation,
+            "session_file": str(writer.path) if writer.path is not None else None,
+            "session_id": writer.header.id,
+            "session_name": writer.name,
+            "pending": {
+                "steering": len(self.session.steering),
+                "follow_up": len(self.session.follow_ups),
+                "next_turn": len(self.session.next_turn),
+            },
+            "active_tools": [t.name for t in self.active_definitions()],
+            "commands": sorted([*BUILTIN_COMMANDS, *self.pool.commands]),
+            "extensions": [str(s.path) for s, _ in self.pool.extensions],
+            "resources": self.resources,
+        }
+
+
+async def _noop() -> None:
+    return None
+
+
+def _cancelled(state: dict[str, Any]) -> bool:
+    result = state.get("result")
+    return isinstance(result, dict) and bool(result.get("cancel"))
+
+
+def _registrations(worker: WorkerProcess, field: str) -> list[Any]:
+    registrations = worker.registrations
+    return list(getattr(registrations, field, []) or []) if registrations is not None else []
+
+
+_CAPABILITY = {
+    "send_user_message": "send_user_messages",
+    "ui": "ui",
+    "exec_check": "exec",
+    "set_model": "set_model",
+}
+"""Actions that need a policy capability (issue 5 "Capabilities")."""
+
+_COMMAND_ONLY = {
+    "wait_for_idle",
+    "new_session",
+    "fork",
+    "switch_session",
+    "navigate_tree",
+    "reload",
+}
+"""Actions of the command context only."""
+
+
+def parse_extension_flags(
+    argv: Sequence[str], flags: list[Any], build_parser: Callable[[], Any]
+) -> tuple[dict[str, Any], str]:
+    """Re-parse the command line with the flags extensions registered; returns the
+    flag values and the prompt text.
+
+    Raises:
+        UsageError: argparse's message (an unknown flag, a missing value).
+    """
+    parser = build_parser()
+    seen: set[str] = set()
+    for flag in flags:
+        if flag.name in seen:
+            continue
+        seen.add(flag.name)
+        try:
+            if flag.type == "bool":
+                parser.add_argument(
+                    f"--{flag.name}",
+                    dest=f"x_{flag.name}",
+                    action="store_true",
+                    default=flag.default or False,
+                    help=flag.description,
+                )
+            else:
+                parser.add_argument(
+                    f"--{flag.name}",
+                    dest=f"x_{flag.name}",
+                    metavar="VALUE",
+                    default=flag.default,
+                    help=flag.description,
+                )
+        except Exception as exc:  # argparse.ArgumentError: clashes with a built-in option
+            raise UsageError(
+                f"extension flag --{flag.name} clashes with a pi option: {exc}"
+            ) from exc
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        raise UsageError(
+            stderr.getvalue().strip().splitlines()[-1]
+            if stderr.getvalue().strip()
+            else "bad arguments"
+        ) from exc
+    values = {name: getattr(args, f"x_{name}") for name in seen}
+    return values, " ".join(args.message).strip()
