@@ -21,6 +21,12 @@ Sections (see bench/README.md):
 (g) sandbox hardening: the pipeline against the bare-bwrap floor, the cost of seccomp.
 (h) policy decisions: ``evaluate_tool_call`` with a 200-rule policy on 1,000 varied calls
     (shell parsing included) against one no-op ``tool_call`` round trip to a worker.
+(i) extension runtime (issue 5): start-up to ready with 1, 5 and 10 sandboxed trivial
+    extensions (against N sequential ``python -I -c pass`` runs, and the TS ``pi`` with N
+    trivial extensions with ``--with-pi``); ``tool_call`` dispatch through 10 hooking
+    workers against the raw socketpair echo; reload round trips over ``pi --mode rpc``
+    (skipped when ``pi`` has no such mode); an idle extension worker's VmRSS against a bare
+    ``python -I -c "import trio; …sleep"``.
 
 Timing is ``time.perf_counter_ns``; every figure is printed in ms with 2 decimals.
 """
@@ -127,6 +133,7 @@ class Row:
     value_ms: float | None
     baseline_label: str = ""
     baseline_ms: float | None = None
+    unit: str = "ms"  # of value_ms and baseline_ms ("MiB" for (i.d)'s memory rows)
 
     @property
     def ratio(self) -> float | None:
@@ -143,6 +150,7 @@ class Row:
             "baseline": self.baseline_label or None,
             "baseline_ms": None if self.baseline_ms is None else round(self.baseline_ms, 3),
             "ratio": None if self.ratio is None else round(self.ratio, 3),
+            "unit": self.unit,
         }
 
 
@@ -177,21 +185,23 @@ class Report:
         base_label: str = "",
         value: float | None = None,
         n: int | None = None,
+        unit: str = "ms",
     ) -> None:
         if value is None and name is not None:
             value = self.stat(name, key)
         if n is None:
             n = int(self.series[name]["n"]) if name in self.series else 0
         baseline = self.stat(base, base_key) if base else None
-        self.rows.append(Row(section, label, n, value, base_label if base else "", baseline))
+        self.rows.append(Row(section, label, n, value, base_label if base else "", baseline, unit))
 
     def skip(self, text: str) -> None:
         self.skipped.append(text)
         print(f"  skipped: {text}", flush=True)
 
 
-def fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def fmt_ms(value: float | None, unit: str = "ms") -> str:
+    text = "-" if value is None else f"{value:.2f}"
+    return text if unit == "ms" or value is None else f"{text} {unit}"
 
 
 def render_table(rows: Sequence[Row]) -> str:
@@ -201,9 +211,9 @@ def render_table(rows: Sequence[Row]) -> str:
             r.section,
             r.label,
             str(r.n) if r.n else "",
-            fmt_ms(r.value_ms),
+            fmt_ms(r.value_ms, r.unit),
             r.baseline_label,
-            fmt_ms(r.baseline_ms) if r.baseline_label else "",
+            fmt_ms(r.baseline_ms, r.unit) if r.baseline_label else "",
             f"{r.ratio:.2f}x" if r.ratio is not None else "",
         )
         for r in rows
@@ -329,6 +339,11 @@ class Sizes:
     importtime_runs: int
     policy_passes: int  # (h): timed passes over the 1,000 calls
     policy_round_trips: int  # (h): no-op round trips when (c) did not run
+    i_start_runs: int  # (i.a): timed runs per extension count (and per agent)
+    i_python_reps: int  # (i.a): repetitions of the N x python -I -c pass baseline
+    i_dispatch: int  # (i.b): timed dispatches through the 10 hook workers
+    i_reloads: int  # (i.c): timed reload round trips
+    i_rss_reps: int  # (i.d): workers (and bare trio processes) measured
 
 
 QUICK = Sizes(
@@ -341,6 +356,11 @@ QUICK = Sizes(
     importtime_runs=1,
     policy_passes=1,
     policy_round_trips=300,
+    i_start_runs=2,
+    i_python_reps=5,
+    i_dispatch=1000,
+    i_reloads=5,
+    i_rss_reps=2,
 )
 FULL = Sizes(
     python_start=50,
@@ -352,6 +372,11 @@ FULL = Sizes(
     importtime_runs=5,
     policy_passes=3,
     policy_round_trips=1000,
+    i_start_runs=5,
+    i_python_reps=10,
+    i_dispatch=5000,
+    i_reloads=10,
+    i_rss_reps=5,
 )
 
 
@@ -2135,6 +2160,602 @@ def render_imports(report: Report, top: int = 8) -> str:
     return "\n".join(lines)
 
 
+# --- (i) extension runtime (issue 5) ---------------------------------------------------------
+
+I_COUNTS = (1, 5, 10)
+I_RSS_IDLE_S = 0.5  # how long a worker (or the bare process) idles before VmRSS is read
+
+# A trivial extension: one `tool_call` hook (returns None) and one tool, a distinct
+# tool name per file (duplicate tool names across extensions are diagnosed).
+TRIVIAL_EXTENSION = '''"""A trivial extension for bench (i): one tool_call hook and one tool."""
+
+
+def extension(pi):
+    def on_tool_call(event, ctx):
+        return None
+
+    def execute(params, ctx):
+        return "ok"
+
+    pi.on("tool_call", on_tool_call)
+    pi.register_tool(name="noop_{index:02d}", description="Does nothing.", execute=execute)
+'''
+
+# The same extension for the TypeScript pi.
+TRIVIAL_TS_EXTENSION = """// A trivial extension for bench (i): one tool_call hook and one tool.
+export default function (pi: any) {
+  pi.on("tool_call", async (_event: any) => undefined);
+  pi.registerTool({
+    name: "noop_%(index)02d",
+    label: "noop_%(index)02d",
+    description: "Does nothing.",
+    parameters: { type: "object", properties: {} },
+    async execute() {
+      return { content: [{ type: "text", text: "ok" }], details: {} };
+    },
+  });
+}
+"""
+
+BARE_TRIO_IDLE = "import trio, time; print('ready', flush=True); time.sleep(30)"
+BARE_PYTHON_IDLE = "import time; print('ready', flush=True); time.sleep(30)"
+
+
+def write_trivial_extensions(env: Env, *, ts: bool = False) -> list[Path]:
+    """``max(I_COUNTS)`` distinct trivial extension files (Python, or TS for pi)."""
+    folder = env.root / ("trivial-ts" if ts else "trivial")
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for index in range(max(I_COUNTS)):
+        path = folder / f"ext_{index:02d}.{'ts' if ts else 'py'}"
+        if ts:
+            path.write_text(TRIVIAL_TS_EXTENSION % {"index": index})
+        else:
+            path.write_text(TRIVIAL_EXTENSION.format(index=index))
+        paths.append(path)
+    return paths
+
+
+def _guarded(report: Report, what: str, body: Callable[[], None]) -> None:
+    """Run one part of a section; a failure is reported as skipped, never raised."""
+    try:
+        body()
+    except Exception as exc:  # a benchmark part failing must not end the run
+        text = str(exc).strip().splitlines()
+        report.skip(f"{what}: {type(exc).__name__}: {' / '.join(text[:6])[:800]}")
+
+
+def _no_load_errors(
+    check: Callable[[subprocess.CompletedProcess], str | None],
+) -> Callable[[subprocess.CompletedProcess], str | None]:
+    def wrapped(result: subprocess.CompletedProcess) -> str | None:
+        problem = check(result)
+        if problem:
+            return problem
+        for marker in ("Failed to load extension", "extension error"):
+            if marker in result.stderr:
+                return f"an extension failed to load: {result.stderr[-300:]!r}"
+        return None
+
+    return wrapped
+
+
+def _sequential_python_ns(env: Env, count: int) -> int:
+    """Wall time of ``count`` bare ``python -I -c pass`` runs, one after the other."""
+    argv = [sys.executable, "-I", "-c", "pass"]
+    penv = base_env(env.home)
+    start = time.perf_counter_ns()
+    for _ in range(count):
+        spawn_wait_ns(argv, penv)
+    return time.perf_counter_ns() - start
+
+
+def bench_ext_startup(
+    env: Env,
+    report: Report,
+    script0: Path,
+    json0: Path,
+    *,
+    with_pi: bool,
+    pi_dir: Path,
+    anchors: Path,
+) -> None:
+    """(i.a) start-up to ready with 1, 5 and 10 trivial extensions (sandboxed when bwrap
+    works), against N sequential bare Python start-ups and the TS pi with N trivial exts."""
+    exts = write_trivial_extensions(env)
+    pi = pi_console_script()
+    flag = "--sandbox" if env.bwrap else "--no-sandbox"
+    kind = "sandboxed" if env.bwrap else "UNsandboxed (no bwrap)"
+    configs = []
+    for count in I_COUNTS:
+        argv = [*pi, flag, "-p", "--no-session", "--model", "scripted", "--script", str(script0)]
+        argv += [a for p in exts[:count] for a in ("-e", str(p))] + ["hi"]
+        configs.append(
+            E2EConfig(
+                f"i.start_ours_{count}",
+                f"pi {flag}, {count} trivial exts",
+                argv,
+                _no_load_errors(_check_ours(0)),
+            )
+        )
+    pi_ready = False
+    if with_pi:
+        faux = anchors / "pi-faux-provider.ts"
+        cli = ensure_pi(pi_dir, report) if faux.is_file() else None
+        node = shutil.which("node")
+        if not faux.is_file():
+            report.skip(f"(i.a) TS pi: {faux} not found (use --anchors DIR)")
+        elif cli is not None and node is not None:
+            pi_ready = True
+            ts_exts = write_trivial_extensions(env, ts=True)
+            for count in I_COUNTS:
+                argv = [node, str(cli), "--offline", "-e", str(faux)]
+                argv += [a for p in ts_exts[:count] for a in ("-e", str(p))]
+                argv += ["--provider", "faux", "--model", "faux-1", "--no-session", "-p", "hi"]
+                configs.append(
+                    E2EConfig(
+                        f"i.start_pi_{count}",
+                        f"TS pi, {count} trivial exts",
+                        argv,
+                        _no_load_errors(_check_pi_print),
+                        env={"PI_FAUX_SCRIPT": str(json0)},
+                    )
+                )
+    else:
+        report.skip("(i.a) TS pi anchor: pass --with-pi to run it beside ours")
+    run_e2e(env, configs, env.sizes.i_start_runs, report)
+
+    for count in I_COUNTS:  # N bare python start-ups, sequential
+        _sequential_python_ns(env, 1)  # warm-up
+        samples = [_sequential_python_ns(env, count) for _ in range(env.sizes.i_python_reps)]
+        report.add_series(f"i.python_x{count}", samples)
+
+    for count in I_COUNTS:
+        report.row(
+            "(i.a)",
+            f"start-up to ready, {count} {kind} trivial ext(s), median",
+            f"i.start_ours_{count}",
+            base=f"i.python_x{count}",
+            base_label=f"{count} x python -I -c pass, sequential, p50",
+        )
+    if pi_ready:
+        for count in I_COUNTS:
+            report.row(
+                "(i.a/pi)",
+                f"ours {flag}, {count} trivial ext(s), median",
+                f"i.start_ours_{count}",
+                base=f"i.start_pi_{count}",
+                base_label=f"TS pi, {count} trivial TS ext(s), median (ours/pi)",
+            )
+        for count in I_COUNTS:
+            report.row(
+                "(i.a/pi)",
+                f"TS pi, {count} trivial TS ext(s), median",
+                f"i.start_pi_{count}",
+                base=f"i.python_x{count}",
+                base_label=f"{count} x python -I -c pass, sequential, p50",
+            )
+    ours10, pi10 = report.stat("i.start_ours_10"), report.stat("i.start_pi_10")
+    if ours10 is not None and pi10 is not None:
+        report.notes.append(
+            f"(i.a) target start-up with 10 {kind} exts <= TS pi with 10: ours {ours10:.0f} ms, "
+            f"pi {pi10:.0f} ms, {ours10 / pi10:.2f}x: {'met' if ours10 <= pi10 else 'NOT met'}"
+        )
+
+
+async def _hooks_dispatch_series(
+    env: Env, exts: Sequence[Path], *, sandbox: bool, n: int
+) -> list[int]:
+    async def body(pool: WorkerPool) -> list[int]:
+        subscribed = [
+            worker
+            for _, worker in pool.extensions
+            if worker.registrations and "tool_call" in worker.registrations.events
+        ]
+        if len(subscribed) != len(exts):
+            raise RuntimeError(f"{len(subscribed)} of {len(exts)} extensions hook tool_call")
+        for i in range(50):  # warm-up
+            await pool.dispatch("tool_call", _payload(i))
+        samples = []
+        for i in range(n):
+            payload = _payload(i)
+            start = time.perf_counter_ns()
+            outcome = await pool.dispatch("tool_call", payload)
+            samples.append(time.perf_counter_ns() - start)
+            if outcome.errors or outcome.state.get("block"):
+                raise RuntimeError(f"dispatch failed: {outcome}")
+        return samples
+
+    return await with_pool(env, sandbox=sandbox, sources=exts, body=body)
+
+
+def bench_ext_dispatch(env: Env, report: Report) -> None:
+    """(i.b) one ``tool_call`` through 10 hooking workers, against a raw socketpair echo."""
+    exts = write_trivial_extensions(env)[:N_HOOKS]
+    n = env.sizes.i_dispatch
+    echo = "c.raw_echo" if "c.raw_echo" in report.samples else "i.raw_echo"
+    if echo == "i.raw_echo":
+        report.add_series(echo, raw_echo_series(env, n))
+    variants = [("unsandboxed", False)] + ([("sandboxed", True)] if env.bwrap else [])
+    for name, sandbox in variants:
+        _guarded(
+            report,
+            f"(i.b) tool_call dispatch, {len(exts)} hooks, {name}",
+            lambda sandbox=sandbox, name=name: report.add_series(
+                f"i.dispatch_{name}",
+                trio.run(lambda: _hooks_dispatch_series(env, exts, sandbox=sandbox, n=n)),
+            ),
+        )
+    for name, _ in variants:
+        key = f"i.dispatch_{name}"
+        if key not in report.series:
+            continue
+        for q in ("p50", "p99"):
+            report.row(
+                "(i.b)",
+                f"tool_call dispatch, {len(exts)} hook workers ({name}), {q}",
+                key,
+                q,
+                base=echo,
+                base_key=q,
+                base_label=f"raw socketpair JSON echo {q}",
+            )
+        p50, p99 = report.stat(key), report.stat(key, "p99")
+        if p50 is None or p99 is None:
+            continue
+        report.notes.append(
+            f"(i.b) target dispatch p99 < 2 ms with {len(exts)} hooks ({name}): "
+            f"{p99:.2f} ms: {'met' if p99 < 2.0 else 'NOT met'}; p50 per hook worker "
+            f"{p50 / len(exts):.2f} ms (the hooks run one after another, in load order)"
+        )
+
+
+# ---- (i.c) reload: needs `pi --mode rpc` ----------------------------------------------------
+# Spec: `pi --mode rpc` reads JSON-lines commands on stdin ({"id": "1", "type": "reload"})
+# and answers {"type": "response", "id": "1", "command": "reload", "success": true} on
+# stdout (other lines, e.g. events, may come in between). Ready = the first answer to a
+# {"type": "get_state"} command. Skipped (with the reason printed) when `pi --help`
+# does not list `rpc` among the --mode choices.
+
+
+def pi_has_rpc_mode() -> bool:
+    import re
+
+    help_text = subprocess.run(
+        [*pi_console_script(), "--help"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
+    match = re.search(r"--mode \{([^}]*)\}", help_text)
+    return bool(match and "rpc" in match.group(1).split(","))
+
+
+class _RpcClient:
+    """A `pi --mode rpc` process: send a command, wait for its response line."""
+
+    def __init__(self, argv: list[str], cwd: Path, run_env: dict[str, str], stderr: Path) -> None:
+        self._stderr = stderr.open("wb")
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=run_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )  # fmt: skip
+        self._buffer = b""
+        self._next_id = 0
+
+    def call(self, command: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
+        import select
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._next_id += 1
+        ident = f"b{self._next_id}"
+        self.proc.stdin.write(json.dumps({"id": ident, **command}).encode() + b"\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if (
+                    isinstance(message, dict)
+                    and message.get("type") == "response"
+                    and message.get("id") == ident
+                ):
+                    return message
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no response to {command} within {timeout_s:g} s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    raise RuntimeError(f"pi --mode rpc exited (status {self.proc.poll()})")
+                self._buffer += data
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            if self.proc.stdout:
+                self.proc.stdout.close()
+            self._stderr.close()
+
+
+def bench_reload(env: Env, report: Report, script0: Path) -> None:
+    """(i.c) reload round trips with 10 trivial extensions, over `pi --mode rpc`."""
+    if not pi_has_rpc_mode():
+        report.skip("(i.c) reload: reload not available (`pi --help` lists no --mode rpc)")
+        return
+    exts = write_trivial_extensions(env)[:N_HOOKS]
+    flag = "--sandbox" if env.bwrap else "--no-sandbox"
+    argv = [*pi_console_script(), flag, "--mode", "rpc", "--no-session", "--model", "scripted"]
+    argv += ["--script", str(script0), *[a for p in exts for a in ("-e", str(p))]]
+    agent_dir = Path(tempfile.mkdtemp(prefix="agent-", dir=env.root))
+    run_env = {**os.environ, "PI_CODING_AGENT_DIR": str(agent_dir)}
+    stderr = env.root / "rpc-stderr.log"
+    start = time.perf_counter_ns()
+    client = _RpcClient(argv, env.workspace, run_env, stderr)
+    try:
+        state = client.call({"type": "get_state"})
+        ready_ns = time.perf_counter_ns() - start
+        if state.get("success") is False:
+            raise RuntimeError(f"get_state failed: {state}")
+        samples = []
+        for i in range(-1, env.sizes.i_reloads):  # one warm-up reload
+            start = time.perf_counter_ns()
+            answer = client.call({"type": "reload"})
+            elapsed = time.perf_counter_ns() - start
+            data = answer.get("data")
+            if answer.get("success") is not True or (
+                isinstance(data, dict) and data.get("cancelled")
+            ):
+                raise RuntimeError(f"reload failed: {answer}")
+            if i >= 0:
+                samples.append(elapsed)
+        # Every reload must have made a new generation (when get_state reports it).
+        before = (state.get("data") or {}).get("generation")
+        after = (client.call({"type": "get_state"}).get("data") or {}).get("generation")
+        reloads = len(samples) + 1
+        if isinstance(before, int) and isinstance(after, int) and after - before != reloads:
+            raise RuntimeError(f"{reloads} reloads took the generation from {before} to {after}")
+    except Exception as exc:
+        tail = stderr.read_text(errors="replace")[-400:] if stderr.exists() else ""
+        raise RuntimeError(f"{exc}; stderr tail: {tail!r}") from exc
+    finally:
+        client.close()
+    report.add_series("i.rpc_ready", [ready_ns])
+    report.add_series("i.reload", samples)
+    cold = "i.start_ours_10" if "i.start_ours_10" in report.series else None
+    report.row(
+        "(i.c)",
+        f"pi {flag} --mode rpc, 10 exts: spawn to first get_state answer",
+        "i.rpc_ready",
+        base=cold,
+        base_label="pi -p start+exit, 10 exts (i.a), median",
+    )
+    for q in ("p50", "p99"):
+        report.row(
+            "(i.c)",
+            f"reload round trip, 10 exts ({flag}), {q}",
+            "i.reload",
+            q,
+            base=cold,
+            base_label="pi -p start+exit, 10 exts (i.a), median",
+        )
+
+
+# ---- (i.d) idle worker memory ---------------------------------------------------------------
+
+
+def _vmrss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (parents before children), from /proc/*/stat."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo += sorted(parents.get(pid, []))
+    return out
+
+
+def _worker_python_pid(root: int) -> tuple[int, list[int]]:
+    """The worker's Python process under ``root`` (bwrap's children when sandboxed) and
+    the whole tree's pids."""
+    tree = _process_tree(root)
+    found = []
+    for pid in tree:
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if comm != "bwrap" and b"pi_sandbox.worker" in cmdline:
+            found.append(pid)
+    if len(found) != 1:
+        raise RuntimeError(f"expected one worker python under pid {root}, found {found}")
+    return found[0], tree
+
+
+async def _idle_worker_rss(env: Env, ext: Path, *, sandboxed: bool) -> tuple[int, int]:
+    """(VmRSS of the worker's python, VmRSS summed over its process tree), in kB."""
+    profile = None
+    if sandboxed:
+        profile = worker_profile(
+            "extension",
+            workspace=env.workspace,
+            home=env.home,
+            agent_dir=env.agent_dir,
+            extra_ro=[ext],
+        )
+    spec = WorkerSpec(
+        name="bench idle extension",
+        init_params={
+            "kind": "extension",
+            "path": str(ext),
+            "ctx": {"cwd": str(env.workspace), "has_ui": False, "mode": "print"},
+        },
+        log_path=env.root / "logs" / f"rss-{int(sandboxed)}.log",
+        env=base_env(env.home),
+        sandbox=profile,
+        bwrap=env.bwrap if sandboxed else None,
+    )
+    worker = WorkerProcess(spec, generation=1)
+    async with trio.open_nursery() as nursery:
+        try:
+            registrations = await worker.start(nursery, timeout_s=30)
+            if "tool_call" not in registrations.events:
+                raise RuntimeError(f"unexpected registrations: {registrations}")
+            await trio.sleep(I_RSS_IDLE_S)
+            assert worker.pid is not None
+            pid, tree = _worker_python_pid(worker.pid)
+            own = _vmrss_kb(pid)
+            total = 0
+            for member in tree:
+                try:
+                    total += _vmrss_kb(member)
+                except (OSError, RuntimeError):
+                    pass  # kernel threads have no VmRSS; a process may have gone
+            return own, total
+        finally:
+            await worker.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def _bare_idle_rss(env: Env, code: str = BARE_TRIO_IDLE) -> int:
+    """VmRSS (kB) of an idle ``python -I -c "import trio, time; time.sleep(30)"`` (or
+    ``code``), read once it has printed that it is ready and idled like the workers."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        env=base_env(env.home),
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"the bare process {code!r} did not start")
+        time.sleep(I_RSS_IDLE_S)
+        return _vmrss_kb(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _mib_series(report: Report, name: str, kb: Sequence[int]) -> None:
+    mib = [k / 1024 for k in kb]
+    report.series[name] = {
+        "n": len(mib),
+        "unit": "MiB",
+        "min": round(min(mib), 3),
+        "p50": round(statistics.median(mib), 3),
+        "max": round(max(mib), 3),
+    }
+
+
+def bench_ext_memory(env: Env, report: Report) -> None:
+    """(i.d) VmRSS of an idle extension worker after its handshake, against bare trio."""
+    ext = write_trivial_extensions(env)[0]
+    reps = env.sizes.i_rss_reps
+    _mib_series(report, "i.rss_bare_trio", [_bare_idle_rss(env) for _ in range(reps)])
+    _mib_series(
+        report,
+        "i.rss_bare_python",
+        [_bare_idle_rss(env, BARE_PYTHON_IDLE) for _ in range(reps)],
+    )
+    variants = [("unsandboxed", False)] + ([("sandboxed", True)] if env.bwrap else [])
+    for name, sandboxed in variants:
+
+        def measure(name: str = name, sandboxed: bool = sandboxed) -> None:
+            pairs = [
+                trio.run(lambda: _idle_worker_rss(env, ext, sandboxed=sandboxed))
+                for _ in range(reps)
+            ]
+            _mib_series(report, f"i.rss_worker_{name}", [own for own, _ in pairs])
+            _mib_series(report, f"i.rss_worker_tree_{name}", [tree for _, tree in pairs])
+
+        _guarded(report, f"(i.d) idle worker RSS, {name}", measure)
+    base = {
+        "base": "i.rss_bare_trio",
+        "base_label": 'python -I -c "import trio; sleep", VmRSS',
+        "unit": "MiB",
+    }
+    for name, _ in variants:
+        key = f"i.rss_worker_{name}"
+        if key not in report.series:
+            continue
+        report.row("(i.d)", f"idle ext worker VmRSS ({name}), median", key, **base)
+        report.row(
+            "(i.d)",
+            "  same",
+            key,
+            base="i.rss_bare_python",
+            base_label='python -I -c "import time; sleep", VmRSS',
+            unit="MiB",
+        )
+        if name == "sandboxed":
+            report.row(
+                "(i.d)",
+                "  same, summed over bwrap + worker processes",
+                f"i.rss_worker_tree_{name}",
+                **base,
+            )
+        worker, bare = report.stat(key), report.stat("i.rss_bare_trio")
+        if worker is not None and bare:
+            report.notes.append(
+                f"(i.d) target idle worker RSS < 1.5x bare trio ({name}): {worker:.1f} MiB vs "
+                f"{bare:.1f} MiB, {worker / bare:.2f}x: {'met' if worker / bare < 1.5 else 'NOT met'}"
+            )
+
+
+def bench_ext_runtime(
+    env: Env,
+    report: Report,
+    scripts: tuple[Path, Path, Path, Path],
+    *,
+    with_pi: bool,
+    pi_dir: Path,
+    anchors: Path,
+) -> None:
+    """(i) issue 5's extension-runtime targets; each part skips on failure."""
+    _, _, script0, json0 = scripts
+    _guarded(
+        report,
+        "(i.a) start-up with N extensions",
+        lambda: bench_ext_startup(
+            env, report, script0, json0, with_pi=with_pi, pi_dir=pi_dir, anchors=anchors
+        ),
+    )
+    _guarded(
+        report, "(i.b) tool_call dispatch with 10 hooks", lambda: bench_ext_dispatch(env, report)
+    )
+    _guarded(report, "(i.c) reload", lambda: bench_reload(env, report, script0))
+    _guarded(report, "(i.d) idle worker memory", lambda: bench_ext_memory(env, report))
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -2156,7 +2777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
     )
     parser.add_argument(
-        "--only", default="abcdefgh", help="sections to run, e.g. 'abc' (default: all)"
+        "--only", default="abcdefghi", help="sections to run, e.g. 'abc' (default: all)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
@@ -2205,6 +2826,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sections.append(("g", "(g) sandbox hardening", lambda: bench_hardening(env, report)))
     sections.append(("h", "(h) policy decisions", lambda: bench_policy(env, report)))
+    sections.append(
+        (
+            "i",
+            "(i) extension runtime",
+            lambda: bench_ext_runtime(
+                env, report, scripts, with_pi=args.with_pi, pi_dir=args.pi_dir, anchors=args.anchors
+            ),
+        )
+    )
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
     try:

@@ -179,6 +179,8 @@ def test_a_bare_name_capability_true_is_not_granted_to_a_project_extension():
         "ui": False,  # a bare-name false still withholds
         "exec": True,  # the default, not the bare "*" grant
         "network": False,
+        "set_model": True,
+        "register_providers": True,
     }
 
 

@@ -589,7 +589,15 @@ def test_capability_defaults_without_any_entry(files):
         "ui": True,
         "exec": True,
         "network": False,
+        "set_model": True,
+        "register_providers": True,
     }
+
+
+def test_the_handler_deadline_is_the_smallest_any_tier_sets(files):
+    assert files.load().extensions.handler_timeout_s == 30.0
+    files.managed("version: 1\nextensions:\n  handler_timeout_s: 12\n")
+    assert files.load().extensions.handler_timeout_s == 12.0
 
 
 def test_a_project_can_withhold_capabilities_but_its_true_is_ignored(files):

@@ -47,9 +47,7 @@ def encode_frame(
     """
     # A lone surrogate (from a "\\ud800" escape a peer sent) is not encodable as UTF-8;
     # backslashreplace writes it back as the same JSON escape.
-    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8", "backslashreplace"
-    )
+    data = _ENCODER.encode(message).encode("utf-8", "backslashreplace")
     if len(data) + 1 > max_frame_bytes:
         raise FrameError(
             f"frame of {len(data) + 1} bytes exceeds the limit of {max_frame_bytes} bytes"
@@ -116,13 +114,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# One encoder and decoder for every frame: ``json.dumps``/``json.loads`` with options
+# build a new one per call, which cost more than the encoding of a small frame.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def _decode_line(line: bytes) -> dict[str, Any]:
     try:
         # NaN, Infinity and out-of-range numbers are refused: passed on to another peer
         # they would make its strict encoder fail far from the frame that carried them.
-        value = json.loads(
-            line.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float
-        )
+        value = _DECODER.decode(line.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError, bad UTF-8 and integers past the
         # int-to-str digit limit; RecursionError, nesting deeper than the stack.
@@ -130,7 +132,11 @@ def _decode_line(line: bytes) -> dict[str, Any]:
         raise FrameError(f"frame is not valid JSON ({exc}): {preview!r}") from exc
     if not isinstance(value, dict):
         raise FrameError(f"frame is JSON but not an object: {type(value).__name__}")
-    if nests_deeper_than(value, MAX_NESTING):
+    # Nesting depth is bounded by the number of opening brackets: most frames have
+    # far fewer than the limit, and skip the walk (it was most of a hop's cost).
+    if line.count(b"{") + line.count(b"[") > MAX_NESTING and nests_deeper_than(
+        value, MAX_NESTING
+    ):
         raise FrameError(f"frame nests deeper than {MAX_NESTING} levels")
     return value
 

@@ -106,6 +106,17 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(
                 {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
             )
+        elif role == "bashExecution":
+            text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
+                f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
+            )
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": text}],
+                    "timestamp": message.get("timestamp"),
+                }
+            )
     return out
 
 
@@ -198,18 +209,35 @@ class AgentSession:
 
     # --- extension events ------------------------------------------------------------------
 
-    async def notify(self, event: str, payload: dict[str, Any]) -> None:
-        """Dispatch a notification event to subscribed extensions; errors reported."""
+    async def notify(self, event: str, payload: dict[str, Any], *, abortable: bool = True) -> None:
+        """Dispatch a notification event to subscribed extensions; errors reported.
+
+        During a run the dispatch is abortable (a hung handler does not hold up
+        ``abort()``), except with ``abortable=False`` (``turn_end``, ``agent_end``)."""
         if not self.pool.subscribed(event):
             return
-        outcome = await self.pool.dispatch(event, payload)
-        await report_extension_errors(self.emit, outcome.errors, event)
+        outcome = None
+        if self.running and abortable:
+            async with self.abortable():
+                outcome = await self.pool.dispatch(event, payload)
+        else:
+            outcome = await self.pool.dispatch(event, payload)
+        if outcome is not None:
+            await report_extension_errors(self.emit, outcome.errors, event)
 
     async def chain(self, event: str, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """Dispatch a chained event; the final state, or None when nobody subscribes."""
+        """Dispatch a chained event; the final state, or None when nobody subscribes
+        or the run was aborted meanwhile."""
         if not self.pool.subscribed(event):
             return None
-        outcome = await self.pool.dispatch(event, payload)
+        outcome = None
+        if self.running:
+            async with self.abortable():
+                outcome = await self.pool.dispatch(event, payload)
+        else:
+            outcome = await self.pool.dispatch(event, payload)
+        if outcome is None:
+            return None
         await report_extension_errors(self.emit, outcome.errors, event)
         return outcome.state
 
@@ -300,7 +328,11 @@ class AgentSession:
                 await self.emit(
                     {"type": "agent_end", "messages": new_messages, "aborted": self.aborted}
                 )
-                await self.notify("agent_end", {"messages": new_messages, "aborted": self.aborted})
+                await self.notify(
+                    "agent_end",
+                    {"messages": new_messages, "aborted": self.aborted},
+                    abortable=False,
+                )
             self.running = False
             self.prompt_override = None
             self.idle.set()
@@ -312,7 +344,7 @@ class AgentSession:
         turn = await self._request()
         if turn is None:  # aborted during the request
             await self.emit({"type": "turn_end", "message": None, "toolResults": []})
-            await self.notify("turn_end", {"message": None, "tool_results": []})
+            await self.notify("turn_end", {"message": None, "tool_results": []}, abortable=False)
             return "", False
         assistant = self._assistant_message(turn)
         replaced = await self.chain("message_end", {"message": assistant})
@@ -334,7 +366,9 @@ class AgentSession:
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
         await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
-        await self.notify("turn_end", {"message": assistant, "tool_results": results})
+        await self.notify(
+            "turn_end", {"message": assistant, "tool_results": results}, abortable=False
+        )
         if self.aborted or terminate:
             return turn.text, False
         if self.steering:
@@ -369,6 +403,8 @@ class AgentSession:
                 for t in tools
             ],
         }
+        if self.aborted:
+            return None
         state = await self.chain("before_provider_request", {"payload": payload})
         if state is not None and isinstance(state.get("payload"), dict):
             payload = _checked_payload(state["payload"], payload)
@@ -381,6 +417,8 @@ class AgentSession:
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
 
+        if self.aborted:
+            return None
         await self.emit({"type": "message_start", "message": {"role": "assistant"}})
         await self.notify("message_start", {"message": {"role": "assistant"}})
         turn: AssistantTurn | None = None

@@ -129,6 +129,9 @@ class PrintOutput:
             )
         elif kind == "notice":
             self.line(f"ℹ {event.get('message')}")
+        elif kind == "ui_notify":
+            mark = {"warning": "⚠", "error": "✗"}.get(str(event.get("level")), "ℹ")
+            self.line(f"{mark} {_one_line(str(event.get('message', '')), 500)}")
         elif kind == "warning":
             self.line(f"⚠ {event.get('message')}")
 

@@ -288,7 +288,8 @@ class RpcChannel:
             except (WorkerCrashedError, ProtocolError):
                 pass
 
-    async def aclose(self) -> None:
-        """Close the stream; pending requests fail with ``WorkerCrashedError``."""
-        self._close(WorkerCrashedError(f"{self.name}: channel closed by the supervisor"))
+    async def aclose(self, reason: BaseException | None = None) -> None:
+        """Close the stream; pending requests fail with ``reason`` (default: a
+        ``WorkerCrashedError`` saying the supervisor closed the channel)."""
+        self._close(reason or WorkerCrashedError(f"{self.name}: channel closed by the supervisor"))
         await self._stream.aclose()

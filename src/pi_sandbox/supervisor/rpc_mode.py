@@ -6,7 +6,9 @@ an optional ``id`` echoed in its response
 of the session is written as it happens (the same objects as ``--mode json``).
 
 Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
-``abort``, ``reload``, ``new_session``, ``get_state``, ``get_commands``,
+``abort``, ``reload``, ``new_session``, ``bash {command}`` (the user's own command:
+``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
+``get_state``, ``get_commands``,
 ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
 event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
 runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
@@ -152,14 +154,30 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                         await respond(cmd, True, data=result)
 
                 host.enqueue(replace_job)
+            elif kind == "bash":
+                bash_command = command.get("command")
+                if not isinstance(bash_command, str) or not bash_command.strip():
+                    await respond(
+                        command, False, error="bash: 'command' must be a non-empty string"
+                    )
+                    continue
+                if busy():
+                    await respond(command, False, error="the agent is running; bash waits for idle")
+                    continue
+
+                async def bash_job(text: str = bash_command, cmd: dict[str, Any] = command) -> None:
+                    try:
+                        result = await host.user_bash(text)
+                    except HostCallError as exc:
+                        await respond(cmd, False, error=str(exc))
+                    else:
+                        await respond(cmd, True, data=result)
+
+                host.enqueue(bash_job)
             elif kind == "get_state":
                 await respond(command, True, data=host.state())
             elif kind == "get_commands":
-                commands = [
-                    {"name": c.name, "description": c.description, "source": c.source}
-                    for c in host.pool.commands.values()
-                ]
-                await respond(command, True, data=commands)
+                await respond(command, True, data=host.commands())
             elif kind == "extension_ui_response":
                 found = host.ui_response(str(command.get("ui_id")), command.get("value"))
                 await respond(command, found, **({} if found else {"error": "no such UI request"}))

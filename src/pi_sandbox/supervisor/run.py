@@ -440,6 +440,14 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 "partialResult": update.update,
             }
         )
+        if pool.subscribed("tool_execution_update") and pool._nursery is not None:
+            # Not awaited here: this runs on the tool worker's channel reader, which a
+            # slow extension handler must not hold up.
+            pool._nursery.start_soon(
+                pool.dispatch,
+                "tool_execution_update",
+                {"tool_call_id": update.tool_call_id, "partial_result": update.update},
+            )
 
     update_bytes: dict[str, int] = {}
 

@@ -448,6 +448,23 @@ class SessionHost:
     ) -> None:
         if not isinstance(message, dict):
             raise _refuse("send_message: message must be an object", methods.ERROR_INVALID_PARAMS)
+        if trigger_turn and not self.pool.capabilities(source).get("send_user_messages", False):
+            # Starting a turn on its own acts for the user: the same capability as
+            # send_user_message (a custom message without a turn needs none).
+            self.audit(
+                {
+                    "event": "extension",
+                    "action": "capability_refused",
+                    "extension": str(source.path),
+                    "capability": "send_user_messages",
+                    "op": "send_message(trigger_turn)",
+                }
+            )
+            raise _refuse(
+                f"send_message(trigger_turn=True): the policy does not grant extension "
+                f"{source.path} the 'send_user_messages' capability",
+                methods.ERROR_CAPABILITY,
+            )
         entry = custom_message(message)
         await self._deliver(entry, deliver_as, trigger_turn)
 
@@ -542,7 +559,8 @@ class SessionHost:
             {"type": "active_tools", "tools": [t.name for t in self.active_definitions()]}
         )
 
-    async def _op_get_commands(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
+    def commands(self) -> list[dict[str, Any]]:
+        """Every command: built-ins, then extension commands (``name:N`` for duplicates)."""
         commands = [
             {"name": n, "description": d, "source": "builtin"} for n, d in BUILTIN_COMMANDS.items()
         ]
@@ -551,6 +569,9 @@ class SessionHost:
             for c in self.pool.commands.values()
         ]
         return commands
+
+    async def _op_get_commands(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
+        return self.commands()
 
     async def _op_get_model(self, *, worker: Any, source: Any) -> dict[str, Any]:
         return {"provider": self.session.provider.name, "id": self.session.provider.model}
@@ -589,7 +610,11 @@ class SessionHost:
         return self.thinking_level
 
     async def _op_set_thinking_level(self, *, worker: Any, source: Any, level: str) -> None:
-        self.thinking_level = str(level)
+        if level not in ("off", "minimal", "low", "medium", "high", "xhigh"):
+            raise _refuse(
+                f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
+            )
+        self.thinking_level = level
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
@@ -934,6 +959,76 @@ class SessionHost:
         await self.report(outcome.errors, "resources_discover")
         self.resources = {k: list(v) for k, v in outcome.state.items()}
 
+    async def user_bash(self, command: str) -> dict[str, Any]:
+        """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
+        handlers may supply the result instead (first decisive wins); otherwise the
+        policy gate decides and the tool worker runs it in the sandbox. The output is
+        added to the session as a ``bashExecution`` message.
+
+        Returns:
+            ``{"output": str, "exit_code": int | None, "cancelled": bool, "by": str}``.
+
+        Raises:
+            HostCallError: the policy denied the command.
+        """
+        outcome = await self.pool.dispatch(
+            "user_bash", {"command": command, "cwd": str(self.session.cwd)}
+        )
+        await self.report(outcome.errors, "user_bash")
+        supplied = outcome.state.get("result")
+        if isinstance(supplied, dict) and isinstance(supplied.get("result"), dict):
+            supplied = supplied["result"]
+        if isinstance(supplied, dict) and "output" in supplied:
+            result = {
+                "output": str(supplied.get("output", "")),
+                "exit_code": supplied.get("exit_code")
+                if isinstance(supplied.get("exit_code"), int)
+                else None,
+                "cancelled": bool(supplied.get("cancelled", False)),
+                "by": "extension",
+            }
+        else:
+            from pi_sandbox.supervisor.providers.base import ToolCall
+
+            pipeline = self.session.pipeline
+            call = ToolCall(f"user_bash_{now_ms()}", "bash", {"command": command})
+            if denial := await pipeline._gate(call, {"command": command}):
+                raise _refuse(denial)
+            worker = await self.pool.ensure_tool_worker()
+            raw = await worker.request(
+                methods.TOOL_EXECUTE,
+                {
+                    "tool_call_id": call.id,
+                    "name": "bash",
+                    "params": {"command": command},
+                    "ctx": self.pool._ctx(),
+                },
+                timeout_s=pipeline.tool_timeout_s + 30,
+            )
+            text = "".join(
+                b.get("text", "") for b in (raw.get("content") or []) if isinstance(b, dict)
+            )
+            details = raw.get("details") or {}
+            result = {
+                "output": text,
+                "exit_code": details.get("exit_code")
+                if isinstance(details.get("exit_code"), int)
+                else None,
+                "cancelled": bool(details.get("aborted", False)),
+                "by": "tool worker",
+            }
+        message = {
+            "role": "bashExecution",
+            "command": command,
+            "output": result["output"],
+            "exitCode": result["exit_code"],
+            "cancelled": result["cancelled"],
+            "timestamp": now_ms(),
+        }
+        self.session.record(message)
+        await self.emit({"type": "message_end", "message": message})
+        return result
+
     def state(self) -> dict[str, Any]:
         """What an RPC ``get_state`` answers."""
         writer = self.session.writer
@@ -1031,10 +1126,8 @@ def parse_extension_flags(
         with contextlib.redirect_stderr(stderr):
             args = parser.parse_args(list(argv))
     except SystemExit as exc:
-        raise UsageError(
-            stderr.getvalue().strip().splitlines()[-1]
-            if stderr.getvalue().strip()
-            else "bad arguments"
-        ) from exc
+        lines = stderr.getvalue().strip().splitlines()
+        text = lines[-1] if lines else "bad arguments"
+        raise UsageError(text.removeprefix("pi: ").removeprefix("error: ")) from exc
     values = {name: getattr(args, f"x_{name}") for name in seen}
     return values, " ".join(args.message).strip()

@@ -787,7 +787,8 @@ class WorkerPool:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
         A worker that times out, crashes or answers with garbage counts as a failed
-        handler: ``tool_call`` is blocked (fail-closed), other events keep the previous
+        handler: ``tool_call`` is blocked (fail-closed; later extensions' handlers still
+        run, the first failure stays the reason), other events keep the previous
         state (DESIGN §4). A handler past its deadline, or one whose caller was
         cancelled (abort), gets ``$/cancel``; if it has not returned within
         `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
@@ -801,10 +802,11 @@ class WorkerPool:
         state = hook_kinds.initial_state(event, payload)
         outcome = DispatchOutcome(state)
         deadline = self.config.hook_timeout_s if timeout_s is None else timeout_s
-        # tool_call: the first fail-closed block (a handler's error, deadline, crash).
-        # It stays the outcome, but later extensions' handlers still run and see the
-        # call (issue 5 case 4); none of them can unblock it.
-        failed: dict[str, Any] | None = None
+        # tool_call fails closed on the first failing handler (error, deadline, crash,
+        # malformed result), but the handlers after it still run and see the call
+        # (issue 5 case 4): the block, with the first failure's reason, is applied
+        # once every handler ran; none of them can lift it.
+        first_failure: str | None = None
         indices = [
             i
             for i, (_, worker) in enumerate(self.extensions)
@@ -853,10 +855,10 @@ class WorkerPool:
                 else:
                     message = f"{event} handler in {source.path} failed: {exc}"
                 outcome.errors.append({"path": str(source.path), "message": message})
-                state, stop = hook_kinds.apply_error(event, state, message)
-                if stop and event == "tool_call":
-                    failed = failed or state
+                if event == "tool_call":
+                    first_failure = first_failure or message
                     continue
+                state, stop = hook_kinds.apply_error(event, state, message)
                 if stop:
                     break
                 continue
@@ -864,20 +866,16 @@ class WorkerPool:
                 {"path": str(source.path), "message": e.message, "traceback": e.traceback}
                 for e in result.errors
             ]
+            if event == "tool_call" and result.errors:
+                # The worker ran its other handlers and left the block to us.
+                first_failure = first_failure or result.errors[0].message
             state = result.state
-            if (
-                event == "tool_call"
-                and state.get("block") is True
-                and any(state.get("reason") == e.message for e in result.errors)
-            ):
-                failed = failed or state  # a handler raised: fail-closed, chain goes on
-                continue
             # The worker's own `stopped` flag is advisory: the chain ends only on a
             # decisive state (a real block, a cancel), judged here.
             if hook_kinds.is_decisive(event, state):
                 break
-        if failed is not None:
-            state = failed
+        if first_failure is not None and not outcome.fatal:
+            state, _ = hook_kinds.apply_error(event, state, first_failure)
         outcome.state = state
         return outcome
 

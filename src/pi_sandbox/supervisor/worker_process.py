@@ -343,8 +343,22 @@ class WorkerProcess:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
             if self._channel is not None and not self._channel.closed:
+                # The exit may be seen before the channel's end of file: pending
+                # requests then fail naming the exit, not "closed by the supervisor".
+                code = self.returncode
+                how = (
+                    "it was killed by the supervisor"
+                    if self._killed
+                    else "it stopped"
+                    if code is None
+                    else f"exit status {code}"
+                    if code >= 0
+                    else f"signal {-code}"
+                )
                 with trio.CancelScope(shield=True):
-                    await self._channel.aclose()
+                    await self._channel.aclose(
+                        WorkerCrashedError(f"{self.name}: worker exited ({how})")
+                    )
 
     async def _drain_log(self) -> None:
         assert self._log_pipe is not None
@@ -371,6 +385,14 @@ class WorkerProcess:
                             b"\n[pi: log truncated at %d bytes; further output discarded]\n" % limit
                         )
                     log.flush()
+                    if written >= limit and self.error_logs is not None:
+                        # Said once (issue 5 case 16): the output goes on being drained.
+                        with contextlib.suppress(Exception):
+                            await self.error_logs(
+                                self,
+                                f"{self.name} wrote more than {limit} bytes to stdout/stderr; "
+                                f"further output is discarded (log: {self.spec.log_path})",
+                            )
 
     async def _read_channel(self) -> None:
         assert self._channel is not None
