@@ -134,9 +134,7 @@ def _decode_line(line: bytes) -> dict[str, Any]:
         raise FrameError(f"frame is JSON but not an object: {type(value).__name__}")
     # Nesting depth is bounded by the number of opening brackets: most frames have
     # far fewer than the limit, and skip the walk (it was most of a hop's cost).
-    if line.count(b"{") + line.count(b"[") > MAX_NESTING and nests_deeper_than(
-        value, MAX_NESTING
-    ):
+    if line.count(b"{") + line.count(b"[") > MAX_NESTING and nests_deeper_than(value, MAX_NESTING):
         raise FrameError(f"frame nests deeper than {MAX_NESTING} levels")
     return value
 

@@ -106,6 +106,18 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(
                 {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
             )
+        elif role == "compactionSummary":
+            text = (
+                "The conversation history before this point was compacted into the "
+                f"following summary:\n<summary>\n{message.get('summary', '')}\n</summary>"
+            )
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": text}],
+                    "timestamp": message.get("timestamp"),
+                }
+            )
         elif role == "bashExecution":
             text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
                 f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
@@ -207,6 +219,20 @@ class AgentSession:
         """Append ``message`` to the session; returns the entry id."""
         return self.writer.append_message(message).id
 
+    async def commit(
+        self, message: dict[str, Any], new_messages: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The end of one message: ``message_end`` handlers may replace it (same role;
+        `hook_kinds` enforces it), then it is recorded and emitted. Returns it."""
+        state = await self.chain("message_end", {"message": message})
+        if state is not None and isinstance(state.get("message"), dict):
+            message = state["message"]
+        self.record(message)
+        if new_messages is not None:
+            new_messages.append(message)
+        await self.emit({"type": "message_end", "message": message})
+        return message
+
     # --- extension events ------------------------------------------------------------------
 
     async def notify(self, event: str, payload: dict[str, Any], *, abortable: bool = True) -> None:
@@ -291,27 +317,21 @@ class AgentSession:
                     "system_prompt": self.current_system_prompt(),
                 },
             )
-            for queued in self.next_turn:
-                self.record(queued)
-                new_messages.append(queued)
+            pending: list[dict[str, Any]] = list(self.next_turn)
             self.next_turn.clear()
             if as_user:
-                user = _user_message(text, images)
-                self.record(user)
-                new_messages.append(user)
+                pending.append(_user_message(text, images))
             if state is not None:
-                for extra in state.get("messages") or []:
-                    if isinstance(extra, dict):
-                        message = custom_message(extra)
-                        self.record(message)
-                        new_messages.append(message)
+                pending += [
+                    custom_message(m) for m in state.get("messages") or [] if isinstance(m, dict)
+                ]
                 override = state.get("system_prompt")
                 if isinstance(override, str) and override != self.current_system_prompt():
                     self.prompt_override = override
             await self.emit({"type": "agent_start"})
             await self.notify("agent_start", {})
-            for message in new_messages:
-                await self.emit({"type": "message_end", "message": message})
+            for message in pending:
+                await self.commit(message, new_messages)
             for _ in range(self.max_turns):
                 if self.aborted:
                     break
@@ -346,23 +366,13 @@ class AgentSession:
             await self.emit({"type": "turn_end", "message": None, "toolResults": []})
             await self.notify("turn_end", {"message": None, "tool_results": []}, abortable=False)
             return "", False
-        assistant = self._assistant_message(turn)
-        replaced = await self.chain("message_end", {"message": assistant})
-        if replaced is not None and isinstance(replaced.get("message"), dict):
-            assistant = replaced["message"]
-        self.record(assistant)
-        new_messages.append(assistant)
-        await self.emit({"type": "message_end", "message": assistant})
+        assistant = await self.commit(self._assistant_message(turn), new_messages)
         results: list[dict[str, Any]] = []
         terminate = False
         if turn.tool_calls:
             outcomes = await self.pipeline.run(turn.tool_calls, session=self)
             for outcome in outcomes:
-                message = outcome.message()
-                self.record(message)
-                new_messages.append(message)
-                results.append(message)
-                await self.emit({"type": "message_end", "message": message})
+                results.append(await self.commit(outcome.message(), new_messages))
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
         await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
@@ -372,19 +382,14 @@ class AgentSession:
         if self.aborted or terminate:
             return turn.text, False
         if self.steering:
-            for queued in self.steering:
-                self.record(queued)
-                new_messages.append(queued)
-                await self.emit({"type": "message_end", "message": queued})
-            self.steering.clear()
+            queued_now, self.steering[:] = list(self.steering), []
+            for queued in queued_now:
+                await self.commit(queued, new_messages)
             return turn.text, True
         if turn.tool_calls:
             return turn.text, True
         if self.follow_ups:
-            queued = self.follow_ups.pop(0)
-            self.record(queued)
-            new_messages.append(queued)
-            await self.emit({"type": "message_end", "message": queued})
+            await self.commit(self.follow_ups.pop(0), new_messages)
             return turn.text, True
         return turn.text, False
 

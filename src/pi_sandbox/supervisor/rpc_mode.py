@@ -6,7 +6,7 @@ an optional ``id`` echoed in its response
 of the session is written as it happens (the same objects as ``--mode json``).
 
 Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
-``abort``, ``reload``, ``new_session``, ``bash {command}`` (the user's own command:
+``abort``, ``reload``, ``new_session``, ``compact {instructions?}``, ``bash {command}`` (the user's own command:
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
 ``get_state``, ``get_commands``,
 ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
@@ -174,6 +174,23 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                         await respond(cmd, True, data=result)
 
                 host.enqueue(bash_job)
+            elif kind == "compact":
+                if busy():
+                    await respond(command, False, error="cannot compact while the agent is running")
+                    continue
+                instructions = command.get("instructions")
+
+                async def compact_job(
+                    cmd: dict[str, Any] = command, extra: Any = instructions
+                ) -> None:
+                    try:
+                        result = await host.compact(extra if isinstance(extra, str) else None)
+                    except HostCallError as exc:
+                        await respond(cmd, False, error=str(exc))
+                    else:
+                        await respond(cmd, True, data=result)
+
+                host.enqueue(compact_job)
             elif kind == "get_state":
                 await respond(command, True, data=host.state())
             elif kind == "get_commands":

@@ -173,12 +173,56 @@ class SessionWriter:
         return chain[::-1]
 
     def messages(self) -> list[dict[str, Any]]:
-        """The messages on the current branch, in order (what the model sees)."""
-        return [
-            record["message"]
-            for record in self.branch()
-            if record.get("type") == "message" and isinstance(record.get("message"), dict)
-        ]
+        """The messages on the current branch, in order (what the model sees).
+
+        After a ``compaction`` entry: its summary (a ``compactionSummary`` message),
+        the messages from its ``firstKeptEntryId`` up to it, then the ones after it.
+        """
+        branch = self.branch()
+        last = max(
+            (i for i, record in enumerate(branch) if record.get("type") == "compaction"),
+            default=None,
+        )
+        if last is None:
+            return _messages_of(branch)
+        compaction = branch[last]
+        kept = next(
+            (
+                i
+                for i, record in enumerate(branch[:last])
+                if record.get("id") == compaction.get("firstKeptEntryId")
+            ),
+            last,
+        )
+        summary = {
+            "role": "compactionSummary",
+            "summary": str(compaction.get("summary", "")),
+            "tokensBefore": compaction.get("tokensBefore"),
+            "timestamp": compaction.get("timestamp"),
+        }
+        return [summary, *_messages_of(branch[kept:last]), *_messages_of(branch[last + 1 :])]
+
+    def append_compaction(
+        self,
+        summary: str,
+        first_kept_entry_id: str | None,
+        tokens_before: int,
+        *,
+        from_extension: bool = False,
+        details: Any = None,
+    ) -> dict[str, Any]:
+        """Append a ``compaction`` entry: the model sees ``summary`` instead of the
+        messages before ``first_kept_entry_id`` (see `messages`)."""
+        return self._append(
+            {
+                "type": "compaction",
+                "summary": summary,
+                "firstKeptEntryId": first_kept_entry_id,
+                "tokensBefore": tokens_before,
+                "fromHook": from_extension,
+                "details": details,
+            }
+        )
 
     def _append(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {
@@ -256,6 +300,14 @@ class SessionWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _messages_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        record["message"]
+        for record in records
+        if record.get("type") == "message" and isinstance(record.get("message"), dict)
+    ]
 
 
 def load_session(

@@ -64,6 +64,9 @@ SHUTDOWN_WAIT_S = 5.0
 STALE_GRACE_S = 2.0
 """How long an ended generation's worker may finish the command that replaced it."""
 
+KEEP_RECENT_TOKENS = 20_000
+"""Compaction keeps the most recent messages up to about this many tokens (4 chars each)."""
+
 COMMAND_TIMEOUT_S = 3600.0
 """Deadline of one command handler (they may wait for the agent or a dialog)."""
 
@@ -211,8 +214,7 @@ class SessionHost:
             # After an aborted run the queued follow-ups stay queued (issue 5 case 6):
             # they go with the next run (a prompt, or a message that triggers a turn).
             if self.session.follow_ups and not self.session.running and not self.session.aborted:
-                queued = self.session.follow_ups.pop(0)
-                self.session.record(queued)
+                self.session.next_turn.append(self.session.follow_ups.pop(0))
                 await self._run_guarded(lambda: self.session.run("", as_user=False))
                 continue
             if self.reload_requested and not self.session.running:
@@ -497,8 +499,7 @@ class SessionHost:
             if self._queued == 0:
                 self.enqueue(_noop)
             return
-        session.record(message)
-        await self.emit({"type": "message_end", "message": message})
+        await session.commit(message)
 
     async def _op_append_entry(
         self, *, worker: Any, source: Any, custom_type: str, data: Any = None
@@ -639,8 +640,104 @@ class SessionHost:
     async def _op_abort(self, *, worker: Any, source: Any) -> None:
         self.session.abort()
 
-    async def _op_compact(self, *, worker: Any, source: Any, instructions: Any = None) -> None:
-        raise _refuse("ctx.compact: compaction is not available in this version")
+    async def _op_compact(
+        self, *, worker: Any, source: Any, instructions: Any = None
+    ) -> dict[str, Any]:
+        return await self.compact(None if instructions is None else str(instructions))
+
+    async def compact(self, instructions: str | None = None) -> dict[str, Any]:
+        """Compact the session (``ctx.compact()``, RPC ``compact``): the messages
+        before the most recent ~`KEEP_RECENT_TOKENS` are replaced, for the model, by
+        a summary. ``session_before_compact`` handlers may cancel or supply the
+        summary (``{"compaction": {"summary": ...}}``); otherwise the model writes it.
+        ``session_compact`` follows.
+
+        Returns:
+            ``{"compacted": bool, "cancelled": bool, "summary": str | None, ...}``.
+
+        Raises:
+            HostCallError: the agent is running. ProviderError: the summary request failed.
+        """
+        if self.session.running:
+            raise _refuse("cannot compact while the agent is running; wait until it is idle")
+        writer = self.session.writer
+        entries = [r for r in writer.branch() if r.get("type") == "message"]
+        sizes = [len(str(r.get("message"))) // 4 + 1 for r in entries]
+        tokens_before = sum(sizes)
+        keep, kept_tokens = len(entries), 0
+        while keep > 0 and kept_tokens + sizes[keep - 1] <= KEEP_RECENT_TOKENS:
+            keep -= 1
+            kept_tokens += sizes[keep]
+        # A kept tool result needs the assistant message that called it.
+        while (
+            keep > 0 and entries[keep]["message"].get("role") == "toolResult"
+            if keep < len(entries)
+            else False
+        ):
+            keep -= 1
+        if keep == 0:
+            return {
+                "compacted": False,
+                "cancelled": False,
+                "summary": None,
+                "reason": "nothing to compact",
+            }
+        first_kept = entries[keep]["id"] if keep < len(entries) else None
+        to_summarize = [r["message"] for r in entries[:keep]]
+        outcome = await self.pool.dispatch(
+            "session_before_compact",
+            {
+                "preparation": {
+                    "messages_to_summarize": to_summarize,
+                    "first_kept_entry_id": first_kept,
+                    "tokens_before": tokens_before,
+                },
+                "instructions": instructions,
+            },
+        )
+        await self.report(outcome.errors, "session_before_compact")
+        result = outcome.state.get("result")
+        if _cancelled(outcome.state):
+            return {"compacted": False, "cancelled": True, "summary": None}
+        supplied = result.get("compaction") if isinstance(result, dict) else None
+        if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
+            summary, from_extension = supplied["summary"], True
+        else:
+            summary, from_extension = await self._summarise(to_summarize, instructions), False
+        entry = writer.append_compaction(
+            summary, first_kept, tokens_before, from_extension=from_extension
+        )
+        await self.session.notify(
+            "session_compact", {"compaction_entry": entry, "from_extension": from_extension}
+        )
+        await self.emit({"type": "compaction", "entry": entry})
+        return {
+            "compacted": True,
+            "cancelled": False,
+            "summary": summary,
+            "first_kept_entry_id": first_kept,
+            "tokens_before": tokens_before,
+        }
+
+    async def _summarise(self, messages: list[dict[str, Any]], instructions: str | None) -> str:
+        from pi_sandbox.supervisor.agent_session import llm_messages
+
+        ask = (
+            "Summarise the conversation above for a coding agent that continues it: the "
+            "goal, decisions made, files touched, commands run and their outcomes, and what "
+            "is left to do. Be concise and concrete."
+        )
+        if instructions:
+            ask += f"\nAdditional instructions: {instructions}"
+        turn = await self.session.provider.complete(
+            system_prompt="You write summaries of coding sessions.",
+            messages=[
+                *llm_messages(messages),
+                {"role": "user", "content": [{"type": "text", "text": ask}], "timestamp": now_ms()},
+            ],
+            tools=[],
+        )
+        return turn.text.strip() or "(the model returned an empty summary)"
 
     async def _op_get_system_prompt(self, *, worker: Any, source: Any) -> str:
         return self.session.current_system_prompt()
@@ -1025,8 +1122,7 @@ class SessionHost:
             "cancelled": result["cancelled"],
             "timestamp": now_ms(),
         }
-        self.session.record(message)
-        await self.emit({"type": "message_end", "message": message})
+        await self.session.commit(message)
         return result
 
     def state(self) -> dict[str, Any]:
