@@ -669,11 +669,7 @@ class SessionHost:
             keep -= 1
             kept_tokens += sizes[keep]
         # A kept tool result needs the assistant message that called it.
-        while (
-            keep > 0 and entries[keep]["message"].get("role") == "toolResult"
-            if keep < len(entries)
-            else False
-        ):
+        while 0 < keep < len(entries) and entries[keep]["message"].get("role") == "toolResult":
             keep -= 1
         if keep == 0:
             return {
@@ -781,10 +777,18 @@ class SessionHost:
         )
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
         try:
+            # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
-                await slot[0].wait()
+                if self.session.running:
+                    async with self.session.abortable():
+                        await slot[0].wait()
+                else:
+                    await slot[0].wait()
         finally:
             self.ui_pending.pop(request_id, None)
+            if not slot[0].is_set():
+                with trio.CancelScope(shield=True):
+                    await self.emit({"type": "extension_ui_cancelled", "ui_id": request_id})
         return slot[1][0]
 
     def ui_response(self, request_id: str, value: Any) -> bool:
