@@ -54,6 +54,8 @@ __all__ = ["WorkerProcess", "WorkerSpec", "worker_command"]
 
 _LOG_TAIL_BYTES = 4000
 _MAX_KEPT_LOGS = 100
+_MAX_ERROR_REPORTS = 20
+_MAX_HOST_CALLS = 256
 
 # Descriptor numbers in the bwrap process (the channel is methods.WORKER_FD = 3).
 STATUS_FD = 4
@@ -107,6 +109,8 @@ class WorkerProcess:
         self.failure: BaseException | None = None
         self.exited = trio.Event()
         self.logs: list[LogParams] = []
+        self._error_reports = 0
+        self._host_calls = 0
         # Called with (this worker, the tool/update notification).
         self.tool_updates: (
             Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
@@ -413,7 +417,17 @@ class WorkerProcess:
             self.logs.append(log)
             del self.logs[:-_MAX_KEPT_LOGS]
             if log.level == "error" and self.error_logs is not None:
-                await self.error_logs(self, log.message)
+                # Shown as extension errors, but a worker cannot flood the output:
+                # past the cap they stay in its log file and the kept tail only.
+                self._error_reports += 1
+                if self._error_reports <= _MAX_ERROR_REPORTS:
+                    await self.error_logs(self, log.message[:4000])
+                elif self._error_reports == _MAX_ERROR_REPORTS + 1:
+                    await self.error_logs(
+                        self,
+                        f"{self.name} reported more than {_MAX_ERROR_REPORTS} errors; "
+                        "further ones are not shown",
+                    )
         elif message.method == methods.TOOL_UPDATE:
             if self.tool_updates is not None:
                 await self.tool_updates(self, message)
@@ -434,9 +448,21 @@ class WorkerProcess:
     def _on_request(self, message: RequestMessage) -> None:
         if self.host_call is None or self._nursery is None:
             raise ProtocolError(f"{self.name}: sent a request but may not make host calls")
+        if self._host_calls >= _MAX_HOST_CALLS:
+            # Each action is a task until answered: a flood would pile them up.
+            raise ProtocolError(
+                f"{self.name}: more than {_MAX_HOST_CALLS} actions in progress at once"
+            )
+        self._host_calls += 1
         self._nursery.start_soon(self._answer, message)
 
     async def _answer(self, message: RequestMessage) -> None:
+        try:
+            await self._answer_one(message)
+        finally:
+            self._host_calls -= 1
+
+    async def _answer_one(self, message: RequestMessage) -> None:
         assert self._channel is not None and self.host_call is not None
         try:
             result = await self.host_call(self, message)
