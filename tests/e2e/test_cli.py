@@ -111,9 +111,7 @@ def test_json_mode_streams_tool_execution_events_with_pi_field_names(tmp_path, e
     assert [e["type"] for e in events][-1] == "agent_end"
 
 
-def test_an_option_no_extension_registered_is_a_usage_error_after_loading(
-    tmp_path, env, script
-):
+def test_an_option_no_extension_registered_is_a_usage_error_after_loading(tmp_path, env, script):
     # Extension flags are known only once extensions load (issue 5), so an unknown
     # option is checked then: still exit 2, still named, and no session is written.
     work = tmp_path / "work"

@@ -104,7 +104,9 @@ def test_with_session_callbacks_must_be_findable_by_name_in_the_new_worker():
 
     with pytest.raises(TypeError, match="module-level function"):
         ctx.fork("abc", with_session=local)
-    ctx.new_session(with_session=test_with_session_callbacks_must_be_findable_by_name_in_the_new_worker)
+    ctx.new_session(
+        with_session=test_with_session_callbacks_must_be_findable_by_name_in_the_new_worker
+    )
 
 
 def test_register_tool_takes_a_pydantic_model_and_checks_its_options():
@@ -142,7 +144,12 @@ def test_commands_flags_and_the_bus_are_registered_with_their_shapes():
     api.events.on("status", lambda data: None)
     registered = api._registrations()
     assert registered["commands"] == [
-        {"name": "review", "description": "Review", "completions": ["a"], "dynamic_completions": False}
+        {
+            "name": "review",
+            "description": "Review",
+            "completions": ["a"],
+            "dynamic_completions": False,
+        }
     ]
     assert registered["flags"] == [
         {"name": "plan", "type": "bool", "default": False, "description": "plan mode"},
@@ -171,9 +178,7 @@ def test_sdk_helpers_build_results_the_combiners_accept():
     state, stop = hook_kinds.apply_result("tool_call", state, view, sdk.patch_input(timeout=5))
     assert state["input"] == {"command": "ls", "timeout": 5} and not stop
     view = hook_kinds.handler_view("tool_call", {"input": {}}, state)
-    state, stop = hook_kinds.apply_result(
-        "tool_call", state, view, sdk.block("no", terminate=True)
-    )
+    state, stop = hook_kinds.apply_result("tool_call", state, view, sdk.block("no", terminate=True))
     assert stop and state["terminate"] and state["reason"] == "no"
     assert sdk.text_result("hi")["content"] == [{"type": "text", "text": "hi"}]
     assert sdk.patch_result(is_error=False) == {"is_error": False}
