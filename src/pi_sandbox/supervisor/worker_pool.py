@@ -604,6 +604,9 @@ class WorkerPool:
         generation) at most ``MAX_EXTENSION_RESTARTS`` times per session; after that,
         or when the restart fails to load, it is disabled and ``None`` is returned.
         """
+        worker = self.extensions[index][1]
+        if worker.alive and not self._respawn_lock.locked():
+            return worker  # the common case, without a lock round on every hook call
         async with self._respawn_lock:
             source, worker = self.extensions[index]
             if worker.alive:
