@@ -541,26 +541,32 @@ def _payload(i: int) -> dict[str, Any]:
     return {"tool_name": "bash", "tool_call_id": f"call_{i}", "input": {"command": "true"}}
 
 
+async def _timed_dispatches(pool: WorkerPool, *, hooks: int, n: int, warmup: int) -> list[int]:
+    """``n`` timed ``tool_call`` dispatches (ns) after ``warmup``, checking that exactly
+    ``hooks`` workers subscribed and that no dispatch failed or blocked."""
+    subscribed = [
+        worker
+        for _, worker in pool.extensions
+        if worker.registrations and "tool_call" in worker.registrations.events
+    ]
+    if len(subscribed) != hooks:
+        raise RuntimeError(f"{len(subscribed)} of {hooks} extensions hook tool_call")
+    for i in range(warmup):
+        await pool.dispatch("tool_call", _payload(i))
+    samples = []
+    for i in range(n):
+        payload = _payload(i)
+        start = time.perf_counter_ns()
+        outcome = await pool.dispatch("tool_call", payload)
+        samples.append(time.perf_counter_ns() - start)
+        if outcome.errors or outcome.state.get("block"):
+            raise RuntimeError(f"dispatch failed: {outcome}")
+    return samples
+
+
 async def _dispatch_series(env: Env, *, sandbox: bool, n: int) -> list[int]:
     async def body(pool: WorkerPool) -> list[int]:
-        subscribed = [
-            worker
-            for _, worker in pool.extensions
-            if worker.registrations and "tool_call" in worker.registrations.events
-        ]
-        if len(subscribed) != 1:
-            raise RuntimeError("the hook extension did not subscribe to tool_call")
-        for i in range(100):  # warm-up
-            await pool.dispatch("tool_call", _payload(i))
-        samples = []
-        for i in range(n):
-            payload = _payload(i)
-            start = time.perf_counter_ns()
-            outcome = await pool.dispatch("tool_call", payload)
-            samples.append(time.perf_counter_ns() - start)
-            if outcome.errors or outcome.state.get("block"):
-                raise RuntimeError(f"dispatch failed: {outcome}")
-        return samples
+        return await _timed_dispatches(pool, hooks=1, n=n, warmup=100)
 
     return await with_pool(env, sandbox=sandbox, sources=[env.hooks[0]], body=body)
 
@@ -2347,24 +2353,7 @@ async def _hooks_dispatch_series(
     env: Env, exts: Sequence[Path], *, sandbox: bool, n: int
 ) -> list[int]:
     async def body(pool: WorkerPool) -> list[int]:
-        subscribed = [
-            worker
-            for _, worker in pool.extensions
-            if worker.registrations and "tool_call" in worker.registrations.events
-        ]
-        if len(subscribed) != len(exts):
-            raise RuntimeError(f"{len(subscribed)} of {len(exts)} extensions hook tool_call")
-        for i in range(50):  # warm-up
-            await pool.dispatch("tool_call", _payload(i))
-        samples = []
-        for i in range(n):
-            payload = _payload(i)
-            start = time.perf_counter_ns()
-            outcome = await pool.dispatch("tool_call", payload)
-            samples.append(time.perf_counter_ns() - start)
-            if outcome.errors or outcome.state.get("block"):
-                raise RuntimeError(f"dispatch failed: {outcome}")
-        return samples
+        return await _timed_dispatches(pool, hooks=len(exts), n=n, warmup=50)
 
     return await with_pool(env, sandbox=sandbox, sources=exts, body=body)
 

@@ -73,6 +73,23 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
     def user_message(text: str) -> dict[str, Any]:
         return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
 
+    def answer_later(command: dict[str, Any], action: Any, *args: Any) -> None:
+        # Queued behind the current work; the response says how the action went.
+        async def job() -> None:
+            try:
+                result = await action(*args)
+            except HostCallError as exc:
+                await respond(command, False, error=str(exc))
+            else:
+                await respond(command, True, data=result)
+
+        host.enqueue(job)
+
+    def busy_reason() -> str:
+        if host.session.running:
+            return "the agent is running"
+        return "an earlier command is still in progress"
+
     def busy() -> bool:
         return host.session.running or host._queued > 0 or host.replacing
 
@@ -113,7 +130,7 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     await respond(
                         command,
                         False,
-                        error="the agent is running; use steer, follow_up or abort",
+                        error=f"{busy_reason()}; use steer, follow_up or abort",
                     )
                     continue
 
@@ -140,20 +157,12 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     await respond(
                         command,
                         False,
-                        error=f"cannot {kind.replace('_', ' ')} while the agent is running; "
+                        error=f"cannot {kind.replace('_', ' ')}: {busy_reason()}; "
                         "wait until it is idle or abort it",
                     )
                     continue
 
-                async def replace_job(what: str = kind, cmd: dict[str, Any] = command) -> None:
-                    try:
-                        result = await host.replace("reload" if what == "reload" else "new")
-                    except HostCallError as exc:
-                        await respond(cmd, False, error=str(exc))
-                    else:
-                        await respond(cmd, True, data=result)
-
-                host.enqueue(replace_job)
+                answer_later(command, host.replace, "reload" if kind == "reload" else "new")
             elif kind == "bash":
                 bash_command = command.get("command")
                 if not isinstance(bash_command, str) or not bash_command.strip():
@@ -162,35 +171,19 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     )
                     continue
                 if busy():
-                    await respond(command, False, error="the agent is running; bash waits for idle")
+                    await respond(command, False, error=f"{busy_reason()}; bash waits for idle")
                     continue
 
-                async def bash_job(text: str = bash_command, cmd: dict[str, Any] = command) -> None:
-                    try:
-                        result = await host.user_bash(text)
-                    except HostCallError as exc:
-                        await respond(cmd, False, error=str(exc))
-                    else:
-                        await respond(cmd, True, data=result)
-
-                host.enqueue(bash_job)
+                answer_later(command, host.user_bash, bash_command)
             elif kind == "compact":
                 if busy():
-                    await respond(command, False, error="cannot compact while the agent is running")
+                    await respond(command, False, error=f"cannot compact: {busy_reason()}")
                     continue
                 instructions = command.get("instructions")
 
-                async def compact_job(
-                    cmd: dict[str, Any] = command, extra: Any = instructions
-                ) -> None:
-                    try:
-                        result = await host.compact(extra if isinstance(extra, str) else None)
-                    except HostCallError as exc:
-                        await respond(cmd, False, error=str(exc))
-                    else:
-                        await respond(cmd, True, data=result)
-
-                host.enqueue(compact_job)
+                answer_later(
+                    command, host.compact, instructions if isinstance(instructions, str) else None
+                )
             elif kind == "get_state":
                 await respond(command, True, data=host.state())
             elif kind == "get_commands":

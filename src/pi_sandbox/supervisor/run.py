@@ -354,15 +354,20 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
     policy = start.policy
     refused: list[Any] = []
-    sources, notices = discover_extensions(
-        cwd=options.cwd,
-        agent_dir=options.agent_dir,
-        cli_paths=options.extensions,
-        no_extensions=options.no_extensions,
-        project_trust=start.trust,
-        rules=policy.extensions,
-        refused=refused,
-    )
+
+    def discover(refused: list[Any] | None = None) -> tuple[list[Any], list[str]]:
+        # At start, and again at every reload (settings and directories re-read).
+        return discover_extensions(
+            cwd=options.cwd,
+            agent_dir=options.agent_dir,
+            cli_paths=options.extensions,
+            no_extensions=options.no_extensions,
+            project_trust=start.trust,
+            rules=policy.extensions,
+            refused=refused,
+        )
+
+    sources, notices = discover(refused)
     for source, why in refused:
         audit.record(
             {
@@ -567,17 +572,6 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 )
                 writer.append_model_change(provider.name, provider.model)
 
-                def rediscover() -> tuple[list[Any], list[str]]:
-                    found, found_notices = discover_extensions(
-                        cwd=options.cwd,
-                        agent_dir=options.agent_dir,
-                        cli_paths=options.extensions,
-                        no_extensions=options.no_extensions,
-                        project_trust=start.trust,
-                        rules=policy.extensions,
-                    )
-                    return found, found_notices
-
                 def new_writer() -> SessionWriter:
                     if options.session:
                         return SessionWriter.create(options.agent_dir, options.cwd)
@@ -588,7 +582,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     session=session,
                     emit=output,
                     audit=audit.record,
-                    discover=rediscover,
+                    discover=discover,
                     new_writer=new_writer,
                     tools_filter=options.tools,
                     argv=options.argv,
