@@ -342,9 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Flags registered by extensions are only known once they load: unknown options
     # are checked then (`SessionHost` re-parses the whole command line).
     args, unknown = parser.parse_known_args(argv)
-    for token in unknown:
-        if not token.startswith("--") or token == "--":
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    # Words among them may be values of extension string flags (`--label x`); a
+    # single-dash option or a word before any unknown option is never one.
+    if unknown and (
+        not unknown[0].startswith("--")
+        or any(t.startswith("-") and not t.startswith("--") for t in unknown)
+    ):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     # Heavy imports after argument parsing: `pi --help` stays fast.
     from pi_sandbox.supervisor.run import RunOptions, run_print_session
 
@@ -353,8 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument -C: not a directory: {args.directory}")
     cwd = cwd.resolve()
     message = " ".join(args.message).strip()
+    from_stdin = False
     if not message and not sys.stdin.isatty() and args.mode != "rpc":
-        message = sys.stdin.read().strip()
+        message, from_stdin = sys.stdin.read().strip(), True
     if not message and args.mode != "rpc":
         parser.error(
             "no message: give one as arguments or on stdin (interactive mode is not available yet)"
@@ -386,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else None
         ),
         argv=argv if unknown else [],
+        message_from_stdin=from_stdin,
         model=args.model or ("scripted" if args.script else "openai/gpt-4o-mini"),
         script=args.script.resolve() if args.script else None,
         base_url=args.base_url,

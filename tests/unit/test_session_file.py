@@ -44,3 +44,33 @@ def test_a_broken_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
         handle.write("not json\n" + json.dumps({"type": "label", "id": "x"}) + "\n")
     with pytest.raises(ValueError, match=r":2: not valid JSON"):
         load_session(writer.path)
+
+
+def test_resuming_a_torn_session_file_drops_the_torn_line_before_appending(tmp_path):
+    from pi_sandbox.supervisor.session_file import SessionWriter, load_session
+
+    writer = SessionWriter.create(tmp_path, tmp_path / "ws")
+    writer.append_message({"role": "user", "content": "one"})
+    writer.append_message({"role": "user", "content": "two"})
+    writer.close()
+    assert writer.path is not None
+    writer.path.write_bytes(writer.path.read_bytes()[:-20])  # a crash mid-write
+    resumed = SessionWriter.resume(writer.path)
+    assert [m["content"] for m in resumed.messages()] == ["one"]
+    resumed.append_message({"role": "user", "content": "three"})
+    resumed.close()
+    _, entries = load_session(writer.path)  # every line parses again
+    assert [e.message["content"] for e in entries if hasattr(e, "message")] == ["one", "three"]
+
+
+def test_resuming_refuses_a_fifo_without_blocking(tmp_path):
+    import os
+
+    import pytest
+
+    from pi_sandbox.supervisor.session_file import SessionWriter
+
+    fifo = tmp_path / "s.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        SessionWriter.resume(fifo)

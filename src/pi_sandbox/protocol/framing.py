@@ -17,6 +17,7 @@ __all__ = [
     "MAX_NESTING",
     "FrameDecoder",
     "FrameError",
+    "decode_line",
     "encode_frame",
     "nests_deeper_than",
 ]
@@ -94,7 +95,7 @@ class FrameDecoder:
                 )
             if not line.strip():
                 continue
-            messages.append(_decode_line(line))
+            messages.append(decode_line(line))
         del self._buffer[:start]
         if len(self._buffer) > self.max_frame_bytes:
             raise FrameError(
@@ -120,7 +121,13 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
-def _decode_line(line: bytes) -> dict[str, Any]:
+def decode_line(line: bytes) -> dict[str, Any]:
+    """Decode one frame's bytes (without the newline) into a JSON object.
+
+    Raises:
+        FrameError: not UTF-8 JSON, not an object, a number out of range (NaN,
+            infinity, more than 4300 digits), or nesting deeper than `MAX_NESTING`.
+    """
     try:
         # NaN, Infinity and out-of-range numbers are refused: passed on to another peer
         # they would make its strict encoder fail far from the frame that carried them.

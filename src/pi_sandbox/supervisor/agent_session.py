@@ -182,6 +182,7 @@ class AgentSession:
     max_turns: int = 100
     running: bool = False
     aborted: bool = False
+    abort_on_start: bool = False  # an abort that came before the run began
     steering: list[dict[str, Any]] = field(default_factory=list)
     follow_ups: list[dict[str, Any]] = field(default_factory=list)
     next_turn: list[dict[str, Any]] = field(default_factory=list)
@@ -304,7 +305,8 @@ class AgentSession:
         Raises:
             ProviderError: the provider failed, or ``max_turns`` was exceeded.
         """
-        self.running, self.aborted, self.prompt_override = True, False, None
+        self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
+        self.abort_on_start = False
         self.idle = trio.Event()
         new_messages: list[dict[str, Any]] = []
         final_text = ""

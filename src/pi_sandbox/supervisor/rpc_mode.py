@@ -17,13 +17,13 @@ ends the session.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import trio
 
 from pi_sandbox.errors import HostCallError
+from pi_sandbox.protocol.framing import FrameError, decode_line
 from pi_sandbox.supervisor.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
@@ -34,6 +34,8 @@ MAX_COMMAND_BYTES = 8 * 1024 * 1024
 
 
 async def _lines(stream: trio.abc.ReceiveStream) -> Any:
+    """Yield each input line (bytes); ``None`` once for a line longer than
+    `MAX_COMMAND_BYTES`, whose rest is discarded without being buffered."""
     buffer = b""
     skipping = False
     while True:
@@ -42,17 +44,19 @@ async def _lines(stream: trio.abc.ReceiveStream) -> Any:
             if buffer and not skipping:
                 yield buffer
             return
+        if skipping:
+            if b"\n" not in data:
+                continue
+            data = data.split(b"\n", 1)[1]
+            skipping = False
         buffer += data
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
-            if skipping:
-                skipping = False
-                continue
             yield line
         if len(buffer) > MAX_COMMAND_BYTES:
             buffer = b""
             skipping = True
-            yield None  # report the oversized line
+            yield None  # report the oversized line, once
 
 
 async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
@@ -107,11 +111,12 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
             if not raw.strip():
                 continue
             try:
-                command = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                await emit({"type": "response", "success": False, "error": f"not JSON: {exc}"})
+                # The worker channel's decoder: bounded numbers and nesting, no NaN.
+                command = decode_line(raw)
+            except FrameError as exc:
+                await emit({"type": "response", "success": False, "error": str(exc)[:500]})
                 continue
-            if not isinstance(command, dict) or not isinstance(command.get("type"), str):
+            if not isinstance(command.get("type"), str):
                 await emit(
                     {
                         "type": "response",
@@ -137,7 +142,7 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 async def prompt_job(text: str = message) -> None:
                     await host.submit(text)
 
-                host.enqueue(prompt_job)
+                host.enqueue(prompt_job, prompt=True)
                 await respond(command, True)
             elif kind in ("steer", "follow_up"):
                 if host.session.running:
@@ -148,10 +153,10 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     async def queued_job(text: str = message) -> None:
                         await host.submit(text)
 
-                    host.enqueue(queued_job)
+                    host.enqueue(queued_job, prompt=True)
                 await respond(command, True)
             elif kind == "abort":
-                await respond(command, True, data={"aborted": host.session.abort()})
+                await respond(command, True, data={"aborted": host.abort()})
             elif kind in ("reload", "new_session"):
                 if busy():
                     await respond(
@@ -196,4 +201,5 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 break
             else:
                 await respond(command, False, error=f"unknown command type {kind!r}")
+    host.close_ui()
     await host.wait_quiet()

@@ -63,6 +63,7 @@ class RunOptions:
     notices: list[str] = field(default_factory=list)  # shown once the run starts
     tools: set[str] | None = None  # --tools / --no-tools (empty set); None: every tool
     argv: list[str] = field(default_factory=list)  # re-parsed with extension flags
+    message_from_stdin: bool = False  # the prompt was read from stdin, not arguments
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
     extra_managed_policy_dirs: tuple[Path, ...] = ()
 
@@ -595,7 +596,16 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         await serve_rpc(host, output)
                         final_text = None
                     else:
-                        message = host.message_from_flags or options.message
+                        message = options.message
+                        if host.message_from_flags is not None and not options.message_from_stdin:
+                            # Re-parsed with the extensions' flags: a word may have
+                            # been a string flag's value, not part of the prompt.
+                            message = host.message_from_flags
+                        if not message:
+                            raise UsageError(
+                                "no message: give one as arguments or on stdin (the words "
+                                "given were values of extension flags)"
+                            )
                         answer: dict[str, str] = {}
 
                         async def prompt_job() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -146,7 +147,21 @@ class SessionWriter:
             ValueError: the file is not a session file (see `load_session`).
             OSError: it cannot be read or opened for appending.
         """
-        header, entries = load_session(path)
+        # Non-blocking and checked on the open descriptor: a FIFO (or a device) named
+        # like a session file must not block the supervisor or be appended to.
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{path}: not a regular file")
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0) if size else b""
+            header, entries = parse_session(path, data)
+            if data and not data.endswith(b"\n"):
+                # A torn last line (a crash mid-write) is dropped from the file before
+                # anything is appended, or the next entry would be glued onto it.
+                os.ftruncate(fd, data.rfind(b"\n") + 1)
+        finally:
+            os.close(fd)
         records = [e if isinstance(e, dict) else _converter.unstructure(e) for e in entries]
         return cls(path, header, existing=records)
 
@@ -320,7 +335,14 @@ def load_session(
         ValueError: the file is empty, its header is missing or malformed, or a line
             other than the last is not valid JSON (naming the file and line number).
     """
-    lines = path.read_bytes().split(b"\n")
+    return parse_session(path, path.read_bytes())
+
+
+def parse_session(
+    path: Path, data: bytes
+) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
+    """Parse a session file's bytes (see `load_session`); ``path`` names it in errors."""
+    lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     records: list[dict[str, Any]] = []

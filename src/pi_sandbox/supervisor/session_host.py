@@ -130,7 +130,9 @@ class SessionHost:
         self.resources: dict[str, list[str]] = {}
         self.bus_listeners: dict[str, list[Callable[[Any], Any]]] = {}
         self.pending_reports: list[dict[str, str]] = []
-        self.ui_pending: dict[str, tuple[trio.Event, list[Any]]] = {}
+        # ui_id → (answered, [value], dialog kind, select options)
+        self.ui_pending: dict[str, tuple[trio.Event, list[Any], str, list[str]]] = {}
+        self.ui_closed = False  # the RPC client went away: dialogs get their defaults
         self._ui_ids = 0
         self._command_workers: set[WorkerProcess] = set()
         self._command_done: dict[WorkerProcess, trio.Event] = {}
@@ -138,6 +140,9 @@ class SessionHost:
             1000
         )
         self._queued = 0
+        self._prompt_serial = 0
+        self._aborted_serial = 0
+        self._prompt_started = 0
         self._quiet = trio.Event()
         self._quiet.set()
         self._nursery: trio.Nursery | None = None
@@ -191,11 +196,43 @@ class SessionHost:
                 if self._queued == 0:
                     self._quiet.set()
 
-    def enqueue(self, job: Callable[[], Awaitable[Any]]) -> None:
-        """Queue ``job`` (a prompt, a reload …) for the runner, one at a time."""
+    def enqueue(self, job: Callable[[], Awaitable[Any]], *, prompt: bool = False) -> None:
+        """Queue ``job`` (a prompt, a reload …) for the runner, one at a time.
+        A ``prompt`` job is dropped if `abort` comes before it starts."""
         self._queued += 1
         self._quiet = trio.Event() if self._quiet.is_set() else self._quiet
+        if prompt:
+            self._prompt_serial += 1
+            serial = self._prompt_serial
+
+            async def guarded() -> None:
+                if serial <= self._aborted_serial:
+                    await self.emit({"type": "notice", "message": "a queued prompt was aborted"})
+                    return
+                self._prompt_started = serial
+                try:
+                    await job()
+                finally:
+                    self._prompt_started = 0
+                    self.session.abort_on_start = False
+
+            self._jobs_send.send_nowait(guarded)
+            return
         self._jobs_send.send_nowait(job)
+
+    def abort(self) -> bool:
+        """Abort the running prompt, or the prompts queued and not started yet (an
+        RPC client's ``abort`` right after its ``prompt``). False if there was none."""
+        if self.session.abort():
+            return True
+        if self._prompt_started:
+            # Started but not running yet (input hooks, a command): the run it is
+            # about to start begins aborted.
+            self.session.abort_on_start = True
+        if self._prompt_serial > self._aborted_serial and self._queued > 0:
+            self._aborted_serial = self._prompt_serial
+            return True
+        return bool(self._prompt_started)
 
     async def wait_quiet(self) -> None:
         """Wait until every queued job ran and the agent settled."""
@@ -699,6 +736,16 @@ class SessionHost:
         if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
             summary, from_extension = supplied["summary"], True
         else:
+            if result is not None:
+                await self.report(
+                    [
+                        {
+                            "message": "session_before_compact: a result must be {'cancel': true} "
+                            "or {'compaction': {'summary': str}}; ignored, the model summarises"
+                        }
+                    ],
+                    "session_before_compact",
+                )
             summary, from_extension = await self._summarise(to_summarize, instructions), False
         entry = writer.append_compaction(
             summary, first_kept, tokens_before, from_extension=from_extension
@@ -760,11 +807,12 @@ class SessionHost:
             return None
         if kind not in _UI_DEFAULTS:
             raise _refuse(f"ctx.ui: unknown dialog {kind!r}", methods.ERROR_INVALID_PARAMS)
-        if not self.pool.config.has_ui:
+        if not self.pool.config.has_ui or self.ui_closed:
             return _UI_DEFAULTS[kind]
         self._ui_ids += 1
         request_id = f"ui-{self._ui_ids}"
-        slot: tuple[trio.Event, list[Any]] = (trio.Event(), [_UI_DEFAULTS[kind]])
+        options = [str(o) for o in args.get("options") or []] if kind == "select" else []
+        slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
         await self.emit(
             {
@@ -792,13 +840,32 @@ class SessionHost:
         return slot[1][0]
 
     def ui_response(self, request_id: str, value: Any) -> bool:
-        """An RPC client's answer to ``extension_ui_request``; False if unknown."""
+        """An RPC client's answer to ``extension_ui_request``; False if unknown.
+
+        The answer must fit the dialog (``confirm``: a boolean; ``select``: one of
+        the options; ``input``/``editor``: a string); anything else, or null, is
+        the dialog's default (``False``/``None``): a wrong type never turns into a yes.
+        """
         slot = self.ui_pending.get(request_id)
         if slot is None:
             return False
-        slot[1][0] = value
-        slot[0].set()
+        answered, value_slot, kind, options = slot
+        if kind == "confirm":
+            value = value if isinstance(value, bool) else False
+        elif kind == "select":
+            value = value if isinstance(value, str) and value in options else None
+        else:
+            value = value if isinstance(value, str) else None
+        value_slot[0] = value
+        answered.set()
         return True
+
+    def close_ui(self) -> None:
+        """The RPC client's input ended: open dialogs resolve to their defaults and
+        later ones do not wait."""
+        self.ui_closed = True
+        for answered, _, _, _ in list(self.ui_pending.values()):
+            answered.set()
 
     async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")

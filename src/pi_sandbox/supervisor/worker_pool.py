@@ -462,7 +462,7 @@ class WorkerPool:
                 starters.start_soon(start_extension, index, source)
         self.extensions = [slot for slot in slots if slot is not None]
         for _, worker in self.extensions:
-            nursery.start_soon(self._watch, worker)
+            nursery.start_soon(self._watch, worker, self.generation)
 
     def _connect(self, worker: WorkerProcess) -> None:
         worker.host_call = self._host_call
@@ -520,18 +520,14 @@ class WorkerPool:
         elif self.host is not None:
             await self.host.bus_emit(self.extensions[index][0], emitted.channel, emitted.data)
 
-    async def _watch(self, worker: WorkerProcess) -> None:
-        """Restart an extension worker that died (crash, kill after a deadline or
-        abort) with backoff; it gets ``session_start`` again. Past the restart budget
-        the extension is disabled for the session, visibly (issue 5)."""
+    async def _watch(self, worker: WorkerProcess, generation: int) -> None:
+        """Report an extension worker of the current generation that stopped (crash,
+        kill after a deadline or an abort) and restart it after a backoff
+        (`ensure_extension_worker`, unless an event already did)."""
         await worker.exited.wait()
-        if self._closing:
-            return
-        index = self.index_of(worker)
-        if index is None:
-            return  # replaced already, or its generation ended
-        source = self.extensions[index][0]
-        used = self._restarts.get(source.path, 0)
+        if self._closing or self.generation != generation:
+            return  # stopped on purpose: the session ends, or its generation did
+        path = str(worker.spec.init_params.get("path") or worker.name)
         how = f"exit status {worker.returncode}" if worker.returncode is not None else "it stopped"
         if worker.returncode is not None and worker.returncode < 0:
             import signal as _signal
@@ -544,37 +540,19 @@ class WorkerPool:
             await self.host.report(
                 [
                     {
-                        "path": str(source.path),
-                        "message": f"extension {source.path} worker stopped ({how})"
-                        + (f": {worker.failure}" if worker.failure else "")
-                        + (
-                            f"; restarting ({used + 1} of {MAX_EXTENSION_RESTARTS})"
-                            if used < MAX_EXTENSION_RESTARTS
-                            else ""
-                        ),
+                        "path": path,
+                        "message": f"extension {path} worker stopped ({how})"
+                        + (f": {worker.failure}" if worker.failure else ""),
                     }
                 ],
                 "crash",
             )
+        used = self._restarts.get(Path(path), 0)
         await trio.sleep(RESTART_BACKOFF_S[min(used, len(RESTART_BACKOFF_S) - 1)])
-        if self._closing or self.index_of(worker) is None:
-            return
-        replacement = await self.ensure_extension_worker(index)
-        if replacement is None:
-            if self.host is not None:
-                await self.host.report(
-                    [
-                        {
-                            "path": str(source.path),
-                            "message": f"extension {source.path} is disabled for this session: "
-                            f"{self.disabled.get(source.path, 'it kept stopping')}",
-                        }
-                    ],
-                    "crash",
-                )
-            return
-        if self.host is not None:
-            await self.host.worker_restarted(index, replacement)
+        index = self.index_of(worker)
+        if self._closing or index is None:
+            return  # replaced meanwhile (an event found it dead), or the session ended
+        await self.ensure_extension_worker(index)
 
     async def _start_tool_worker(self, nursery: trio.Nursery) -> None:
         assert self.tool_worker is not None
@@ -603,11 +581,18 @@ class WorkerPool:
         A crashed or hung extension is restarted (its factory runs again, in a new
         generation) at most ``MAX_EXTENSION_RESTARTS`` times per session; after that,
         or when the restart fails to load, it is disabled and ``None`` is returned.
+        Whoever restarts it (the watcher, or an event that found it dead), the
+        replacement gets ``session_start`` (reason ``restart``) before it is returned,
+        and the restart or the disabling is reported once.
         """
         worker = self.extensions[index][1]
         if worker.alive and not self._respawn_lock.locked():
             return worker  # the common case, without a lock round on every hook call
+        report: str | None = None
+        replacement: WorkerProcess | None = None
         async with self._respawn_lock:
+            if index >= len(self.extensions):
+                return None
             source, worker = self.extensions[index]
             if worker.alive:
                 return worker
@@ -616,24 +601,28 @@ class WorkerPool:
             used = self._restarts.get(source.path, 0)
             if used >= MAX_EXTENSION_RESTARTS:
                 self.disabled[source.path] = f"it stopped {used + 1} times"
-                return None
-            self._restarts[source.path] = used + 1
-            try:
-                replacement = await self._respawn(worker)
-            except (RemoteError, WorkerError) as exc:
-                self.disabled[source.path] = f"its restart failed: {exc}"
-                self.load_errors.append(
-                    {
-                        "path": str(source.path),
-                        "message": f"Extension {source.path} disabled: {exc}",
-                    }
-                )
-                return None
-            self.extensions[index] = (source, replacement)
-            self._build_registry()
-            if self._nursery is not None:
-                self._nursery.start_soon(self._watch, replacement)
-            return replacement
+                report = f"extension {source.path} is disabled for this session: it stopped {used + 1} times"
+            else:
+                self._restarts[source.path] = used + 1
+                try:
+                    replacement = await self._respawn(worker)
+                except (RemoteError, WorkerError) as exc:
+                    self.disabled[source.path] = f"its restart failed: {exc}"
+                    report = f"extension {source.path} is disabled for this session: {exc}"
+                else:
+                    self.extensions[index] = (source, replacement)
+                    self._build_registry()
+                    if self._nursery is not None:
+                        self._nursery.start_soon(self._watch, replacement, self.generation)
+                    report = (
+                        f"extension {source.path} restarted ({used + 1} of "
+                        f"{MAX_EXTENSION_RESTARTS} restarts this session)"
+                    )
+        if self.host is not None and report is not None:
+            await self.host.report([{"path": str(source.path), "message": report}], "restart")
+            if replacement is not None:
+                await self.host.worker_restarted(index, replacement)
+        return replacement
 
     async def _respawn(self, old: WorkerProcess) -> WorkerProcess:
         assert self._nursery is not None

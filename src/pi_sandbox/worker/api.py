@@ -68,6 +68,28 @@ EXECUTION_MODES = ("parallel", "sequential")
 DELIVERY_MODES = ("steer", "follow_up", "next_turn")
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
+# Per-extension registration limits (the supervisor refuses larger registrations,
+# `protocol.messages.Registrations`): checked here so the author gets a clear error.
+MAX_TOOLS = 500
+MAX_COMMANDS = 500
+MAX_EVENTS = 200
+MAX_FLAGS = 200
+MAX_SHORTCUTS = 200
+MAX_RENDERERS = 200
+MAX_PROVIDERS = 50
+MAX_CHANNELS = 200
+
+
+def _check_lengths(what: str, **fields: tuple[str, int]) -> None:
+    for field, (value, limit) in fields.items():
+        if len(value) > limit:
+            raise ValueError(f"{what}: {field} is longer than {limit} characters")
+
+
+def _check_room(registry: dict[str, Any], key: str, maximum: int, what: str) -> None:
+    if key not in registry and len(registry) >= maximum:
+        raise ValueError(f"{what}: an extension may register at most {maximum}")
+
 
 class StaleContextError(RuntimeError):
     """A ``pi`` or ``ctx`` of a generation that ended (reload, new/fork/switch session)
@@ -164,6 +186,11 @@ class EventBus:
             raise TypeError("pi.events.on(channel, handler): channel must be a non-empty string")
         if not callable(handler):
             raise TypeError("pi.events.on(channel, handler): handler must be callable")
+        if len(channel) > 128:
+            raise ValueError("pi.events.on: channel names are at most 128 characters")
+        _check_room(
+            {c: h for c, h in self._handlers.items() if h}, channel, MAX_CHANNELS, "pi.events.on"
+        )
         self._handlers.setdefault(channel, []).append(handler)
         self._api._changed()
 
@@ -295,6 +322,11 @@ class ExtensionAPI:
             raise TypeError("pi.on(event, handler): event must be a non-empty string")
         if not callable(handler):
             raise TypeError(f"pi.on({event!r}, handler): handler must be callable")
+        if len(event) > 128:
+            raise ValueError("pi.on(event, handler): event names are at most 128 characters")
+        _check_room(
+            {e: h for e, h in self._handlers.items() if h}, event, MAX_EVENTS, "pi.on: events"
+        )
         self._handlers.setdefault(event, []).append(handler)
         self._changed()
 
@@ -370,6 +402,18 @@ class ExtensionAPI:
             raise ValueError(
                 f"register_tool: tool {name!r} is already registered by this extension"
             )
+        _check_room(self._tools, name, MAX_TOOLS, "register_tool")
+        _check_lengths(
+            f"register_tool({name!r})",
+            description=(description, 20_000),
+            label=(label or "", 200),
+            prompt_snippet=(prompt_snippet or "", 2_000),
+            **{
+                f"prompt_guidelines[{i}]": (g, 2_000) for i, g in enumerate(prompt_guidelines or [])
+            },
+        )
+        if len(prompt_guidelines or []) > 50:
+            raise ValueError(f"register_tool({name!r}): at most 50 prompt_guidelines")
         self._tools[name] = ToolRegistration(
             name=name,
             label=label or name,
@@ -418,6 +462,14 @@ class ExtensionAPI:
             raise TypeError(
                 f"register_command({name!r}): completions must be a list of strings or a function"
             )
+        _check_room(self._commands, name, MAX_COMMANDS, "register_command")
+        _check_lengths(f"register_command({name!r})", description=(str(description or ""), 2_000))
+        if isinstance(completions, list | tuple) and (
+            len(completions) > 500 or any(len(c) > 200 for c in completions)
+        ):
+            raise ValueError(
+                f"register_command({name!r}): at most 500 completions of 200 characters"
+            )
         self._commands[name] = {
             "description": str(description or ""),
             "handler": handler,
@@ -442,6 +494,10 @@ class ExtensionAPI:
             raise ValueError(f"register_flag: name {name!r} must be letters, digits, _ and -")
         if type not in ("bool", "string"):
             raise ValueError(f"register_flag({name!r}): type must be 'bool' or 'string'")
+        _check_room(self._flags, name, MAX_FLAGS, "register_flag")
+        _check_lengths(
+            f"register_flag({name!r})", name=(name, 64), description=(str(description), 2_000)
+        )
         if default is None and type == "bool":
             default = False
         self._flags[name] = {"type": type, "default": default, "description": str(description)}
@@ -457,6 +513,10 @@ class ExtensionAPI:
             raise ValueError("register_shortcut: key must be a non-empty string")
         if not callable(handler):
             raise TypeError(f"register_shortcut({key!r}): handler must be callable")
+        _check_room(self._shortcuts, key, MAX_SHORTCUTS, "register_shortcut")
+        _check_lengths(
+            f"register_shortcut({key[:64]!r})", key=(key, 64), description=(str(description), 2_000)
+        )
         self._shortcuts[key] = {"handler": handler, "description": str(description)}
         self._changed()
 
@@ -469,6 +529,7 @@ class ExtensionAPI:
             raise TypeError(
                 f"register_message_renderer({custom_type!r}): renderer must be callable"
             )
+        _check_room(self._renderers, custom_type, MAX_RENDERERS, "register_message_renderer")
         self._renderers[custom_type] = renderer
         self._changed()
 
@@ -481,6 +542,7 @@ class ExtensionAPI:
             raise ValueError(f"register_provider: name {name!r} must be letters, digits, _ and -")
         if not isinstance(config, dict):
             raise TypeError(f"register_provider({name!r}): config must be a dict")
+        _check_room(self._providers, name, MAX_PROVIDERS, "register_provider")
         self._providers[name] = dict(config)
         self._changed()
 
@@ -557,31 +619,37 @@ class ExtensionAPI:
             raise TypeError("pi.exec(command, args): command must be a non-empty string")
         argv = [command, *[str(a) for a in args]]
         self._host.call("exec_check", {"argv": argv})
+        import os
+        import signal
         import subprocess
 
         try:
-            done = subprocess.run(
+            process = subprocess.Popen(
                 argv,
-                capture_output=True,
-                timeout=timeout,
-                cwd=cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
+                cwd=cwd,
                 start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            return {
-                "stdout": (exc.stdout or b"").decode("utf-8", "replace"),
-                "stderr": (exc.stderr or b"").decode("utf-8", "replace"),
-                "code": -9,
-                "killed": True,
-            }
         except OSError as exc:
             return {"stdout": "", "stderr": str(exc), "code": 127, "killed": False}
+        killed = False
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # The whole process group: a shell's children must not outlive the call.
+            killed = True
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            stdout, stderr = process.communicate()
         return {
-            "stdout": done.stdout.decode("utf-8", "replace"),
-            "stderr": done.stderr.decode("utf-8", "replace"),
-            "code": done.returncode,
-            "killed": False,
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"),
+            "code": -9 if killed else process.returncode,
+            "killed": killed,
         }
 
     def get_active_tools(self) -> list[str]:
