@@ -94,6 +94,11 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
             return "the agent is running"
         return "an earlier command is still in progress"
 
+    def running() -> bool:
+        # reload, new_session, bash and compact wait behind queued work, but never
+        # start while a run is in progress (or a replacement is).
+        return host.session.running or host.replacing
+
     def busy() -> bool:
         return host.session.running or host._queued > 0 or host.replacing
 
@@ -158,7 +163,7 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
             elif kind == "abort":
                 await respond(command, True, data={"aborted": host.abort()})
             elif kind in ("reload", "new_session"):
-                if busy():
+                if running():
                     await respond(
                         command,
                         False,
@@ -175,13 +180,13 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                         command, False, error="bash: 'command' must be a non-empty string"
                     )
                     continue
-                if busy():
+                if running():
                     await respond(command, False, error=f"{busy_reason()}; bash waits for idle")
                     continue
 
                 answer_later(command, host.user_bash, bash_command)
             elif kind == "compact":
-                if busy():
+                if running():
                     await respond(command, False, error=f"cannot compact: {busy_reason()}")
                     continue
                 instructions = command.get("instructions")

@@ -1,0 +1,273 @@
+"""``pi --mode rpc`` against hostile or careless clients, dialogs, compaction, the user's
+own ``bash`` and extension flags: the real CLI as a subprocess, real workers, a
+loopback OpenAI-compatible server where the provider request must be checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import FakeOpenAI, text
+
+pytestmark = pytest.mark.e2e
+
+RUNTIME = Path(__file__).resolve().parent.parent / "fixtures" / "extensions" / "runtime"
+SCRIPT = "- text: first\n- text: second\n- text: third\n"
+
+
+def argv(tmp_path: Path, *rest: str, model: list[str] | None = None) -> list[str]:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    if model is None:
+        script = tmp_path / "script.yaml"
+        script.write_text(SCRIPT)
+        model = ["--model", "scripted", "--script", str(script)]
+    return [
+        sys.executable,
+        "-m",
+        "pi_sandbox.cli",
+        "--no-sandbox",
+        "--no-session",
+        "--no-extensions",
+        "-C",
+        str(work),
+        *model,
+        *rest,
+    ]
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    values = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
+        **extra,
+    }
+    values.pop("OPENAI_API_KEY", None)
+    return values
+
+
+def lines(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def responses(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("type") == "response"]
+
+
+def test_malformed_command_lines_each_get_one_failed_response_and_the_session_goes_on(
+    tmp_path,
+):
+    bad = [
+        b'{"type": "get_state", "id": ' + b"9" * 5000 + b"}",  # past int's digit limit
+        b"[" * 100_000 + b"]" * 100_000,  # deeper than the stack
+        b'{"type": "get_state", "id": 1e999}',  # infinity
+        b"[1, 2]",  # not an object
+        b"\xff\xfe not utf-8",
+        b'{"no": "type"}',
+        b'{"type": "launch_missiles"}',
+        b"x" * (9 * 1024 * 1024),  # longer than a command may be, in one line
+    ]
+    stdin = b"\n".join([*bad, b'{"type": "get_state", "id": "ok"}']) + b"\n"
+    proc = subprocess.run(
+        argv(tmp_path, "--mode", "rpc"),
+        input=stdin,
+        env=env(tmp_path),
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    answered = responses(lines(proc.stdout.decode()))
+    assert [r["success"] for r in answered] == [False] * len(bad) + [True]
+    assert answered[-1]["id"] == "ok" and answered[-1]["data"]["is_idle"] is True
+    assert "4300" in answered[0]["error"] and "recursion" in answered[1]["error"]
+    assert "longer than" in answered[-2]["error"]
+
+
+def test_dialog_answers_must_fit_the_dialog_and_open_dialogs_end_with_the_input(tmp_path):
+    log = tmp_path / "work" / "answers.jsonl"
+    proc = subprocess.Popen(
+        argv(tmp_path, "--mode", "rpc", "-e", str(RUNTIME / "rpc_dialogs.py")),
+        env=env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(command: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(command) + "\n")
+        proc.stdin.flush()
+
+    def next_event(kind: str) -> dict[str, Any]:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event.get("type") == kind:
+                return event
+        raise AssertionError(f"no {kind} event")
+
+    try:
+        # Answers of the wrong type are the defaults: "false" never becomes a yes.
+        send({"type": "prompt", "message": "/ask"})
+        confirm = next_event("extension_ui_request")
+        assert confirm["method"] == "confirm"
+        send({"type": "extension_ui_response", "ui_id": confirm["ui_id"], "value": "false"})
+        select = next_event("extension_ui_request")
+        send({"type": "extension_ui_response", "ui_id": select["ui_id"], "value": "blue"})
+        deadline = time.monotonic() + 30
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(log.read_text().splitlines()[0]) == {"confirm": False, "select": None}
+        # A dialog left open when the client's input ends gets its default at once.
+        send({"type": "prompt", "message": "/ask"})
+        next_event("extension_ui_request")
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        assert json.loads(log.read_text().splitlines()[1]) == {"confirm": False, "select": None}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_abort_sent_with_the_prompt_aborts_it_before_any_provider_request(tmp_path):
+    with FakeOpenAI([text("never")]) as server:
+        stdin = '{"type": "prompt", "message": "go", "id": "p"}\n{"type": "abort", "id": "a"}\n'
+        proc = subprocess.run(
+            argv(
+                tmp_path, "--mode", "rpc", model=["--model", "openai/x", "--base-url", server.url]
+            ),
+            input=stdin,
+            env=env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        events = lines(proc.stdout)
+        [abort] = [r for r in responses(events) if r["command"] == "abort"]
+        assert abort["data"] == {"aborted": True}
+        assert server.requests == []
+        assert not [e for e in events if e.get("type") == "message_update"]
+
+
+def test_compaction_uses_the_extension_summary_and_the_next_request_sees_it(tmp_path):
+    long = "x" * 100_000  # ~25 000 tokens: more than compaction keeps
+    with FakeOpenAI([text("one"), text("two"), text("three")]) as server:
+        proc = subprocess.Popen(
+            argv(
+                tmp_path,
+                "--mode",
+                "rpc",
+                "-e",
+                str(RUNTIME / "rpc_compact.py"),
+                model=["--model", "openai/x", "--base-url", server.url],
+            ),
+            env=env(tmp_path),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        got: list[dict[str, Any]] = []
+
+        def command(payload: dict[str, Any], until: str) -> None:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(payload) + "\n")
+            proc.stdin.flush()
+            for line in proc.stdout:
+                got.append(json.loads(line))
+                if got[-1].get("type") == until:
+                    return
+
+        try:
+            command({"type": "prompt", "message": f"hi {long}"}, "agent_end")
+            command({"type": "prompt", "message": "again"}, "agent_end")
+            command({"type": "compact", "id": "c"}, "response")
+            assert got[-1]["data"]["compacted"] is True
+            assert got[-1]["data"]["summary"] == "EXTENSION-SUMMARY of 1 message(s)"
+            command({"type": "prompt", "message": "third"}, "agent_end")
+            command({"type": "bash", "command": "fake", "id": "b"}, "response")
+            assert (
+                got[-1]["data"]["output"] == "FAKE-OUTPUT" and got[-1]["data"]["by"] == "extension"
+            )
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        last = json.dumps(server.requests[-1].body["messages"])
+        assert "EXTENSION-SUMMARY of 1 message(s)" in last
+        assert long not in last  # the summarised message is gone from the context
+        assert "again" in last and "third" in last  # the kept ones are not
+
+
+def test_the_users_bash_goes_through_the_policy_gate(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\ntool_call:\n  rules:\n    - id: no-rm\n      tool: bash\n"
+        "      command: [rm]\n      decision: deny\n      reason: no deletions\n"
+    )
+    victim = tmp_path / "work" / "victim"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("keep me")
+    stdin = (
+        '{"type": "bash", "command": "rm -f victim", "id": "rm"}\n'
+        '{"type": "bash", "command": "echo fine", "id": "echo"}\n'
+    )
+    proc = subprocess.run(
+        argv(tmp_path, "--mode", "rpc", "--policy", str(policy)),
+        input=stdin,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    by_id = {r["id"]: r for r in responses(lines(proc.stdout)) if "id" in r}
+    # The second command waits for the first: both are answered in order.
+    assert by_id["rm"]["success"] is False and "no-rm" in by_id["rm"]["error"]
+    assert victim.read_text() == "keep me"
+    assert by_id["echo"]["success"] is True and by_id["echo"]["data"]["output"] == "fine"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--label", "blue", "go"], "label=blue loud=False"),
+        (["go", "--label", "blue", "--loud"], "label=blue loud=True"),
+        (["--loud", "go"], "label=None loud=True"),
+    ],
+)
+def test_extension_flags_are_parsed_once_extensions_registered_them(tmp_path, args, expected):
+    proc = subprocess.run(
+        argv(tmp_path, "--mode", "json", "-e", str(RUNTIME / "flag_echo.py"), *args),
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    messages = [e["message"] for e in lines(proc.stdout) if e.get("type") == "message_end"]
+    assert messages[0]["content"] == [{"type": "text", "text": "go"}]  # never the flag's value
+    assert messages[1]["content"] == [{"type": "text", "text": expected}]
+
+
+def test_an_unknown_option_is_still_a_usage_error_naming_it(tmp_path):
+    proc = subprocess.run(
+        argv(tmp_path, "-p", "-e", str(RUNTIME / "flag_echo.py"), "--labl", "x", "go"),
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--labl" in proc.stderr and "Traceback" not in proc.stderr
