@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pi",
         description="A coding agent whose extensions and tools each run in a sandboxed worker process.",
+        # No abbreviations: an extension's --mo flag must not read as --model/--mode.
+        allow_abbrev=False,
     )
     parser.add_argument(
         "message", nargs="*", help="the prompt (read from stdin when omitted and stdin is a pipe)"

@@ -271,3 +271,98 @@ def test_an_unknown_option_is_still_a_usage_error_naming_it(tmp_path):
     )
     assert proc.returncode == 2
     assert "--labl" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\nextensions:\n  capabilities:\n    looper: {send_user_messages: false}\n"
+    )
+    script = tmp_path / "many.yaml"
+    script.write_text("".join(f"- text: answer {n}\n" for n in range(30)))
+    model = ["--model", "scripted", "--script", str(script)]
+    capped = subprocess.run(
+        argv(tmp_path, "--mode", "json", "-e", str(RUNTIME / "looper.py"), "hi", model=model),
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert capped.returncode == 0, capped.stderr
+    events = lines(capped.stdout)
+    # With the capability (the default) the follow-ups run, but only MAX_SETTLE_RUNS times.
+    from pi_sandbox.supervisor.session_host import MAX_SETTLE_RUNS
+
+    assert len([e for e in events if e.get("type") == "agent_start"]) == 1 + MAX_SETTLE_RUNS
+    assert any("kept the agent going" in e.get("message", "") for e in events)
+    refused = subprocess.run(
+        argv(
+            tmp_path,
+            "--mode",
+            "json",
+            "--policy",
+            str(policy),
+            "-e",
+            str(RUNTIME / "looper.py"),
+            "hi",
+            model=model,
+        ),
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 0, refused.stderr
+    events = lines(refused.stdout)
+    assert len([e for e in events if e.get("type") == "agent_start"]) == 1
+    errors = [e["error"] for e in events if e.get("type") == "extension_error"]
+    assert any("send_user_messages" in error for error in errors), errors
+
+
+def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_path):
+    proc = subprocess.Popen(
+        argv(tmp_path, "--mode", "rpc", "-e", str(RUNTIME / "slow_command.py")),
+        env=env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: list[dict[str, Any]] = []
+
+    def command(payload: dict[str, Any], until: Any) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(payload) + "\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            seen.append(json.loads(line))
+            if until(seen[-1]):
+                return seen[-1]
+        raise AssertionError(f"pi ended; events: {seen}")
+
+    try:
+        command({"type": "prompt", "message": "/wait"}, lambda e: e.get("type") == "response")
+        time.sleep(1)
+        aborted = command({"type": "abort"}, lambda e: e.get("type") == "response")
+        assert aborted["data"] == {"aborted": True}
+        signal_file = tmp_path / "work" / "signal.txt"
+        deadline = time.monotonic() + 10
+        while not signal_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert signal_file.read_text() == "True"  # ctx.signal was set
+        # A command that ignores the signal: its worker is killed after the grace period.
+        command({"type": "prompt", "message": "/stuck"}, lambda e: e.get("type") == "response")
+        time.sleep(1)
+        started = time.monotonic()
+        command({"type": "abort"}, lambda e: e.get("type") == "response")
+        command(
+            {"type": "get_state"},
+            lambda e: e.get("type") == "extension_error" and e.get("event") == "restart",
+        )
+        assert time.monotonic() - started < 10
+        state = command({"type": "get_state"}, lambda e: e.get("type") == "response")
+        assert state["data"]["is_idle"] is True
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0

@@ -184,3 +184,77 @@ def test_sdk_helpers_build_results_the_combiners_accept():
     assert sdk.patch_result(is_error=False) == {"is_error": False}
     assert sdk.transform("x") == {"action": "transform", "text": "x"}
     assert sdk.kind_of("tool_call") == "short_circuit"
+
+
+def test_names_ending_in_a_number_after_a_colon_are_reserved_for_duplicates():
+    api = ExtensionAPI(RecordingHost())
+    with pytest.raises(ValueError, match="reserved|name:1"):
+        api.register_command("deploy:2", lambda a, c: None)
+    api.register_command("ns:deploy", lambda a, c: None)  # a colon alone is fine
+
+
+def test_dialog_timeouts_must_be_finite_positive_numbers_and_select_needs_options():
+    ctx = Context(cwd="/", has_ui=True, mode="rpc", host=RecordingHost())
+    for bad in (float("nan"), float("inf"), 0, -1, True, "5"):
+        with pytest.raises(ValueError, match="timeout"):
+            ctx.ui.confirm("x", timeout=bad)
+    with pytest.raises(TypeError, match="options"):
+        ctx.ui.select("x", "abc")
+    with pytest.raises(TypeError, match="options"):
+        ctx.ui.select("x", [])
+
+
+def test_an_action_whose_arguments_are_not_json_fails_at_once_in_the_extension():
+    import socket
+
+    from pi_sandbox.worker.runtime import WorkerRuntime
+
+    ours, theirs = socket.socketpair()
+    runtime = WorkerRuntime(theirs)
+    api = ExtensionAPI(runtime._host, runtime._host.generation)
+    api._bind()
+    failure: list[BaseException] = []
+
+    def act() -> None:
+        try:
+            api.append_entry("x", {1, 2})  # a set is not JSON
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=act)
+    thread.start()
+    thread.join(timeout=5)
+    assert not thread.is_alive(), "the call waited for an answer to a request never sent"
+    assert isinstance(failure[0], TypeError) and "append_entry" in str(failure[0])
+    with pytest.raises(TypeError, match="events.emit"):
+        api.events.emit("chan", float("nan"))
+    ours.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        ours.recv(100)  # nothing half-sent
+    ours.close()
+    theirs.close()
+
+
+def test_exec_returns_at_its_timeout_even_when_a_grandchild_leaves_the_group(tmp_path):
+    import time
+
+    api = ExtensionAPI(RecordingHost())
+    api._bind()
+    marker = tmp_path / "escaped.pid"
+    started = time.monotonic()
+    result = api.exec(
+        "sh", ["-c", f"setsid sh -c 'echo $$ > {marker}; sleep 5' & echo out; sleep 30"], timeout=1
+    )
+    assert time.monotonic() - started < 4
+    assert result["killed"] is True and result["stdout"] == "out\n"
+    import os
+    import signal
+
+    deadline = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if marker.exists():  # clean up the escaped process (it left the group on purpose)
+        try:
+            os.kill(int(marker.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass

@@ -86,6 +86,13 @@ SUPPORTED_VERSION = 1
 Decision = Literal["allow", "ask", "deny"]
 
 
+def _number_not_bool(value: Any) -> Any:
+    # YAML's true/false would otherwise pass as 1/0 for a float field.
+    if isinstance(value, bool):
+        raise ValueError("expected a number of seconds, not a boolean")
+    return value
+
+
 def _not_null(value: Any) -> Any:
     if value is None:
         raise PydanticCustomError("null", "expected a value, got null")
@@ -361,7 +368,9 @@ class ExtensionsSection(_Strict):
     """
 
     project: Literal["allow", "deny"] = "allow"
-    handler_timeout_s: Annotated[float, Field(ge=0.1, le=3600)] | None = None
+    handler_timeout_s: (
+        Annotated[float, Field(ge=0.1, le=3600), BeforeValidator(_number_not_bool)] | None
+    ) = None
     allow: Annotated[Globs | None, BeforeValidator(_not_null)] = None
     deny: Globs = ()
     capabilities: Annotated[

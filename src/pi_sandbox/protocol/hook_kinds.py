@@ -319,7 +319,7 @@ def apply_result(
     if kind == SHORT_CIRCUIT:  # user_bash: the first mapping wins
         return {"result": copy.deepcopy(dict(result))}, True
     if kind == TRANSACTION:
-        return {"result": copy.deepcopy(dict(result))}, bool(result.get("cancel"))
+        return {"result": copy.deepcopy(dict(result))}, result.get("cancel") is True
     if kind == COLLECT:
         merged = {key: list(state[key]) for key in _RESOURCE_KEYS}
         for field, aliases in _RESOURCE_KEYS.items():
@@ -488,7 +488,7 @@ def is_decisive(event: str, state: Mapping[str, Any]) -> bool:
         return state.get("result") is not None
     if kind == TRANSACTION:
         result = state.get("result")
-        return isinstance(result, Mapping) and bool(result.get("cancel"))
+        return isinstance(result, Mapping) and result.get("cancel") is True
     return False
 
 

@@ -64,6 +64,13 @@ SHUTDOWN_WAIT_S = 5.0
 STALE_GRACE_S = 2.0
 """How long an ended generation's worker may finish the command that replaced it."""
 
+MAX_SUPPLIED_CHARS = 200_000
+"""Longest text an extension may supply for a compaction summary or a user_bash output."""
+
+MAX_SETTLE_RUNS = 10
+"""Runs that follow-ups and triggered turns may start after one prompt before the
+rest is dropped (an extension that answers every ``agent_end`` with a follow-up)."""
+
 KEEP_RECENT_TOKENS = 20_000
 """Compaction keeps the most recent messages up to about this many tokens (4 chars each)."""
 
@@ -135,6 +142,7 @@ class SessionHost:
         self.ui_closed = False  # the RPC client went away: dialogs get their defaults
         self._ui_ids = 0
         self._command_workers: set[WorkerProcess] = set()
+        self._command_scopes: set[trio.CancelScope] = set()
         self._command_done: dict[WorkerProcess, trio.Event] = {}
         self._jobs_send, self._jobs_recv = trio.open_memory_channel[Callable[[], Awaitable[Any]]](
             1000
@@ -165,6 +173,16 @@ class SessionHost:
         self._nursery = nursery
         self._parse_flags()
         await self._flush_reports()
+        if self.tools_filter:
+            unknown = sorted(self.tools_filter - set(self.pool.tools))
+            if unknown:
+                await self.emit(
+                    {
+                        "type": "notice",
+                        "message": f"--tools names no registered tool: {', '.join(unknown)} "
+                        "(a tool an extension registers later is still allowed)",
+                    }
+                )
         await self.session.notify("session_start", {"reason": "startup"})
         await self._discover_resources("startup")
         nursery.start_soon(self._runner)
@@ -225,6 +243,10 @@ class SessionHost:
         RPC client's ``abort`` right after its ``prompt``). False if there was none."""
         if self.session.abort():
             return True
+        if self._command_scopes:
+            for scope in list(self._command_scopes):
+                scope.cancel()
+            return True
         if self._prompt_started:
             # Started but not running yet (input hooks, a command): the run it is
             # about to start begins aborted.
@@ -247,7 +269,7 @@ class SessionHost:
     async def _settle(self) -> None:
         """After the last job: triggered turns and follow-ups left by handlers, a
         deferred reload (once), then ``agent_settled``."""
-        for _ in range(100):
+        for _ in range(MAX_SETTLE_RUNS):
             # After an aborted run the queued follow-ups stay queued (issue 5 case 6):
             # they go with the next run (a prompt, or a message that triggers a turn).
             if self.session.follow_ups and not self.session.running and not self.session.aborted:
@@ -262,6 +284,17 @@ class SessionHost:
                     await self.emit({"type": "warning", "message": str(exc)})
                 continue
             break
+        else:
+            if not self.session.follow_ups:
+                return await self.session.notify("agent_settled", {})
+            self.session.follow_ups.clear()
+            await self.emit(
+                {
+                    "type": "warning",
+                    "message": f"extensions kept the agent going for {MAX_SETTLE_RUNS} more runs "
+                    "after the prompt; their queued follow-ups were dropped",
+                }
+            )
         await self.session.notify("agent_settled", {})
 
     async def _run_guarded(self, run: Callable[[], Awaitable[Any]]) -> Any:
@@ -317,12 +350,20 @@ class SessionHost:
         done = trio.Event()
         self._command_workers.add(worker)
         self._command_done[worker] = done
+        scope = trio.CancelScope()
+        self._command_scopes.add(scope)
         try:
-            await worker.request(
-                methods.COMMAND_EXECUTE,
-                {"name": command.registered_name, "args": args, "ctx": self.pool._ctx()},
-                timeout_s=COMMAND_TIMEOUT_S,
-            )
+            with scope:
+                await worker.request(
+                    methods.COMMAND_EXECUTE,
+                    {"name": command.registered_name, "args": args, "ctx": self.pool._ctx()},
+                    timeout_s=COMMAND_TIMEOUT_S,
+                )
+            if scope.cancelled_caught:
+                # Aborted: the handler's ctx.signal is set ($/cancel); if it does not
+                # return within the grace period its worker is killed and restarted.
+                self.pool._settle(worker)
+                await self.emit({"type": "notice", "message": f"/{command.name} aborted"})
         except PiSandboxError as exc:
             if self.pool.index_of(worker) is not None:  # an ended generation's end is no error
                 await self.report(
@@ -336,6 +377,7 @@ class SessionHost:
                     "command",
                 )
         finally:
+            self._command_scopes.discard(scope)
             self._command_workers.discard(worker)
             done.set()
             self._command_done.pop(worker, None)
@@ -487,21 +529,25 @@ class SessionHost:
     ) -> None:
         if not isinstance(message, dict):
             raise _refuse("send_message: message must be an object", methods.ERROR_INVALID_PARAMS)
-        if trigger_turn and not self.pool.capabilities(source).get("send_user_messages", False):
-            # Starting a turn on its own acts for the user: the same capability as
-            # send_user_message (a custom message without a turn needs none).
+        turns = trigger_turn or (self.session.running and deliver_as != "next_turn")
+        if turns and not self.pool.capabilities(source).get("send_user_messages", False):
+            # Starting or extending a run on its own (a triggered turn, a steering or
+            # follow-up message: each makes the model answer again) acts for the
+            # user: the same capability as send_user_message. A message recorded
+            # while idle, or kept for the user's next prompt, needs none.
             self.audit(
                 {
                     "event": "extension",
                     "action": "capability_refused",
                     "extension": str(source.path),
                     "capability": "send_user_messages",
-                    "op": "send_message(trigger_turn)",
+                    "op": "send_message",
                 }
             )
             raise _refuse(
-                f"send_message(trigger_turn=True): the policy does not grant extension "
-                f"{source.path} the 'send_user_messages' capability",
+                "send_message: starting or extending a run (trigger_turn, or steer/"
+                f"follow_up while the agent runs) needs the 'send_user_messages' "
+                f"capability, which the policy does not grant extension {source.path}",
                 methods.ERROR_CAPABILITY,
             )
         entry = custom_message(message)
@@ -734,7 +780,7 @@ class SessionHost:
             return {"compacted": False, "cancelled": True, "summary": None}
         supplied = result.get("compaction") if isinstance(result, dict) else None
         if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
-            summary, from_extension = supplied["summary"], True
+            summary, from_extension = supplied["summary"][:MAX_SUPPLIED_CHARS], True
         else:
             if result is not None:
                 await self.report(
@@ -1146,16 +1192,29 @@ class SessionHost:
         supplied = outcome.state.get("result")
         if isinstance(supplied, dict) and isinstance(supplied.get("result"), dict):
             supplied = supplied["result"]
-        if isinstance(supplied, dict) and "output" in supplied:
+        exit_code = supplied.get("exit_code") if isinstance(supplied, dict) else None
+        if (
+            isinstance(supplied, dict)
+            and isinstance(supplied.get("output"), str)
+            and (exit_code is None or (type(exit_code) is int and -255 <= exit_code <= 255))
+        ):
             result = {
-                "output": str(supplied.get("output", "")),
-                "exit_code": supplied.get("exit_code")
-                if isinstance(supplied.get("exit_code"), int)
-                else None,
-                "cancelled": bool(supplied.get("cancelled", False)),
+                "output": supplied["output"][:MAX_SUPPLIED_CHARS],
+                "exit_code": exit_code,
+                "cancelled": supplied.get("cancelled") is True,
                 "by": "extension",
             }
         else:
+            if supplied is not None:
+                await self.report(
+                    [
+                        {
+                            "message": "user_bash: a result must be {'result': {'output': str, "
+                            "'exit_code': int}}; ignored, the command runs"
+                        }
+                    ],
+                    "user_bash",
+                )
             from pi_sandbox.supervisor.providers.base import ToolCall
 
             pipeline = self.session.pipeline
@@ -1225,7 +1284,7 @@ async def _noop() -> None:
 
 def _cancelled(state: dict[str, Any]) -> bool:
     result = state.get("result")
-    return isinstance(result, dict) and bool(result.get("cancel"))
+    return isinstance(result, dict) and result.get("cancel") is True
 
 
 def _registrations(worker: WorkerProcess, field: str) -> list[Any]:

@@ -706,6 +706,18 @@ class WorkerPool:
             if worker.registrations is None:
                 continue
             for command in worker.registrations.commands:
+                _, colon, tail = command.name.rpartition(":")
+                if colon and tail.isdigit():
+                    # Reserved for duplicates (name:1, name:2): a literal "deploy:2"
+                    # would take over the user's second "deploy" (the worker refuses
+                    # it too; this is for a worker that does not).
+                    self._conflict(
+                        ("command-reserved", f"{index}:{command.name}"),
+                        str(self.extensions[index][0].path),
+                        f"Command /{command.name} refused: names ending in ':<number>' "
+                        "are reserved for commands registered twice",
+                    )
+                    continue
                 by_name.setdefault(command.name, []).append((index, command))
         commands: dict[str, RegisteredCommand] = {}
         ambiguous: dict[str, list[str]] = {}

@@ -91,6 +91,10 @@ def _check_room(registry: dict[str, Any], key: str, maximum: int, what: str) -> 
         raise ValueError(f"{what}: an extension may register at most {maximum}")
 
 
+RUNNING_EXEC_GROUPS: set[int] = set()
+"""Process groups of ``pi.exec`` calls in progress: the worker kills them when it stops."""
+
+
 class StaleContextError(RuntimeError):
     """A ``pi`` or ``ctx`` of a generation that ended (reload, new/fork/switch session)
     was used. Raised in the worker, without a round trip (issue 5 "Stale contexts")."""
@@ -462,6 +466,12 @@ class ExtensionAPI:
             raise TypeError(
                 f"register_command({name!r}): completions must be a list of strings or a function"
             )
+        _, colon, tail = name.rpartition(":")
+        if colon and tail.isdigit():
+            raise ValueError(
+                f"register_command: {name!r} ends in ':<number>', which pi uses for "
+                "commands two extensions registered (name:1, name:2)"
+            )
         _check_room(self._commands, name, MAX_COMMANDS, "register_command")
         _check_lengths(f"register_command({name!r})", description=(str(description or ""), 2_000))
         if isinstance(completions, list | tuple) and (
@@ -561,6 +571,8 @@ class ExtensionAPI:
         starts a turn when it is idle."""
         if isinstance(message, str):
             message = {"content": message}
+        if deliver_as is not None and deliver_as not in DELIVERY_MODES:
+            raise ValueError(f"send_message: deliver_as must be None or one of {DELIVERY_MODES}")
         self._call(
             "pi.send_message",
             "send_message",
@@ -609,7 +621,9 @@ class ExtensionAPI:
 
         Returns:
             ``{"stdout": str, "stderr": str, "code": int, "killed": bool}``; ``killed``
-            when ``timeout`` (seconds) passed.
+            when ``timeout`` (seconds) passed (the process group is killed; without
+            ``--sandbox`` a process that left the group with ``setsid`` survives).
+            Each stream is cut at 10 MiB.
 
         Raises:
             CapabilityError: the policy did not grant ``exec`` (audited).
@@ -622,35 +636,45 @@ class ExtensionAPI:
         import os
         import signal
         import subprocess
+        import tempfile
 
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                cwd=cwd,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return {"stdout": "", "stderr": str(exc), "code": 127, "killed": False}
-        killed = False
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            # The whole process group: a shell's children must not outlive the call.
-            killed = True
+        # Output goes to files, not pipes: a grandchild that leaves the process group
+        # (setsid) and keeps a pipe open would make reading wait forever.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            stdout, stderr = process.communicate()
-        return {
-            "stdout": stdout.decode("utf-8", "replace"),
-            "stderr": stderr.decode("utf-8", "replace"),
-            "code": -9 if killed else process.returncode,
-            "killed": killed,
-        }
+                process = subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return {"stdout": "", "stderr": str(exc), "code": 127, "killed": False}
+            killed = False
+            RUNNING_EXEC_GROUPS.add(process.pid)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                # The whole process group: a shell's children must not outlive the call.
+                killed = True
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+            finally:
+                RUNNING_EXEC_GROUPS.discard(process.pid)
+            limit = 10 * 1024 * 1024
+            out.seek(0)
+            err.seek(0)
+            return {
+                "stdout": out.read(limit).decode("utf-8", "replace"),
+                "stderr": err.read(limit).decode("utf-8", "replace"),
+                "code": -9 if killed else process.returncode,
+                "killed": killed,
+            }
 
     def get_active_tools(self) -> list[str]:
         """Names of the tools offered to the model."""
@@ -741,10 +765,19 @@ class UserInterface:
         self._ctx = ctx
 
     def _ui(self, kind: str, timeout: float | None = None, **args: Any) -> Any:
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < 10**9  # also refuses NaN and infinity
+        ):
+            raise ValueError(f"ctx.ui.{kind}: timeout must be a positive number of seconds")
         return self._ctx._call(f"ctx.ui.{kind}", "ui", kind=kind, timeout=timeout, **args)
 
     def select(self, title: str, options: list[str], *, timeout: float | None = None) -> str | None:
-        """Pick one of ``options``; None when dismissed, timed out or without a UI."""
+        """Pick one of ``options`` (a non-empty list of strings); None when dismissed,
+        timed out or without a UI."""
+        if not isinstance(options, list | tuple) or not options:
+            raise TypeError("ctx.ui.select(title, options): options must be a non-empty list")
         return self._ui("select", timeout, title=str(title), options=[str(o) for o in options])
 
     def confirm(self, title: str, message: str = "", *, timeout: float | None = None) -> bool:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings
 __all__ = ["WorkerRuntime", "main"]
 
 _RECV_BYTES = 65536
+_BUS_QUEUE = 1000
 
 
 class _RequestError(Exception):
@@ -154,14 +155,20 @@ class _Host:
             request_id = self._ids
             slot: list[Any] = [threading.Event(), None]
             self._waiting[request_id] = slot
-        self._runtime.send(
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": methods.HOST_CALL,
-                "params": {"op": op, "args": args},
-            }
-        )
+        try:
+            self._runtime.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "method": methods.HOST_CALL,
+                    "params": {"op": op, "args": args},
+                },
+                strict=True,
+            )
+        except TypeError as exc:
+            with self._lock:
+                self._waiting.pop(request_id, None)
+            raise TypeError(f"{op}: {exc}") from None
         slot[0].wait(timeout)
         with self._lock:
             self._waiting.pop(request_id, None)
@@ -203,7 +210,17 @@ class _Host:
             self._runtime.notify(methods.REGISTRATIONS_UPDATE, api._registrations())
 
     def bus_emit(self, channel: str, data: Any) -> None:
-        self._runtime.notify(methods.BUS_EMIT, {"channel": channel, "data": data})
+        try:
+            self._runtime.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": methods.BUS_EMIT,
+                    "params": {"channel": channel, "data": data},
+                },
+                strict=True,
+            )
+        except TypeError as exc:
+            raise TypeError(f"pi.events.emit({channel!r}): {exc}") from None
 
 
 class WorkerRuntime:
@@ -226,17 +243,27 @@ class WorkerRuntime:
         self._stopping = False
         self._host = _Host(self)
         self._threads = _ThreadPool()
+        self._bus_queue: Any = None
+        self._bus_dropped = False
         self._module: Any = None
         self._capabilities: dict[str, bool] = {}
         self._trust: str | None = None
 
     # --- channel -------------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Send one frame; a broken channel is ignored (the supervisor is gone or killed us)."""
+    def send(self, message: dict[str, Any], *, strict: bool = False) -> None:
+        """Send one frame; a broken channel is ignored (the supervisor is gone or killed us).
+
+        Raises:
+            TypeError: ``strict`` and the message is not JSON (NaN, a set, bytes) or is
+                larger than a frame: an extension's own call, which must fail at once
+                rather than wait for an answer to a request never sent.
+        """
         try:
             frame = encode_frame(message)
         except (FrameError, TypeError, ValueError) as exc:
+            if strict:
+                raise TypeError(f"arguments are not sendable as JSON: {exc}") from None
             if "id" in message and "method" not in message:
                 frame = encode_frame(
                     {
@@ -485,15 +512,40 @@ class WorkerRuntime:
         return {}
 
     def _deliver_bus(self, params: dict[str, Any]) -> None:
+        """Queue an event-bus message for this extension's subscribers. One delivery
+        thread per worker keeps them in order; at most `_BUS_QUEUE` wait, more are
+        dropped (an emit loop between handlers must not grow the worker without
+        bound), and the first drop is reported."""
         if self._api is None:
             return
         channel = str(params.get("channel") or "")
-        data = params.get("data")
-        handlers = self._api.events.handlers(channel)
-        if not handlers:
+        if not self._api.events.handlers(channel):
             return
+        with self._state_lock:
+            if self._bus_queue is None:
+                import queue
 
-        def run() -> None:
+                self._bus_queue = queue.Queue(maxsize=_BUS_QUEUE)
+                threading.Thread(target=self._bus_loop, daemon=True).start()
+        try:
+            self._bus_queue.put_nowait((channel, params.get("data")))
+        except Exception:  # queue.Full
+            if not self._bus_dropped:
+                self._bus_dropped = True
+                self.notify(
+                    methods.LOG,
+                    {
+                        "level": "error",
+                        "message": f"pi.events: more than {_BUS_QUEUE} messages waiting for "
+                        f"{self._extension_path}; messages are being dropped",
+                    },
+                )
+
+    def _bus_loop(self) -> None:
+        assert self._bus_queue is not None
+        while True:
+            channel, data = self._bus_queue.get()
+            handlers = self._api.events.handlers(channel) if self._api else []
             for handler in handlers:
                 try:
                     _resolve(handler(data))
@@ -507,8 +559,6 @@ class WorkerRuntime:
                             + _format_exception(exc)[-4000:],
                         },
                     )
-
-        threading.Thread(target=run, daemon=True).start()
 
     def _dispatch_event(self, params: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
         event = str(params.get("event") or "")
@@ -668,7 +718,17 @@ def _max_fd() -> int:
 
 
 def _kill_commands() -> None:
-    """Take running bash commands down with the worker (they run in their own sessions)."""
+    """Take running bash commands and ``pi.exec`` processes down with the worker (they
+    run in their own sessions)."""
     tools = sys.modules.get("pi_sandbox.worker.builtin_tools")
     if tools is not None:
         tools.kill_running_commands()
+    import signal
+
+    from pi_sandbox.worker.api import RUNNING_EXEC_GROUPS
+
+    for group in list(RUNNING_EXEC_GROUPS):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
