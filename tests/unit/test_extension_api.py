@@ -188,7 +188,7 @@ def test_sdk_helpers_build_results_the_combiners_accept():
 
 def test_names_ending_in_a_number_after_a_colon_are_reserved_for_duplicates():
     api = ExtensionAPI(RecordingHost())
-    with pytest.raises(ValueError, match="reserved|name:1"):
+    with pytest.raises(ValueError, match=r"name:1"):
         api.register_command("deploy:2", lambda a, c: None)
     api.register_command("ns:deploy", lambda a, c: None)  # a colon alone is fine
 
@@ -226,7 +226,7 @@ def test_an_action_whose_arguments_are_not_json_fails_at_once_in_the_extension()
     thread.join(timeout=5)
     assert not thread.is_alive(), "the call waited for an answer to a request never sent"
     assert isinstance(failure[0], TypeError) and "append_entry" in str(failure[0])
-    with pytest.raises(TypeError, match="events.emit"):
+    with pytest.raises(TypeError, match=r"events\.emit"):
         api.events.emit("chan", float("nan"))
     ours.setblocking(False)
     with pytest.raises(BlockingIOError):
