@@ -61,6 +61,50 @@ def responses(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("type") == "response"]
 
 
+class RpcSession:
+    """``pi --mode rpc`` as a subprocess: `send` a command, `until` an event matches."""
+
+    def __init__(self, tmp_path: Path, *args: str, model: list[str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            argv(tmp_path, "--mode", "rpc", *args, model=model),
+            env=env(tmp_path),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, payload: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(payload) + "\n")
+        self.proc.stdin.flush()
+
+    def until(self, matches: Any) -> dict[str, Any]:
+        """The next event for which ``matches(event)`` (a type name matches that type)."""
+        assert self.proc.stdout is not None
+        if isinstance(matches, str):
+            kind = matches
+            matches = lambda e: e.get("type") == kind  # noqa: E731
+        for line in self.proc.stdout:
+            self.seen.append(json.loads(line))
+            if matches(self.seen[-1]):
+                return self.seen[-1]
+        raise AssertionError(f"pi ended; events: {self.seen}")
+
+    def command(self, payload: dict[str, Any], matches: Any) -> dict[str, Any]:
+        self.send(payload)
+        return self.until(matches)
+
+    def close(self, timeout: float = 30) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.proc.kill()
+
+
 def test_malformed_command_lines_each_get_one_failed_response_and_the_session_goes_on(
     tmp_path,
 ):
@@ -93,50 +137,26 @@ def test_malformed_command_lines_each_get_one_failed_response_and_the_session_go
 
 def test_dialog_answers_must_fit_the_dialog_and_open_dialogs_end_with_the_input(tmp_path):
     log = tmp_path / "work" / "answers.jsonl"
-    proc = subprocess.Popen(
-        argv(tmp_path, "--mode", "rpc", "-e", str(RUNTIME / "rpc_dialogs.py")),
-        env=env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def send(command: dict[str, Any]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(command) + "\n")
-        proc.stdin.flush()
-
-    def next_event(kind: str) -> dict[str, Any]:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            event = json.loads(line)
-            if event.get("type") == kind:
-                return event
-        raise AssertionError(f"no {kind} event")
-
+    rpc = RpcSession(tmp_path, "-e", str(RUNTIME / "rpc_dialogs.py"))
     try:
         # Answers of the wrong type are the defaults: "false" never becomes a yes.
-        send({"type": "prompt", "message": "/ask"})
-        confirm = next_event("extension_ui_request")
+        confirm = rpc.command({"type": "prompt", "message": "/ask"}, "extension_ui_request")
         assert confirm["method"] == "confirm"
-        send({"type": "extension_ui_response", "ui_id": confirm["ui_id"], "value": "false"})
-        select = next_event("extension_ui_request")
-        send({"type": "extension_ui_response", "ui_id": select["ui_id"], "value": "blue"})
+        select = rpc.command(
+            {"type": "extension_ui_response", "ui_id": confirm["ui_id"], "value": "false"},
+            "extension_ui_request",
+        )
+        rpc.send({"type": "extension_ui_response", "ui_id": select["ui_id"], "value": "blue"})
         deadline = time.monotonic() + 30
         while not log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert json.loads(log.read_text().splitlines()[0]) == {"confirm": False, "select": None}
         # A dialog left open when the client's input ends gets its default at once.
-        send({"type": "prompt", "message": "/ask"})
-        next_event("extension_ui_request")
-        proc.stdin.close()
-        assert proc.wait(timeout=30) == 0
+        rpc.command({"type": "prompt", "message": "/ask"}, "extension_ui_request")
+        assert rpc.close() == 0
         assert json.loads(log.read_text().splitlines()[1]) == {"confirm": False, "select": None}
     finally:
-        proc.kill()
-        proc.wait()
+        rpc.proc.kill()
 
 
 def test_an_abort_sent_with_the_prompt_aborts_it_before_any_provider_request(tmp_path):
@@ -163,47 +183,23 @@ def test_an_abort_sent_with_the_prompt_aborts_it_before_any_provider_request(tmp
 def test_compaction_uses_the_extension_summary_and_the_next_request_sees_it(tmp_path):
     long = "x" * 100_000  # ~25 000 tokens: more than compaction keeps
     with FakeOpenAI([text("one"), text("two"), text("three")]) as server:
-        proc = subprocess.Popen(
-            argv(
-                tmp_path,
-                "--mode",
-                "rpc",
-                "-e",
-                str(RUNTIME / "rpc_compact.py"),
-                model=["--model", "openai/x", "--base-url", server.url],
-            ),
-            env=env(tmp_path),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        rpc = RpcSession(
+            tmp_path,
+            "-e",
+            str(RUNTIME / "rpc_compact.py"),
+            model=["--model", "openai/x", "--base-url", server.url],
         )
-        assert proc.stdin is not None and proc.stdout is not None
-        got: list[dict[str, Any]] = []
-
-        def command(payload: dict[str, Any], until: str) -> None:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(payload) + "\n")
-            proc.stdin.flush()
-            for line in proc.stdout:
-                got.append(json.loads(line))
-                if got[-1].get("type") == until:
-                    return
-
         try:
-            command({"type": "prompt", "message": f"hi {long}"}, "agent_end")
-            command({"type": "prompt", "message": "again"}, "agent_end")
-            command({"type": "compact", "id": "c"}, "response")
-            assert got[-1]["data"]["compacted"] is True
-            assert got[-1]["data"]["summary"] == "EXTENSION-SUMMARY of 1 message(s)"
-            command({"type": "prompt", "message": "third"}, "agent_end")
-            command({"type": "bash", "command": "fake", "id": "b"}, "response")
-            assert (
-                got[-1]["data"]["output"] == "FAKE-OUTPUT" and got[-1]["data"]["by"] == "extension"
-            )
+            rpc.command({"type": "prompt", "message": f"hi {long}"}, "agent_end")
+            rpc.command({"type": "prompt", "message": "again"}, "agent_end")
+            compacted = rpc.command({"type": "compact", "id": "c"}, "response")
+            assert compacted["data"]["compacted"] is True
+            assert compacted["data"]["summary"] == "EXTENSION-SUMMARY of 1 message(s)"
+            rpc.command({"type": "prompt", "message": "third"}, "agent_end")
+            bash = rpc.command({"type": "bash", "command": "fake", "id": "b"}, "response")
+            assert bash["data"]["output"] == "FAKE-OUTPUT" and bash["data"]["by"] == "extension"
         finally:
-            proc.stdin.close()
-            proc.wait(timeout=30)
+            rpc.close()
         last = json.dumps(server.requests[-1].body["messages"])
         assert "EXTENSION-SUMMARY of 1 message(s)" in last
         assert long not in last  # the summarised message is gone from the context
@@ -320,31 +316,11 @@ def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_pat
 
 
 def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_path):
-    proc = subprocess.Popen(
-        argv(tmp_path, "--mode", "rpc", "-e", str(RUNTIME / "slow_command.py")),
-        env=env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    seen: list[dict[str, Any]] = []
-
-    def command(payload: dict[str, Any], until: Any) -> dict[str, Any]:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(payload) + "\n")
-        proc.stdin.flush()
-        for line in proc.stdout:
-            seen.append(json.loads(line))
-            if until(seen[-1]):
-                return seen[-1]
-        raise AssertionError(f"pi ended; events: {seen}")
-
+    rpc = RpcSession(tmp_path, "-e", str(RUNTIME / "slow_command.py"))
     try:
-        command({"type": "prompt", "message": "/wait"}, lambda e: e.get("type") == "response")
+        rpc.command({"type": "prompt", "message": "/wait"}, "response")
         time.sleep(1)
-        aborted = command({"type": "abort"}, lambda e: e.get("type") == "response")
+        aborted = rpc.command({"type": "abort"}, "response")
         assert aborted["data"] == {"aborted": True}
         signal_file = tmp_path / "work" / "signal.txt"
         deadline = time.monotonic() + 10
@@ -352,17 +328,13 @@ def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_p
             time.sleep(0.05)
         assert signal_file.read_text() == "True"  # ctx.signal was set
         # A command that ignores the signal: its worker is killed after the grace period.
-        command({"type": "prompt", "message": "/stuck"}, lambda e: e.get("type") == "response")
+        rpc.command({"type": "prompt", "message": "/stuck"}, "response")
         time.sleep(1)
         started = time.monotonic()
-        command({"type": "abort"}, lambda e: e.get("type") == "response")
-        command(
-            {"type": "get_state"},
-            lambda e: e.get("type") == "extension_error" and e.get("event") == "restart",
-        )
+        rpc.command({"type": "abort"}, "response")
+        rpc.until(lambda e: e.get("type") == "extension_error" and e.get("event") == "restart")
         assert time.monotonic() - started < 10
-        state = command({"type": "get_state"}, lambda e: e.get("type") == "response")
+        state = rpc.command({"type": "get_state"}, "response")
         assert state["data"]["is_idle"] is True
     finally:
-        proc.stdin.close()
-        assert proc.wait(timeout=30) == 0
+        assert rpc.close() == 0
