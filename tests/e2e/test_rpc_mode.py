@@ -338,3 +338,30 @@ def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_p
         assert state["data"]["is_idle"] is True
     finally:
         assert rpc.close() == 0
+
+
+def test_an_extension_steering_after_every_turn_is_capped_within_the_run(tmp_path):
+    from pi_sandbox.supervisor.agent_session import MAX_EXTENSION_TURNS
+
+    script = tmp_path / "many.yaml"
+    script.write_text("".join(f"- text: answer {n}\n" for n in range(40)))
+    proc = subprocess.run(
+        argv(
+            tmp_path,
+            "--mode",
+            "json",
+            "-e",
+            str(RUNTIME / "steer_loop.py"),
+            "go",
+            model=["--model", "scripted", "--script", str(script)],
+        ),
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    assert len([e for e in events if e.get("type") == "agent_start"]) == 1
+    assert len([e for e in events if e.get("type") == "turn_start"]) == 1 + MAX_EXTENSION_TURNS
+    assert any("answer again more than" in e.get("message", "") for e in events)

@@ -258,3 +258,24 @@ def test_exec_returns_at_its_timeout_even_when_a_grandchild_leaves_the_group(tmp
             os.kill(int(marker.read_text()), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+def test_registrations_and_exec_arguments_that_could_not_be_sent_are_refused_at_once():
+    api = ExtensionAPI(RecordingHost())
+    with pytest.raises(TypeError, match="JSON"):
+        api.register_tool(
+            name="t",
+            description="d",
+            parameters={"type": "object", "properties": {}, "default": float("nan")},
+            execute=print,
+        )
+    with pytest.raises(TypeError, match="JSON"):
+        api.register_provider("p", {"models": {1, 2}})
+    with pytest.raises(TypeError, match="default"):
+        api.register_flag("f", default=float("nan"))
+    api._bind()
+    for bad in (float("nan"), float("inf"), -1, True):
+        with pytest.raises(ValueError, match="timeout"):
+            api.exec("true", timeout=bad)
+    with pytest.raises(TypeError, match="args"):
+        api.exec("echo", [b"x"])

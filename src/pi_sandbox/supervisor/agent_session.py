@@ -30,7 +30,10 @@ from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
 
-__all__ = ["AgentSession", "build_system_prompt", "llm_messages"]
+__all__ = ["MAX_EXTENSION_TURNS", "AgentSession", "build_system_prompt", "llm_messages"]
+
+MAX_EXTENSION_TURNS = 10
+"""Turns per run that only extensions' steering or follow-up messages may cause."""
 
 
 def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
@@ -187,6 +190,11 @@ class AgentSession:
     follow_ups: list[dict[str, Any]] = field(default_factory=list)
     next_turn: list[dict[str, Any]] = field(default_factory=list)
     prompt_override: str | None = None
+    # ids of queued messages that extensions (not the user) sent, and how many turns
+    # they caused in the current run (see `_extension_turn`).
+    extension_messages: set[int] = field(default_factory=set)
+    extension_turns: int = 0
+    dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
 
@@ -307,6 +315,7 @@ class AgentSession:
         """
         self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
         self.abort_on_start = False
+        self.extension_turns, self.dropped_extension_turns = 0, False
         self.idle = trio.Event()
         new_messages: list[dict[str, Any]] = []
         final_text = ""
@@ -347,6 +356,14 @@ class AgentSession:
             return final_text
         finally:
             with trio.CancelScope(shield=True):
+                if self.dropped_extension_turns:
+                    await self.emit(
+                        {
+                            "type": "warning",
+                            "message": f"extensions asked the model to answer again more than "
+                            f"{MAX_EXTENSION_TURNS} times in one run; the rest was dropped",
+                        }
+                    )
                 await self.emit(
                     {"type": "agent_end", "messages": new_messages, "aborted": self.aborted}
                 )
@@ -385,15 +402,33 @@ class AgentSession:
             return turn.text, False
         if self.steering:
             queued_now, self.steering[:] = list(self.steering), []
+            if not turn.tool_calls and not self._extension_turn(queued_now):
+                return turn.text, False
             for queued in queued_now:
                 await self.commit(queued, new_messages)
             return turn.text, True
         if turn.tool_calls:
             return turn.text, True
         if self.follow_ups:
-            await self.commit(self.follow_ups.pop(0), new_messages)
+            queued = self.follow_ups.pop(0)
+            if not self._extension_turn([queued]):
+                return turn.text, False
+            await self.commit(queued, new_messages)
             return turn.text, True
         return turn.text, False
+
+    def _extension_turn(self, queued: list[dict[str, Any]]) -> bool:
+        """Whether the model may answer again for ``queued`` messages: turns that
+        only extensions asked for (steering or follow-ups they queued) are capped at
+        `MAX_EXTENSION_TURNS` per run; past it they are dropped with a warning."""
+        if not all(id(m) in self.extension_messages for m in queued):
+            return True  # the user (or an RPC client) asked
+        self.extension_turns += 1
+        if self.extension_turns <= MAX_EXTENSION_TURNS:
+            return True
+        self.dropped_extension_turns = True
+        self.follow_ups = [m for m in self.follow_ups if id(m) not in self.extension_messages]
+        return False
 
     async def _request(self) -> AssistantTurn | None:
         messages = copy.deepcopy(self.messages)

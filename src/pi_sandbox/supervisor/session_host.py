@@ -565,6 +565,9 @@ class SessionHost:
 
     async def _deliver(self, message: dict[str, Any], deliver_as: Any, trigger: bool) -> None:
         session = self.session
+        session.extension_messages.add(id(message))
+        if len(session.extension_messages) > 10_000:
+            session.extension_messages.clear()  # ids of long-gone messages only
         if session.running:
             if deliver_as == "follow_up":
                 session.follow_ups.append(message)

@@ -80,6 +80,15 @@ MAX_PROVIDERS = 50
 MAX_CHANNELS = 200
 
 
+def _check_json(what: str, value: Any) -> None:
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON (no NaN, sets or bytes): {exc}") from None
+
+
 def _check_lengths(what: str, **fields: tuple[str, int]) -> None:
     for field, (value, limit) in fields.items():
         if len(value) > limit:
@@ -391,6 +400,7 @@ class ExtensionAPI:
             )
         if not callable(execute):
             raise TypeError(f"register_tool({name!r}): execute must be callable")
+        _check_json(f"register_tool({name!r}): parameters", parameters)
         if prompt_snippet is not None and not isinstance(prompt_snippet, str):
             raise TypeError(f"register_tool({name!r}): prompt_snippet must be a string")
         if prompt_guidelines is not None and (
@@ -455,6 +465,8 @@ class ExtensionAPI:
             )
         if not callable(handler):
             raise TypeError(f"register_command({name!r}): handler must be callable")
+        if not isinstance(description, str):
+            raise TypeError(f"register_command({name!r}): description must be a string")
         if (
             completions is not None
             and not callable(completions)
@@ -504,6 +516,8 @@ class ExtensionAPI:
             raise ValueError(f"register_flag: name {name!r} must be letters, digits, _ and -")
         if type not in ("bool", "string"):
             raise ValueError(f"register_flag({name!r}): type must be 'bool' or 'string'")
+        if default is not None and not isinstance(default, bool | str):
+            raise TypeError(f"register_flag({name!r}): default must be a bool, a string or None")
         _check_room(self._flags, name, MAX_FLAGS, "register_flag")
         _check_lengths(
             f"register_flag({name!r})", name=(name, 64), description=(str(description), 2_000)
@@ -552,6 +566,7 @@ class ExtensionAPI:
             raise ValueError(f"register_provider: name {name!r} must be letters, digits, _ and -")
         if not isinstance(config, dict):
             raise TypeError(f"register_provider({name!r}): config must be a dict")
+        _check_json(f"register_provider({name!r}): config", config)
         _check_room(self._providers, name, MAX_PROVIDERS, "register_provider")
         self._providers[name] = dict(config)
         self._changed()
@@ -631,6 +646,14 @@ class ExtensionAPI:
         self._action("pi.exec")
         if not isinstance(command, str) or not command:
             raise TypeError("pi.exec(command, args): command must be a non-empty string")
+        if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
+            raise TypeError("pi.exec(command, args): args must be a list of strings")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < 10**9  # also refuses NaN and infinity
+        ):
+            raise ValueError("pi.exec: timeout must be a positive number of seconds")
         argv = [command, *[str(a) for a in args]]
         self._host.call("exec_check", {"argv": argv})
         import os

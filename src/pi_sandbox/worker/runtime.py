@@ -41,6 +41,19 @@ __all__ = ["WorkerRuntime", "main"]
 
 _RECV_BYTES = 65536
 _BUS_QUEUE = 1000
+_BUS_BYTES = 32 * 2**20
+
+
+def _bus_size(data: Any) -> int:
+    """Roughly the bytes ``data`` holds (its JSON length; strings by length)."""
+    if isinstance(data, str):
+        return len(data) + 64
+    import json
+
+    try:
+        return len(json.dumps(data)) + 64
+    except (TypeError, ValueError):
+        return 64
 
 
 class _RequestError(Exception):
@@ -245,6 +258,7 @@ class WorkerRuntime:
         self._threads = _ThreadPool()
         self._bus_queue: Any = None
         self._bus_dropped = False
+        self._bus_bytes = 0
         self._module: Any = None
         self._capabilities: dict[str, bool] = {}
         self._trust: str | None = None
@@ -527,24 +541,33 @@ class WorkerRuntime:
 
                 self._bus_queue = queue.Queue(maxsize=_BUS_QUEUE)
                 threading.Thread(target=self._bus_loop, daemon=True).start()
+        data = params.get("data")
+        size = _bus_size(data)
         try:
-            self._bus_queue.put_nowait((channel, params.get("data")))
-        except Exception:  # queue.Full
+            with self._state_lock:
+                if self._bus_bytes + size > _BUS_BYTES:
+                    raise OverflowError
+                self._bus_queue.put_nowait((channel, data, size))
+                self._bus_bytes += size
+        except Exception:  # queue.Full, or the byte budget
             if not self._bus_dropped:
                 self._bus_dropped = True
                 self.notify(
                     methods.LOG,
                     {
                         "level": "error",
-                        "message": f"pi.events: more than {_BUS_QUEUE} messages waiting for "
-                        f"{self._extension_path}; messages are being dropped",
+                        "message": f"pi.events: more than {_BUS_QUEUE} messages or "
+                        f"{_BUS_BYTES // 2**20} MiB waiting for {self._extension_path}; "
+                        "messages are being dropped",
                     },
                 )
 
     def _bus_loop(self) -> None:
         assert self._bus_queue is not None
         while True:
-            channel, data = self._bus_queue.get()
+            channel, data, size = self._bus_queue.get()
+            with self._state_lock:
+                self._bus_bytes -= size
             handlers = self._api.events.handlers(channel) if self._api else []
             for handler in handlers:
                 try:
