@@ -1,0 +1,507 @@
+"""Skill discovery, validation, collisions, the prompt index and ``/skill:`` expansion.
+
+A pure library: it reads files and returns data; it never imports project code. The
+rules come from issue 6 ("Skills") and seed 000 §3–§5:
+
+- Discovery (§3.2–§3.4). Mode ``"pi"`` (``~/.pi/agent/skills``, ``.pi/skills``): root
+  ``*.md`` files are candidates and subdirectories are searched for ``SKILL.md``.
+  Mode ``"agents"`` (``~/.agents/skills``, ancestor ``.agents/skills``): root ``*.md``
+  are ignored; ``SKILL.md`` or any other ``*.md`` below the root is a candidate. A
+  directory holding a ``SKILL.md`` is one skill root and is not descended further.
+  Hidden entries and ``node_modules`` are skipped; ``.gitignore``, ``.ignore`` and
+  ``.fdignore`` apply relative to the scan root; symlinks are followed to decide file
+  or directory, and a directory reached twice (a symlink loop) is scanned once.
+- Validation (§3.6). A ``SKILL.md`` with invalid YAML, or without a non-blank string
+  ``description``, is skipped with one ``error`` diagnostic naming file and line. A
+  plain ``*.md`` without a valid description is silently not a skill (READMEs next to
+  skills stay quiet). Name rules and the 1,024-character description limit only warn.
+  Unquoted colons in values are read leniently (see ``frontmatter``).
+- Collisions (§3.7). ``sources`` are processed in the order given, which the caller
+  makes the precedence order (project-settings > project > user-settings > user >
+  package > extension); the first skill with a name wins and every later one gives one
+  ``collision`` diagnostic naming both paths. The same real file reached twice (a
+  symlink) is silently loaded once.
+- Work is bounded: at most ``max_entries`` directories and directory entries are
+  examined over all sources; hitting the bound stops discovery with one ``warning``
+  and keeps what was found before it (the higher-precedence sources).
+
+Ignore files: ``pathspec`` is not installed in this project, so a minimal subset of
+gitignore syntax is implemented here (``*``, ``?``, ``[...]``, ``**``, leading ``/``
+anchoring, trailing ``/`` for directories, ``!`` negation, ``#`` comments; rules of
+an ignore file apply below its directory; last match wins). Swap in
+``pathspec.GitIgnoreSpec`` when the dependency is added.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from xml.sax.saxutils import escape
+
+from pi_sandbox.resources.frontmatter import find_key_line, parse_frontmatter, strip_frontmatter
+
+__all__ = [
+    "MAX_DESCRIPTION_LENGTH",
+    "MAX_NAME_LENGTH",
+    "Skill",
+    "SkillDiagnostic",
+    "SkillSource",
+    "expand_skill_command",
+    "format_skills_for_prompt",
+    "load_skills",
+    "validate_skill_name",
+]
+
+MAX_NAME_LENGTH = 64
+MAX_DESCRIPTION_LENGTH = 1024
+DEFAULT_MAX_ENTRIES = 10_000
+IGNORE_FILE_NAMES = (".gitignore", ".ignore", ".fdignore")
+
+DiscoveryMode = Literal["pi", "agents"]
+DiagnosticType = Literal["warning", "error", "collision"]
+
+_NAME_CHARS = re.compile(r"^[a-z0-9-]+$")
+_SKILL_COMMAND = re.compile(r"^/skill:(?P<name>\S+)(?:[ \t]+(?P<args>.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class SkillSource:
+    """One place to look for skills.
+
+    Attributes:
+        path: A directory to scan, or a single ``.md`` file (settings paths,
+            ``--skill PATH``).
+        source: Label reported with each skill: ``"project-settings"``, ``"project"``,
+            ``"user-settings"``, ``"user"``, ``"package"``, ``"extension"``, ``"cli"``.
+        mode: ``"pi"`` or ``"agents"`` discovery (module docstring).
+        explicit: A path the user named; when it does not exist a ``warning`` is
+            reported. Auto-discovery directories are often absent and stay quiet.
+    """
+
+    path: Path
+    source: str
+    mode: DiscoveryMode = "pi"
+    explicit: bool = False
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A loaded skill's metadata; the body stays on disk until it is used (§3.5).
+
+    Attributes:
+        name: Frontmatter ``name``, else the parent directory's name (``SKILL.md``) or
+            the file stem (other ``*.md``).
+        description: Frontmatter ``description``, stripped of surrounding whitespace.
+        path: The ``SKILL.md`` or ``*.md`` file, absolute, as discovered (not resolved).
+        base_dir: The directory relative references in the skill are resolved against.
+        source: The ``SkillSource.source`` label it was found through.
+        disable_model_invocation: ``disable-model-invocation: true``; hidden from the
+            system-prompt index but still usable as ``/skill:name``.
+    """
+
+    name: str
+    description: str
+    path: Path
+    base_dir: Path
+    source: str
+    disable_model_invocation: bool = False
+
+
+@dataclass(frozen=True)
+class SkillDiagnostic:
+    """Something the user should see in ``pi resources``.
+
+    Attributes:
+        type: ``"warning"`` (skill still loads), ``"error"`` (skill skipped) or
+            ``"collision"`` (a same-named skill lost; ``path`` is the loser).
+        message: Human-readable text, including the line number where one applies.
+        path: The file or directory concerned.
+    """
+
+    type: DiagnosticType
+    message: str
+    path: Path
+
+
+def validate_skill_name(name: str) -> list[str]:
+    """Return warning messages for a skill name (seed 000 §3.6); empty when valid."""
+    problems = []
+    if len(name) > MAX_NAME_LENGTH:
+        problems.append(f"name {name!r} is longer than {MAX_NAME_LENGTH} characters")
+    if not _NAME_CHARS.match(name):
+        problems.append(f"name {name!r} may only contain lowercase letters, digits and '-'")
+    if name.startswith("-") or name.endswith("-"):
+        problems.append(f"name {name!r} must not start or end with '-'")
+    if "--" in name:
+        problems.append(f"name {name!r} must not contain '--'")
+    return problems
+
+
+# --- ignore files -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _IgnoreRule:
+    base: str  # directory of the ignore file, relative to the scan root ("" = root)
+    regex: re.Pattern[str]
+    negated: bool
+    dir_only: bool
+    anchored: bool
+
+
+def _glob_to_regex(pattern: str) -> str:
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif char == "*":
+            out.append("[^/]*")
+            i += 1
+        elif char == "?":
+            out.append("[^/]")
+            i += 1
+        elif char == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        elif char == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(char))
+            i += 1
+    return "".join(out)
+
+
+def _parse_ignore_file(text: str, base: str) -> list[_IgnoreRule]:
+    rules = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        if negated:
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        anchored = "/" in line
+        line = line.lstrip("/")
+        if not line:
+            continue
+        try:
+            regex = re.compile(_glob_to_regex(line) + r"\Z")
+        except re.error:
+            continue  # a malformed pattern ignores nothing rather than aborting the scan
+        rules.append(_IgnoreRule(base, regex, negated, dir_only, anchored))
+    return rules
+
+
+def _is_ignored(rules: Sequence[_IgnoreRule], rel_path: str, *, is_dir: bool) -> bool:
+    ignored = False
+    for rule in rules:
+        if rule.base:
+            if not rel_path.startswith(rule.base + "/"):
+                continue
+            sub = rel_path[len(rule.base) + 1 :]
+        else:
+            sub = rel_path
+        if rule.dir_only and not is_dir:
+            continue
+        target = sub if rule.anchored else sub.rsplit("/", 1)[-1]
+        if rule.regex.match(target):
+            ignored = not rule.negated
+    return ignored
+
+
+# --- discovery ----------------------------------------------------------------------
+
+
+@dataclass
+class _Budget:
+    remaining: int
+    exhausted: bool = False
+    visited_dirs: set[str] = field(default_factory=set)
+
+
+def _read_ignore_rules(directory: Path, base: str) -> list[_IgnoreRule]:
+    rules: list[_IgnoreRule] = []
+    for name in IGNORE_FILE_NAMES:
+        try:
+            text = (directory / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        rules.extend(_parse_ignore_file(text, base))
+    return rules
+
+
+def _spend(budget: _Budget) -> bool:
+    """Take one unit of work (a directory or an entry); False once the bound is hit."""
+    if budget.remaining <= 0:
+        budget.exhausted = True
+        return False
+    budget.remaining -= 1
+    return True
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> tuple[bool, bool]:
+    """(is_dir, is_file), following symlinks; a dangling link is neither."""
+    try:
+        return entry.is_dir(follow_symlinks=True), entry.is_file(follow_symlinks=True)
+    except OSError:
+        return False, False
+
+
+def _collect(
+    directory: Path,
+    root: Path,
+    mode: DiscoveryMode,
+    rules: list[_IgnoreRule],
+    budget: _Budget,
+    found: list[Path],
+) -> None:
+    real = os.path.realpath(directory)
+    if real in budget.visited_dirs:
+        return
+    budget.visited_dirs.add(real)
+    rel_dir = directory.relative_to(root).as_posix() if directory != root else ""
+    rules = rules + _read_ignore_rules(directory, rel_dir)
+    try:
+        with os.scandir(directory) as iterator:
+            entries = sorted(iterator, key=lambda entry: entry.name)
+    except OSError:
+        return
+    if not _spend(budget):
+        return
+
+    def rel(name: str) -> str:
+        return f"{rel_dir}/{name}" if rel_dir else name
+
+    # §3.3: a usable SKILL.md makes this directory one skill; nothing below is a skill.
+    for entry in entries:
+        if entry.name == "SKILL.md":
+            is_dir, is_file = _entry_kind(entry)
+            if is_file and not _is_ignored(rules, rel(entry.name), is_dir=False):
+                found.append(directory / entry.name)
+                return
+    at_root = directory == root
+    for entry in entries:
+        if not _spend(budget):
+            return
+        if entry.name.startswith(".") or entry.name == "node_modules":
+            continue
+        is_dir, is_file = _entry_kind(entry)
+        if is_file:
+            if not entry.name.endswith(".md") or at_root != (mode == "pi"):
+                continue
+            if not _is_ignored(rules, rel(entry.name), is_dir=False):
+                found.append(directory / entry.name)
+        elif is_dir and not _is_ignored(rules, rel(entry.name), is_dir=True):
+            _collect(directory / entry.name, root, mode, rules, budget, found)
+            if budget.exhausted:
+                return
+
+
+# --- loading ------------------------------------------------------------------------
+
+
+def _load_skill_file(path: Path, source: str) -> tuple[Skill | None, list[SkillDiagnostic]]:
+    declared = path.name == "SKILL.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        if not declared:
+            return None, []
+        return None, [SkillDiagnostic("error", f"{path}: cannot read skill: {exc}", path)]
+    frontmatter, _body, error = parse_frontmatter(text, path=path)
+    if error is not None:
+        if not declared:
+            return None, []
+        message = f"{path}:{error.line}: skill skipped: {error.message}"
+        return None, [SkillDiagnostic("error", message, path)]
+    frontmatter = frontmatter or {}
+    description = frontmatter.get("description")
+    if not isinstance(description, str) or not description.strip():
+        if not declared:
+            return None, []
+        line = find_key_line(text, "description") or 1
+        message = (
+            f"{path}:{line}: skill skipped: a non-blank string 'description' is required "
+            "in the frontmatter (seed 000 §3.6)"
+        )
+        return None, [SkillDiagnostic("error", message, path)]
+    description = description.strip()
+    name = frontmatter.get("name")
+    if not isinstance(name, str) or not name.strip():
+        name = path.parent.name if declared else path.stem
+    name = name.strip()
+    diagnostics = [
+        SkillDiagnostic("warning", f"{path}: {problem}", path)
+        for problem in validate_skill_name(name)
+    ]
+    if len(description) > MAX_DESCRIPTION_LENGTH:
+        message = (
+            f"{path}: description is {len(description)} characters, "
+            f"more than {MAX_DESCRIPTION_LENGTH}"
+        )
+        diagnostics.append(SkillDiagnostic("warning", message, path))
+    skill = Skill(
+        name=name,
+        description=description,
+        path=path,
+        base_dir=path.parent,
+        source=source,
+        disable_model_invocation=frontmatter.get("disable-model-invocation") is True,
+    )
+    return skill, diagnostics
+
+
+def _candidates(source: SkillSource, budget: _Budget) -> tuple[list[Path], list[SkillDiagnostic]]:
+    path = Path(os.path.abspath(source.path))
+    if path.is_file():
+        if path.suffix != ".md":
+            message = f"{path}: a skill file must end in .md"
+            return [], [SkillDiagnostic("warning", message, path)]
+        budget.remaining = max(budget.remaining - 1, 0)
+        return [path], []
+    if not path.is_dir():
+        if source.explicit:
+            return [], [SkillDiagnostic("warning", f"{path}: skill path does not exist", path)]
+        return [], []
+    found: list[Path] = []
+    _collect(path, path, source.mode, [], budget, found)
+    return found, []
+
+
+def load_skills(
+    sources: Iterable[SkillSource], *, max_entries: int = DEFAULT_MAX_ENTRIES
+) -> tuple[list[Skill], list[SkillDiagnostic]]:
+    """Discover and load skills from ``sources``, first source winning name clashes.
+
+    Args:
+        sources: Places to look, in precedence order (the caller sorts them).
+        max_entries: Upper bound on directories plus directory entries examined over
+            all sources (a symlink loop is visited once and cannot exhaust it alone).
+
+    Returns:
+        ``(skills, diagnostics)``: skills in discovery order; diagnostics in the order
+        found, collisions included. Never raises for bad files or missing paths.
+    """
+    budget = _Budget(remaining=max_entries)
+    skills: dict[str, Skill] = {}
+    seen_files: set[str] = set()
+    diagnostics: list[SkillDiagnostic] = []
+    for source in sources:
+        found, problems = _candidates(source, budget)
+        diagnostics.extend(problems)
+        for path in found:
+            real = os.path.realpath(path)
+            if real in seen_files:
+                continue  # §3.7: the same file through a symlink is silently one skill
+            seen_files.add(real)
+            skill, problems = _load_skill_file(path, source.source)
+            diagnostics.extend(problems)
+            if skill is None:
+                continue
+            winner = skills.get(skill.name)
+            if winner is None:
+                skills[skill.name] = skill
+                continue
+            message = (
+                f'skill "{skill.name}" at {skill.path} ({skill.source}) is shadowed by '
+                f"{winner.path} ({winner.source})"
+            )
+            diagnostics.append(SkillDiagnostic("collision", message, skill.path))
+        if budget.exhausted:
+            message = (
+                f"skill discovery stopped after examining {max_entries} directory entries; "
+                f"{source.path} and any later skill paths were not fully scanned"
+            )
+            diagnostics.append(SkillDiagnostic("warning", message, Path(source.path)))
+            break
+    return list(skills.values()), diagnostics
+
+
+# --- use ----------------------------------------------------------------------------
+
+
+def _xml(text: str) -> str:
+    return escape(text, {'"': "&quot;", "'": "&apos;"})
+
+
+def format_skills_for_prompt(skills: Iterable[Skill], *, read_tool: str = "read") -> str:
+    """The system-prompt index of skills the model may choose itself (seed 000 §4).
+
+    Args:
+        skills: Loaded skills; those with ``disable_model_invocation`` are left out.
+        read_tool: The active tool the model should read a skill with (``read``, or
+            ``bash`` when only that is active). Choosing whether to include the index
+            at all is the prompt builder's decision.
+
+    Returns:
+        Instructions followed by an ``<available_skills>`` XML block with escaped name,
+        description and location; ``""`` when no skill is visible.
+    """
+    visible = [skill for skill in skills if not skill.disable_model_invocation]
+    if not visible:
+        return ""
+    lines = [
+        "The following skills provide specialized instructions for specific tasks.",
+        f"Use the {read_tool} tool to load a skill's file when the task matches its description.",
+        "When a skill file refers to a relative path, resolve it against the skill's "
+        "directory (the directory containing its file).",
+        "",
+        "<available_skills>",
+    ]
+    for skill in visible:
+        lines += [
+            "  <skill>",
+            f"    <name>{_xml(skill.name)}</name>",
+            f"    <description>{_xml(skill.description)}</description>",
+            f"    <location>{_xml(str(skill.path))}</location>",
+            "  </skill>",
+        ]
+    lines.append("</available_skills>")
+    return "\n".join(lines)
+
+
+def expand_skill_command(text: str, skills: Iterable[Skill]) -> tuple[str, str | None]:
+    """Expand ``/skill:name args`` into the skill's body followed by the arguments.
+
+    The skill file is read now, not at load time (§3.5, §5). The result is a
+    ``<skill name=… location=…>`` block holding "References are relative to BASEDIR."
+    and the body with its frontmatter stripped, then a blank line and ``args`` if any.
+
+    Returns:
+        ``(text, None)`` unchanged when ``text`` is not a ``/skill:`` command;
+        ``(expanded, None)`` on success; ``(text, error)`` unchanged with a message when
+        the skill is unknown or its file cannot be read.
+    """
+    match = _SKILL_COMMAND.match(text)
+    if match is None:
+        return text, None
+    name = match["name"]
+    args = (match["args"] or "").strip()
+    skill = next((skill for skill in skills if skill.name == name), None)
+    if skill is None:
+        return text, f'unknown skill "{name}"'
+    try:
+        raw = skill.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return text, f"cannot read skill {skill.name!r} at {skill.path}: {exc}"
+    body = strip_frontmatter(raw).strip()
+    block = (
+        f'<skill name="{_xml(skill.name)}" location="{_xml(str(skill.path))}">\n'
+        f"References are relative to {skill.base_dir}.\n\n{body}\n</skill>"
+    )
+    return (f"{block}\n\n{args}" if args else block), None
