@@ -352,3 +352,21 @@ def test_skill_command_with_unknown_skill_or_unreadable_file_leaves_text_unchang
     assert text == "/skill:nope arg" and "nope" in error
     text, error = expand_skill_command("/skill:gone arg", [skill])
     assert text == "/skill:gone arg" and str(skill.path) in error
+
+
+def test_a_fifo_or_oversized_file_in_a_skills_directory_never_blocks_the_scan(tmp_path):
+    import os
+
+    from pi_sandbox.resources.skills import MAX_FILE_BYTES, SkillSource, load_skills
+
+    root = tmp_path / "skills"
+    (root / "good").mkdir(parents=True)
+    (root / "good" / "SKILL.md").write_text("---\nname: good\ndescription: Works.\n---\nbody\n")
+    (root / "big").mkdir()
+    (root / "big" / "SKILL.md").write_text(
+        "---\nname: big\ndescription: Too big.\n---\n" + "x" * (MAX_FILE_BYTES + 1)
+    )
+    os.mkfifo(root / ".gitignore")  # would block a plain read
+    skills, diagnostics = load_skills([SkillSource(root, "project")])
+    assert [s.name for s in skills] == ["good"]
+    assert any("larger than" in d.message for d in diagnostics)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,12 +235,37 @@ class _Budget:
     visited_dirs: set[str] = field(default_factory=set)
 
 
+MAX_FILE_BYTES = 1024 * 1024
+"""Largest skill or ignore file read (a project controls these files)."""
+
+
+def read_small_text(path: Path, *, errors: str = "strict") -> str:
+    """Read a UTF-8 text file of at most `MAX_FILE_BYTES`, without blocking on a FIFO
+    or a device.
+
+    Raises:
+        OSError: it cannot be opened. ValueError: not a regular file, too large, or
+            not UTF-8 (with ``errors="strict"``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors)
+
+
 def _read_ignore_rules(directory: Path, base: str) -> list[_IgnoreRule]:
     rules: list[_IgnoreRule] = []
     for name in IGNORE_FILE_NAMES:
         try:
-            text = (directory / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            text = read_small_text(directory / name, errors="replace")
+        except (OSError, ValueError):
             continue
         rules.extend(_parse_ignore_file(text, base))
     return rules
@@ -318,8 +344,8 @@ def _collect(
 def _load_skill_file(path: Path, source: str) -> tuple[Skill | None, list[SkillDiagnostic]]:
     declared = path.name == "SKILL.md"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_small_text(path)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         if not declared:
             return None, []
         return None, [SkillDiagnostic("error", f"{path}: cannot read skill: {exc}", path)]
@@ -496,7 +522,7 @@ def expand_skill_command(text: str, skills: Iterable[Skill]) -> tuple[str, str |
     if skill is None:
         return text, f'unknown skill "{name}"'
     try:
-        raw = skill.path.read_text(encoding="utf-8")
+        raw = read_small_text(skill.path)
     except (OSError, UnicodeDecodeError) as exc:
         return text, f"cannot read skill {skill.name!r} at {skill.path}: {exc}"
     body = strip_frontmatter(raw).strip()
