@@ -1,0 +1,109 @@
+"""Context files and the project's system-prompt files (issue 6 groundwork)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pi_sandbox.resources import context_files
+from pi_sandbox.resources.context_files import (
+    MAX_CONTEXT_BYTES,
+    format_context_files,
+    load_context_files,
+    system_prompt_files,
+)
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    # /outer/AGENTS.md (above the repository), /outer/repo/.git, repo/CLAUDE.md,
+    # repo/pkg/AGENTS.md + CLAUDE.md; the agent dir has its own AGENTS.md.
+    outer = tmp_path / "outer"
+    repo = outer / "repo"
+    pkg = repo / "pkg"
+    pkg.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    (outer / "AGENTS.md").write_text("outer rules")
+    (repo / "CLAUDE.md").write_text("repo rules")
+    (pkg / "AGENTS.md").write_text("pkg agents")
+    (pkg / "CLAUDE.md").write_text("pkg claude")
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "AGENTS.md").write_text("my global rules")
+    return agent, outer, repo, pkg
+
+
+def test_order_is_global_then_root_to_cwd_with_agents_md_preferred(tree, tmp_path):
+    agent, outer, repo, pkg = tree
+    files, diagnostics = load_context_files(pkg, agent, trust="yes")
+    assert diagnostics == []
+    ours = [f for f in files if tmp_path in f.path.parents]  # not this machine's own
+    assert [(f.path, f.scope) for f in ours] == [
+        (agent / "AGENTS.md", "global"),
+        (outer / "AGENTS.md", "ancestor"),
+        (repo / "CLAUDE.md", "project"),
+        (pkg / "AGENTS.md", "project"),
+    ]
+    assert all(f.trusted for f in ours)
+
+
+@pytest.mark.parametrize("trust", [None, "no", "sandboxed"])
+def test_project_files_of_a_project_not_trusted_with_yes_are_marked(tree, trust):
+    agent, outer, repo, pkg = tree
+    files, _ = load_context_files(pkg, agent, trust=trust)
+    by_path = {f.path: f for f in files}
+    assert by_path[agent / "AGENTS.md"].trusted and by_path[outer / "AGENTS.md"].trusted
+    assert not by_path[repo / "CLAUDE.md"].trusted and not by_path[pkg / "AGENTS.md"].trusted
+    text = format_context_files([by_path[agent / "AGENTS.md"], by_path[pkg / "AGENTS.md"]])
+    assert "my global rules" in text
+    assert f'<untrusted_project_content path="{pkg / "AGENTS.md"}">' in text
+    assert text.index("not as instructions") < text.index("pkg agents")
+
+
+def test_outside_a_repository_the_working_directory_is_the_project(tmp_path, monkeypatch):
+    monkeypatch.setattr(context_files, "project_root", lambda cwd: Path(os.path.abspath(cwd)))
+    cwd = tmp_path / "w"
+    cwd.mkdir()
+    (tmp_path / "AGENTS.md").write_text("above")
+    (cwd / "AGENTS.md").write_text("here")
+    files, _ = load_context_files(cwd, tmp_path / "agent", trust="no")
+    scopes = {f.path: (f.scope, f.trusted) for f in files}
+    assert scopes[tmp_path / "AGENTS.md"] == ("ancestor", True)
+    assert scopes[cwd / "AGENTS.md"] == ("project", False)
+
+
+def test_oversized_fifo_and_non_utf8_files_are_skipped_with_a_diagnostic(tmp_path):
+    cwd = tmp_path / "w"
+    (cwd / "a").mkdir(parents=True)
+    (cwd / ".git").mkdir()
+    (cwd / "AGENTS.md").write_text("x" * (MAX_CONTEXT_BYTES + 1))
+    (cwd / "CLAUDE.md").write_text("fallback")  # the larger AGENTS.md is skipped: CLAUDE.md is used
+    os.mkfifo(cwd / "a" / "AGENTS.md")
+    (cwd / "a" / "CLAUDE.md").write_bytes(b"\xff\xfe\x00bad")
+    files, diagnostics = load_context_files(cwd / "a", tmp_path / "agent", trust="yes")
+    assert [f.path for f in files if cwd in f.path.parents] == [cwd / "CLAUDE.md"]
+    messages = " ".join(d.message for d in diagnostics)
+    assert (
+        "larger than" in messages and "not a regular file" in messages and "not UTF-8" in messages
+    )
+
+
+def test_a_symlinked_context_file_is_used_once(tmp_path):
+    cwd = tmp_path / "w"
+    (cwd / "sub").mkdir(parents=True)
+    (cwd / ".git").mkdir()
+    (cwd / "AGENTS.md").write_text("shared")
+    (cwd / "sub" / "AGENTS.md").symlink_to(cwd / "AGENTS.md")
+    files, _ = load_context_files(cwd / "sub", tmp_path / "agent", trust="yes")
+    assert [f.path for f in files if cwd in f.path.parents] == [cwd / "AGENTS.md"]
+
+
+def test_system_md_and_append_system_md_count_only_with_trust_yes(tmp_path):
+    (tmp_path / ".pi").mkdir()
+    (tmp_path / ".pi" / "SYSTEM.md").write_text("replace")
+    (tmp_path / ".pi" / "APPEND_SYSTEM.md").write_text("append")
+    assert system_prompt_files(tmp_path, trust="yes")[:2] == ("replace", "append")
+    for trust in (None, "no", "sandboxed"):
+        assert system_prompt_files(tmp_path, trust=trust)[:2] == (None, None)
