@@ -10,7 +10,6 @@ at the mapping that lacks it).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pi_sandbox.errors import PolicyFileError
 from pi_sandbox.policies._effective import LoadedPolicyFile, Policy, build_policy
 from pi_sandbox.policies._schema import PolicyFile
 from pi_sandbox.policies._tool_gate import PolicyRule, Tier
+from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
 __all__ = [
     "MANAGED_POLICY_DIR",
@@ -57,20 +57,9 @@ def load_policy_file(path: Path) -> PolicyFile:
             found, one ``FILE:LINE: KEY: message`` line each.
     """
     try:
-        # O_NONBLOCK: a FIFO planted as a policy file must not block the supervisor.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise PolicyFileError(f"{path}: not a regular file")
-            if info.st_size > MAX_POLICY_BYTES:
-                raise PolicyFileError(
-                    f"{path}: {info.st_size} bytes; a policy file is at most {MAX_POLICY_BYTES}"
-                )
-            data = os.read(fd, MAX_POLICY_BYTES + 1)
-        finally:
-            os.close(fd)
-        text = data.decode("utf-8")
+        text = read_regular_file(path, MAX_POLICY_BYTES).decode("utf-8")
+    except FileRefusedError as exc:
+        raise PolicyFileError(str(exc)) from exc
     except UnicodeDecodeError as exc:
         raise PolicyFileError(f"{path}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:

@@ -17,11 +17,12 @@ Every file is read bounded (`MAX_CONTEXT_BYTES`) and without blocking on a FIFO.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import quoteattr
+
+from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
 __all__ = [
     "CONTEXT_FILE_NAMES",
@@ -71,29 +72,17 @@ def project_root(cwd: Path) -> Path:
 
 def _read(path: Path, diagnostics: list[ContextDiagnostic]) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular_file(path, MAX_CONTEXT_BYTES)
     except FileNotFoundError:
+        return None
+    except FileRefusedError as exc:
+        diagnostics.append(ContextDiagnostic("warning", f"{exc}; skipped", path))
         return None
     except OSError as exc:
         diagnostics.append(
             ContextDiagnostic("warning", f"{path}: cannot read: {exc.strerror}", path)
         )
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            diagnostics.append(ContextDiagnostic("warning", f"{path}: not a regular file", path))
-            return None
-        if info.st_size > MAX_CONTEXT_BYTES:
-            diagnostics.append(
-                ContextDiagnostic(
-                    "warning", f"{path}: larger than {MAX_CONTEXT_BYTES} bytes; skipped", path
-                )
-            )
-            return None
-        data = os.read(fd, MAX_CONTEXT_BYTES + 1)
-    finally:
-        os.close(fd)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
+
+from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
 __all__ = [
     "PROJECT_RESOURCES",
@@ -110,22 +111,13 @@ class TrustStore:
     def load(cls, path: Path) -> TrustStore:
         """Read the store at ``path``; a missing file is an empty store."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            data = read_regular_file(path, MAX_STORE_BYTES, follow_symlinks=False)
         except FileNotFoundError:
             return cls(path)
+        except FileRefusedError as exc:
+            raise TrustStoreError(f"the trust store {exc}") from exc
         except OSError as exc:
             raise TrustStoreError(f"{path}: cannot open the trust store: {exc.strerror}") from exc
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise TrustStoreError(f"{path}: the trust store is not a regular file")
-            if info.st_size > MAX_STORE_BYTES:
-                raise TrustStoreError(
-                    f"{path}: the trust store is larger than {MAX_STORE_BYTES} bytes"
-                )
-            data = os.read(fd, MAX_STORE_BYTES + 1)
-        finally:
-            os.close(fd)
         try:
             document = json.loads(data.decode("utf-8")) if data.strip() else {}
         except (UnicodeDecodeError, ValueError) as exc:

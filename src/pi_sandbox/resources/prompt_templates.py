@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pi_sandbox.regular_files import read_regular_file
 from pi_sandbox.resources.frontmatter import parse_frontmatter
 
 __all__ = [
@@ -98,34 +99,12 @@ def _fallback_description(body: str) -> str:
     return ""
 
 
-def _read_bounded(path: Path, max_bytes: int) -> str:
-    """The text of a regular file (symlinks followed) of at most ``max_bytes``.
-
-    Raises:
-        OSError: Unreadable, not a regular file, or too large.
-        UnicodeDecodeError: Not UTF-8.
-    """
-    # O_NONBLOCK so a FIFO planted in a prompts directory cannot hang the scan;
-    # the fstat below then rejects it.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"not a regular file: {path}")
-        if info.st_size > max_bytes:
-            raise OSError(f"larger than {max_bytes} bytes: {path}")
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise OSError(f"larger than {max_bytes} bytes: {path}")
-    return data.decode("utf-8")
-
-
 def _load_file(
     path: Path, source: str, max_bytes: int, diagnostics: list[PromptTemplateDiagnostic]
 ) -> PromptTemplate | None:
     try:
-        text = _read_bounded(path, max_bytes)
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular_file(path, max_bytes).decode("utf-8")
+    except (OSError, ValueError) as exc:  # FileRefusedError, UnicodeDecodeError
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         diagnostics.append(
             PromptTemplateDiagnostic("error", f"cannot read prompt template {path}: {reason}", path)

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape
 
+from pi_sandbox.regular_files import read_regular_file
 from pi_sandbox.resources.frontmatter import find_key_line, parse_frontmatter, strip_frontmatter
 
 __all__ = [
@@ -240,24 +240,13 @@ MAX_FILE_BYTES = 1024 * 1024
 
 
 def read_small_text(path: Path, *, errors: str = "strict") -> str:
-    """Read a UTF-8 text file of at most `MAX_FILE_BYTES`, without blocking on a FIFO
-    or a device.
+    """Read a UTF-8 text file of at most `MAX_FILE_BYTES` (`read_regular_file`).
 
     Raises:
         OSError: it cannot be opened. ValueError: not a regular file, too large, or
             not UTF-8 (with ``errors="strict"``).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{path} is not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", errors)
+    return read_regular_file(path, MAX_FILE_BYTES).decode("utf-8", errors)
 
 
 def _read_ignore_rules(directory: Path, base: str) -> list[_IgnoreRule]:

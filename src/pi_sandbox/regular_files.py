@@ -1,0 +1,51 @@
+"""Reading a small file that someone else may have planted (stdlib only).
+
+Policy files, trust stores, skills, prompt templates and context files all come
+from directories a repository or another user may control: a FIFO there must not
+block the supervisor, a device must not be read, and a huge file must not be read
+whole. `read_regular_file` is the one way they are read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["FileRefusedError", "read_regular_file"]
+
+
+class FileRefusedError(ValueError):
+    """The path is not a regular file, or is larger than the caller's limit; the
+    message says which (``not a regular file`` / ``N bytes, larger than …``)."""
+
+
+def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` of them.
+
+    Opened non-blocking (a FIFO without a writer fails the type check instead of
+    hanging), checked on the open descriptor (no race with a swap), read once.
+
+    Raises:
+        OSError: it cannot be opened (missing, permission, a symlink with
+            ``follow_symlinks=False``).
+        FileRefusedError: not a regular file, or larger than ``max_bytes``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefusedError(f"{path}: not a regular file")
+        if info.st_size > max_bytes:
+            raise FileRefusedError(
+                f"{path}: {info.st_size} bytes, larger than the limit of {max_bytes} bytes"
+            )
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew since the fstat
+        raise FileRefusedError(f"{path}: larger than the limit of {max_bytes} bytes")
+    return data
