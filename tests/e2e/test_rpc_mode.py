@@ -53,6 +53,20 @@ def env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return values
 
 
+def run_pi(
+    tmp_path: Path, *args: str, model: list[str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """One ``pi`` run to its end (text mode), with the test's private environment."""
+    return subprocess.run(
+        argv(tmp_path, *args, model=model),
+        input=stdin,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
@@ -162,15 +176,12 @@ def test_dialog_answers_must_fit_the_dialog_and_open_dialogs_end_with_the_input(
 def test_an_abort_sent_with_the_prompt_aborts_it_before_any_provider_request(tmp_path):
     with FakeOpenAI([text("never")]) as server:
         stdin = '{"type": "prompt", "message": "go", "id": "p"}\n{"type": "abort", "id": "a"}\n'
-        proc = subprocess.run(
-            argv(
-                tmp_path, "--mode", "rpc", model=["--model", "openai/x", "--base-url", server.url]
-            ),
-            input=stdin,
-            env=env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=60,
+        proc = run_pi(
+            tmp_path,
+            "--mode",
+            "rpc",
+            model=["--model", "openai/x", "--base-url", server.url],
+            stdin=stdin,
         )
         assert proc.returncode == 0, proc.stderr
         events = lines(proc.stdout)
@@ -219,14 +230,7 @@ def test_the_users_bash_goes_through_the_policy_gate(tmp_path):
         '{"type": "bash", "command": "rm -f victim", "id": "rm"}\n'
         '{"type": "bash", "command": "echo fine", "id": "echo"}\n'
     )
-    proc = subprocess.run(
-        argv(tmp_path, "--mode", "rpc", "--policy", str(policy)),
-        input=stdin,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_pi(tmp_path, "--mode", "rpc", "--policy", str(policy), stdin=stdin)
     assert proc.returncode == 0, proc.stderr
     by_id = {r["id"]: r for r in responses(lines(proc.stdout)) if "id" in r}
     # The second command waits for the first: both are answered in order.
@@ -244,13 +248,7 @@ def test_the_users_bash_goes_through_the_policy_gate(tmp_path):
     ],
 )
 def test_extension_flags_are_parsed_once_extensions_registered_them(tmp_path, args, expected):
-    proc = subprocess.run(
-        argv(tmp_path, "--mode", "json", "-e", str(RUNTIME / "flag_echo.py"), *args),
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_pi(tmp_path, "--mode", "json", "-e", str(RUNTIME / "flag_echo.py"), *args)
     assert proc.returncode == 0, proc.stderr
     messages = [e["message"] for e in lines(proc.stdout) if e.get("type") == "message_end"]
     assert messages[0]["content"] == [{"type": "text", "text": "go"}]  # never the flag's value
@@ -258,13 +256,7 @@ def test_extension_flags_are_parsed_once_extensions_registered_them(tmp_path, ar
 
 
 def test_an_unknown_option_is_still_a_usage_error_naming_it(tmp_path):
-    proc = subprocess.run(
-        argv(tmp_path, "-p", "-e", str(RUNTIME / "flag_echo.py"), "--labl", "x", "go"),
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_pi(tmp_path, "-p", "-e", str(RUNTIME / "flag_echo.py"), "--labl", "x", "go")
     assert proc.returncode == 2
     assert "--labl" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -277,13 +269,7 @@ def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_pat
     script = tmp_path / "many.yaml"
     script.write_text("".join(f"- text: answer {n}\n" for n in range(30)))
     model = ["--model", "scripted", "--script", str(script)]
-    capped = subprocess.run(
-        argv(tmp_path, "--mode", "json", "-e", str(RUNTIME / "looper.py"), "hi", model=model),
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    capped = run_pi(tmp_path, "--mode", "json", "-e", str(RUNTIME / "looper.py"), "hi", model=model)
     assert capped.returncode == 0, capped.stderr
     events = lines(capped.stdout)
     # With the capability (the default) the follow-ups run, but only MAX_SETTLE_RUNS times.
@@ -291,22 +277,16 @@ def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_pat
 
     assert len([e for e in events if e.get("type") == "agent_start"]) == 1 + MAX_SETTLE_RUNS
     assert any("kept the agent going" in e.get("message", "") for e in events)
-    refused = subprocess.run(
-        argv(
-            tmp_path,
-            "--mode",
-            "json",
-            "--policy",
-            str(policy),
-            "-e",
-            str(RUNTIME / "looper.py"),
-            "hi",
-            model=model,
-        ),
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    refused = run_pi(
+        tmp_path,
+        "--mode",
+        "json",
+        "--policy",
+        str(policy),
+        "-e",
+        str(RUNTIME / "looper.py"),
+        "hi",
+        model=model,
     )
     assert refused.returncode == 0, refused.stderr
     events = lines(refused.stdout)
@@ -345,20 +325,14 @@ def test_an_extension_steering_after_every_turn_is_capped_within_the_run(tmp_pat
 
     script = tmp_path / "many.yaml"
     script.write_text("".join(f"- text: answer {n}\n" for n in range(40)))
-    proc = subprocess.run(
-        argv(
-            tmp_path,
-            "--mode",
-            "json",
-            "-e",
-            str(RUNTIME / "steer_loop.py"),
-            "go",
-            model=["--model", "scripted", "--script", str(script)],
-        ),
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_pi(
+        tmp_path,
+        "--mode",
+        "json",
+        "-e",
+        str(RUNTIME / "steer_loop.py"),
+        "go",
+        model=["--model", "scripted", "--script", str(script)],
     )
     assert proc.returncode == 0, proc.stderr
     events = lines(proc.stdout)
