@@ -131,7 +131,6 @@ class SessionHost:
         self.reload_requested = False
         self.replacing = False
         self.keep_going = False  # rpc mode: a failed prompt does not end the session
-        self.failed = False
         # Errors that end a print/json run (raised again by the caller after the run).
         self.errors: list[BaseException] = []
         self.resources: dict[str, list[str]] = {}
@@ -201,7 +200,6 @@ class SessionHost:
             try:
                 await job()
             except (ProviderError, UsageError, WorkerError, PolicyError) as exc:
-                self.failed = True
                 self.errors.append(exc)
                 if self.keep_going:  # rpc mode: report and serve the next command
                     await self.emit({"type": "error", "error": str(exc)})
@@ -301,7 +299,6 @@ class SessionHost:
         try:
             return await run()
         except ProviderError as exc:
-            self.failed = True
             self.errors.append(exc)
             if self.keep_going:
                 await self.emit({"type": "error", "error": f"provider error: {exc}"})

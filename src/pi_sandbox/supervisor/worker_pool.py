@@ -178,7 +178,7 @@ class WorkerPool:
         self._closing = False
         # Workers of ended generations not stopped yet (stopped at the latest by aclose).
         self.retired: list[WorkerProcess] = []
-        self._start_args: dict[str, Any] = {}
+        self._on_tool_update: Callable[..., Any] | None = None
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
@@ -364,7 +364,7 @@ class WorkerPool:
             WorkerStartError: the tool worker could not start.
         """
         self._nursery = nursery
-        self._start_args = {"on_tool_update": on_tool_update}
+        self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources):
             await self._prepare_sandbox(nursery)
         tool_spec = self._spec(
@@ -397,7 +397,7 @@ class WorkerPool:
         failures go to `load_errors`."""
         nursery = self._nursery
         assert nursery is not None
-        on_tool_update = self._start_args.get("on_tool_update")
+        on_tool_update = self._on_tool_update
         slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
 
         # A sandboxed-trust project extension's tool_call hook may rewrite the input of
