@@ -27,6 +27,9 @@ Sections (see bench/README.md):
     workers against the raw socketpair echo; reload round trips over ``pi --mode rpc``
     (skipped when ``pi`` has no such mode); an idle extension worker's VmRSS against a bare
     ``python -I -c "import trio; …sleep"``.
+(j) resource discovery: ``load_skills`` (pi mode) over 1,000 planted skills (10 % invalid)
+    plus ``load_prompt_templates`` over 200 templates, against a bare ``os.walk`` of the
+    same tree, alternated in one run (target ≤ 3x).
 
 Timing is ``time.perf_counter_ns``; every figure is printed in ms with 2 decimals.
 """
@@ -56,6 +59,8 @@ try:
     import pi_sandbox
     from pi_sandbox.policies import evaluate_tool_call, load_policies
     from pi_sandbox.policies._shell_grammar import UnparseableCommand, parse_command
+    from pi_sandbox.resources.prompt_templates import load_prompt_templates
+    from pi_sandbox.resources.skills import SkillSource, load_skills
     from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
     from pi_sandbox.supervisor.providers.base import ToolCall
@@ -344,6 +349,7 @@ class Sizes:
     i_dispatch: int  # (i.b): timed dispatches through the 10 hook workers
     i_reloads: int  # (i.c): timed reload round trips
     i_rss_reps: int  # (i.d): workers (and bare trio processes) measured
+    j_reps: int  # (j): timed discovery passes (each beside one bare os.walk pass)
 
 
 QUICK = Sizes(
@@ -361,6 +367,7 @@ QUICK = Sizes(
     i_dispatch=1000,
     i_reloads=5,
     i_rss_reps=2,
+    j_reps=5,
 )
 FULL = Sizes(
     python_start=50,
@@ -377,6 +384,7 @@ FULL = Sizes(
     i_dispatch=5000,
     i_reloads=10,
     i_rss_reps=5,
+    j_reps=30,
 )
 
 
@@ -2745,6 +2753,278 @@ def bench_ext_runtime(
     _guarded(report, "(i.d) idle worker memory", lambda: bench_ext_memory(env, report))
 
 
+# --- (j) resource discovery ----------------------------------------------------------------
+
+J_ROOT_SKILLS = 200  # skills/tool-NNN.md, all valid
+J_DIR_SKILLS = 800  # skills/[CATEGORY/]skill-NNN/SKILL.md
+J_NESTED = 200  # of those, 25 in each of the 8 category folders
+J_INVALID = 100  # of the SKILL.md skills: every 8th; broken YAML / no / blank description
+J_IGNORED = 10  # valid SKILL.md skills under skills/drafts/, which skills/.gitignore ignores
+J_PROMPTS = 200
+J_TARGET = 3.0
+J_CATEGORIES = ("backend", "frontend", "data", "infra", "docs", "security", "release", "ops")
+# Each stays invalid even with frontmatter's lenient retry of unquoted colons.
+J_BROKEN_YAML = (
+    'description: "an unclosed quote\nlicense: MIT',
+    "description: [a, broken, flow list",
+    "\tdescription: a tab-indented key",
+    "description: fine\n  stray: indented: mapping",
+)
+J_INVALID_KINDS = ("invalid YAML", "no description", "blank description")
+
+
+@dataclass
+class _ResourceTree:
+    skills_root: Path
+    prompts_root: Path
+    valid: set[str] = field(default_factory=set)  # skill names that must load
+    invalid: dict[Path, str] = field(default_factory=dict)  # SKILL.md -> J_INVALID_KINDS
+    prompts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # (desc, hint)
+    prompts_described: int = 0  # with a frontmatter description (others: first body line)
+    files: int = 0
+    dirs: int = 0
+    bytes: int = 0
+
+    def write(self, path: Path, text: str | bytes) -> None:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+            self.dirs += 1
+        data = text.encode() if isinstance(text, str) else text
+        path.write_bytes(data)
+        self.files += 1
+        self.bytes += len(data)
+
+
+def _j_body(gen: _CallGen, title: str) -> str:
+    lines = [f"# {title}", "", gen.text(2), ""]
+    for _ in range(gen.rng.randint(3, 12)):
+        lines += [f"## {gen.w().capitalize()} the {gen.w()}", "", gen.text(gen.rng.randint(2, 5))]
+        if gen.rng.random() < 0.5:
+            lines += ["", "```bash", gen.simple(), gen.simple(), "```", ""]
+        else:
+            lines += [""] + [f"- {gen.text(1)}" for _ in range(gen.rng.randint(2, 5))] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def _j_description(gen: _CallGen) -> str:
+    """A valid ``description`` entry in one of the shapes authors write."""
+    roll = gen.rng.random()
+    if roll < 0.15:  # unquoted ": " in the value: read by the lenient retry
+        return f"description: {gen.text(1)} Trigger words: {gen.w()}, {gen.w()}, {gen.w()}."
+    if roll < 0.3:
+        return "description: |\n  " + "\n  ".join(gen.text(1) for _ in range(3))
+    if roll < 0.4:
+        return f'description: "{gen.text(2)}"'
+    return f"description: Use when the task involves {gen.w()} or {gen.w()}. {gen.text(1)}"
+
+
+def _j_extra_keys(gen: _CallGen) -> list[str]:
+    keys = []
+    if gen.rng.random() < 0.4:
+        keys.append("license: MIT")
+    if gen.rng.random() < 0.3:
+        keys.append(f"allowed-tools: Read Bash({gen.w()}:*) Grep")
+    if gen.rng.random() < 0.2:
+        keys += ["metadata:", f'  version: "1.{gen.rng.randint(0, 9)}"', f"  owner: {gen.w()}"]
+    if gen.rng.random() < 0.05:
+        keys.append("disable-model-invocation: true")
+    return keys
+
+
+def _j_skill_dir(tree: _ResourceTree, gen: _CallGen, folder: Path, invalid: str | None) -> None:
+    name = folder.name
+    if invalid == "invalid YAML":
+        head = [f"name: {name}", gen.rng.choice(J_BROKEN_YAML)]
+    elif invalid == "no description":
+        head = [f"name: {name}", "license: MIT"]
+    elif invalid == "blank description":
+        head = [f"name: {name}", gen.rng.choice(("description:", 'description: ""'))]
+    else:
+        head = [f"name: {name}", _j_description(gen)]
+        tree.valid.add(name)
+    head += _j_extra_keys(gen)
+    skill_md = folder / "SKILL.md"
+    tree.write(skill_md, "---\n" + "\n".join(head) + "\n---\n\n" + _j_body(gen, name))
+    if invalid is not None:
+        tree.invalid[skill_md] = invalid
+    if gen.rng.random() < 0.3:
+        tree.write(folder / "scripts" / "run.sh", f"#!/bin/sh\nset -eu\n{gen.simple()}\n")
+        tree.write(folder / "scripts" / "helper.py", f'"""{gen.text(1)}"""\nprint("ok")\n')
+    if gen.rng.random() < 0.25:
+        for k in range(gen.rng.randint(2, 4)):
+            tree.write(folder / "references" / f"{gen.w()}-{k}.md", _j_body(gen, gen.w()))
+    if gen.rng.random() < 0.15:
+        tree.write(folder / "assets" / "template.txt", gen.text(3) + "\n")
+        tree.write(folder / "assets" / "icon.png", b"\x89PNG\r\n\x1a\n" + bytes(200))
+
+
+def write_resource_tree(base: Path, seed: int = 10) -> _ResourceTree:
+    """A ``skills/`` and a ``prompts/`` folder as a heavy user might have (section (j))."""
+    gen = _CallGen(seed)
+    tree = _ResourceTree(base / "skills", base / "prompts")
+    skills = tree.skills_root
+    tree.write(skills / ".gitignore", "# work in progress, not published\ndrafts/\n")
+    tree.write(skills / "README.md", "# My skills\n\n" + gen.text(3) + "\n")
+    for i in range(J_ROOT_SKILLS):
+        name = f"tool-{i:03d}"
+        head = ([f"name: {name}"] if i % 3 == 0 else []) + [_j_description(gen)]
+        head += _j_extra_keys(gen)
+        text = "---\n" + "\n".join(head) + "\n---\n\n" + _j_body(gen, name)
+        tree.write(skills / f"{name}.md", text)
+        tree.valid.add(name)
+    per_category = J_NESTED // len(J_CATEGORIES)
+    for i in range(J_DIR_SKILLS):
+        nested = i - (J_DIR_SKILLS - J_NESTED)
+        parent = skills if nested < 0 else skills / J_CATEGORIES[nested // per_category]
+        invalid = J_INVALID_KINDS[(i // 8) % 3] if i % 8 == 3 else None
+        _j_skill_dir(tree, gen, parent / f"skill-{i:03d}", invalid)
+    for i in range(J_IGNORED):  # valid, but ignored: must not load
+        _j_skill_dir(tree, gen, skills / "drafts" / f"draft-{i:02d}", None)
+        tree.valid.discard(f"draft-{i:02d}")
+    verbs = ("review", "explain", "refactor", "test", "document", "fix", "plan", "summarize")
+    for i in range(J_PROMPTS):
+        verb = verbs[i % len(verbs)]
+        first_line = f"{verb.capitalize()} $1 with a focus on ${{@:2}}."  # the fallback
+        body = first_line + "\n\n" + gen.text(gen.rng.randint(2, 8)) + "\n\nContext: $ARGUMENTS\n"
+        head, description, hint = [], first_line, None
+        if i % 5 < 3:
+            description = f"{verb.capitalize()} {gen.text(1)}"
+            head.append(f"description: {description}")
+            tree.prompts_described += 1
+            if i % 2 == 0:
+                hint = "<file> [focus]"
+                head.append(f'argument-hint: "{hint}"')
+        text = ("---\n" + "\n".join(head) + "\n---\n\n" if head else "") + body
+        tree.write(tree.prompts_root / f"{verb}-{i:03d}.md", text)
+        tree.prompts[f"{verb}-{i:03d}"] = (description, hint)
+    return tree
+
+
+def _j_check(tree: _ResourceTree, skills: list, skill_diags: list, templates: list) -> str:
+    """Raise unless discovery found exactly what was planted; a summary of it otherwise."""
+    problems = []
+    names = {skill.name for skill in skills}
+    if len(skills) != len(tree.valid) or names != tree.valid:
+        problems.append(
+            f"{len(skills)} skills loaded, {len(tree.valid)} valid planted (missing "
+            f"{sorted(tree.valid - names)[:3]}, unexpected {sorted(names - tree.valid)[:3]})"
+        )
+    kinds: dict[str, int] = {}
+    for diag in skill_diags:
+        kind = tree.invalid.get(diag.path)
+        expect = "invalid YAML" if kind == "invalid YAML" else "'description' is required"
+        if diag.type != "error" or kind is None or expect not in diag.message:
+            problems.append(f"unexpected skill diagnostic: {diag.type} {diag.message}")
+            break
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if len(skill_diags) != len(tree.invalid) or {d.path for d in skill_diags} != set(tree.invalid):
+        problems.append(
+            f"{len(skill_diags)} skill diagnostics, {len(tree.invalid)} invalid planted"
+        )
+    got = {t.name: (t.description, t.argument_hint) for t in templates}
+    if len(templates) != len(tree.prompts) or got != tree.prompts:
+        wrong = sorted(
+            k for k in got.keys() | tree.prompts.keys() if got.get(k) != tree.prompts.get(k)
+        )
+        problems.append(
+            f"{len(templates)} templates loaded, {len(tree.prompts)} planted (differ: {wrong[:3]})"
+        )
+    described = tree.prompts_described
+    hints = sum(t.argument_hint is not None for t in templates)
+    if problems:
+        raise RuntimeError("(j) discovery result is wrong: " + "; ".join(problems))
+    return (
+        f"{len(skills)} skills loaded, {len(skill_diags)} error diagnostics ("
+        + ", ".join(f"{kinds.get(k, 0)} {k}" for k in J_INVALID_KINDS)
+        + f"); the {J_IGNORED} skills under the ignored drafts/ and README.md skipped silently; "
+        f"{len(templates)} templates ({described} with a frontmatter description, {hints} "
+        f"with argument-hint), 0 template diagnostics"
+    )
+
+
+def _j_walk_ns(root: Path) -> tuple[int, int]:
+    """(ns, entries) of a bare ``os.walk`` listing of ``root``."""
+    start = time.perf_counter_ns()
+    entries = 0
+    for _dirpath, dirnames, filenames in os.walk(root):
+        entries += len(dirnames) + len(filenames)
+    return time.perf_counter_ns() - start, entries
+
+
+def _j_discover(tree: _ResourceTree) -> tuple[int, int, tuple[list, list, list, list]]:
+    """(skills ns, prompts ns, (skills, skill diagnostics, templates, template diagnostics))."""
+    start = time.perf_counter_ns()
+    skills, skill_diags = load_skills([SkillSource(tree.skills_root, "user", mode="pi")])
+    mid = time.perf_counter_ns()
+    templates, template_diags = load_prompt_templates([(tree.prompts_root, "user")])
+    end = time.perf_counter_ns()
+    return mid - start, end - mid, (skills, skill_diags, templates, template_diags)
+
+
+def bench_resources(env: Env, report: Report) -> None:
+    """(j) skill and prompt-template discovery against a bare ``os.walk`` of the same tree."""
+    tree = write_resource_tree(env.root / "resources")
+    # Untimed first pass of each (warm page and dentry caches, imports, regex compiles).
+    _, _, result = _j_discover(tree)
+    skills, skill_diags, templates, template_diags = result
+    if template_diags:
+        raise RuntimeError(f"(j) template diagnostics: {[d.message for d in template_diags]}")
+    checked = _j_check(tree, skills, skill_diags, templates)
+    walk_entries = _j_walk_ns(tree.skills_root)[1] + _j_walk_ns(tree.prompts_root)[1]
+    series: dict[str, list[int]] = {
+        k: [] for k in ("walk_skills", "walk_prompts", "walk", "skills", "prompts", "discovery")
+    }
+    for rep in range(env.sizes.j_reps):  # alternate which goes first, against drift
+        for what in ("walk", "discover") if rep % 2 == 0 else ("discover", "walk"):
+            if what == "walk":
+                a, b = _j_walk_ns(tree.skills_root)[0], _j_walk_ns(tree.prompts_root)[0]
+                keys = ("walk_skills", "walk_prompts", "walk")
+            else:
+                a, b, _ = _j_discover(tree)
+                keys = ("skills", "prompts", "discovery")
+            for key, value in zip(keys, (a, b, a + b), strict=True):
+                series[key].append(value)
+    for key, samples in series.items():
+        report.add_series(f"j.{key}", samples)
+    n_skills = J_ROOT_SKILLS + J_DIR_SKILLS
+    for name, label, base, base_label in (
+        (
+            "j.discovery",
+            f"discover {n_skills:,} skills + {J_PROMPTS} prompt templates "
+            "(load_skills + load_prompt_templates), p50",
+            "j.walk",
+            "bare os.walk of the same tree p50",
+        ),
+        ("j.skills", "  skills only (load_skills, pi mode)", "j.walk_skills", "os.walk skills/"),
+        (
+            "j.prompts",
+            "  prompt templates only (load_prompt_templates)",
+            "j.walk_prompts",
+            "os.walk prompts/",
+        ),
+    ):
+        report.row("(j)", label, name, base=base, base_label=base_label)
+    disc, walk = report.stat("j.discovery"), report.stat("j.walk")
+    assert disc is not None and walk
+    ratio = disc / walk
+    report.series["j.discovery"]["ratio_p50_to_walk_p50"] = round(ratio, 3)
+    per_file = ms(statistics.median(series["skills"])) * 1000 / n_skills
+    report.notes.extend(
+        [
+            f"(j) target discovery p50 <= {J_TARGET:g}x a bare os.walk of the same tree: "
+            f"{disc:.2f} ms vs {walk:.2f} ms = {ratio:.2f}x: "
+            f"{'met' if ratio <= J_TARGET else 'NOT met'} (n={env.sizes.j_reps} each, "
+            f"alternated, after one untimed pass); skills {per_file:.1f} µs per planted skill",
+            f"(j) tree: {tree.files:,} files in {tree.dirs:,} folders, "
+            f"{tree.bytes / 1024:,.0f} KiB ({walk_entries:,} entries walked): {J_ROOT_SKILLS} "
+            f"root *.md skills, {J_DIR_SKILLS} NAME/SKILL.md ({J_NESTED} in "
+            f"{len(J_CATEGORIES)} category folders; some with scripts/, references/*.md, "
+            f"assets/), {J_IGNORED} more under .gitignore'd drafts/; {J_PROMPTS} templates",
+            f"(j) checked: {checked}",
+        ]
+    )
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -2766,7 +3046,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
     )
     parser.add_argument(
-        "--only", default="abcdefghi", help="sections to run, e.g. 'abc' (default: all)"
+        "--only", default="abcdefghij", help="sections to run, e.g. 'abc' (default: all)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
@@ -2824,6 +3104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         )
     )
+    sections.append(("j", "(j) resource discovery", lambda: bench_resources(env, report)))
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
     try:

@@ -1,7 +1,8 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
-``pi [options] [message…]``, ``pi sandbox doctor [--json]``, and
-``pi policy check|show|explain``. Exit status: 0 success; 1 the agent or provider
+``pi [options] [message…]``, ``pi sandbox doctor [--json]``,
+``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``
+and ``pi resources [--json]``. Exit status: 0 success; 1 the agent or provider
 failed; 2 bad usage or configuration (names the argument or file); 3 a sandbox was
 required (``--sandbox``, or ``--trust sandboxed`` with project extensions) and
 bubblewrap cannot run here — in ``--ci`` mode that is 2, and 3 means the run
@@ -26,7 +27,9 @@ __all__ = [
     "build_parser",
     "main",
     "policy_main",
+    "resources_main",
     "sandbox_main",
+    "trust_main",
 ]
 
 EXIT_OK = 0
@@ -102,6 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project"
     )
+    add_resource_options(parser)
+    parser.add_argument(
+        "--system-prompt",
+        metavar="TEXT|FILE",
+        help="replace the built-in system prompt (a file's text when FILE exists)",
+    )
+    parser.add_argument(
+        "--append-system-prompt",
+        action="append",
+        default=[],
+        metavar="TEXT|FILE",
+        help="append to the system prompt (repeatable; a file's text when FILE exists)",
+    )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
     parser.add_argument(
         "--ci",
@@ -115,6 +131,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pi-sandbox {__version__}")
     return parser
+
+
+def add_resource_options(parser: argparse.ArgumentParser) -> None:
+    """``--skill``, ``--no-skills``, ``--prompt-template``, ``--no-prompt-templates``
+    (shared by runs and ``pi resources``)."""
+    parser.add_argument(
+        "--skill",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="load a skill file or directory (repeatable; works with --no-skills)",
+    )
+    parser.add_argument(
+        "--no-skills", action="store_true", help="no skill discovery (--skill still loads)"
+    )
+    parser.add_argument(
+        "--prompt-template",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="load a prompt template file or directory (repeatable)",
+    )
+    parser.add_argument(
+        "--no-prompt-templates",
+        action="store_true",
+        help="no prompt template discovery (--prompt-template still loads)",
+    )
+
+
+def _check_resource_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for option, paths in (("--skill", args.skill), ("--prompt-template", args.prompt_template)):
+        for path in paths:
+            if not os.path.lexists(path):
+                parser.error(f"argument {option}: no such file or directory: {path}")
 
 
 def sandbox_main(argv: Sequence[str]) -> int:
@@ -321,6 +373,300 @@ def _show_policy(policy: object, *, as_json: bool) -> int:
     return EXIT_OK
 
 
+def _base_policy(policies: Sequence[Path]) -> object:
+    """The managed and user tiers (what decides trust; the project tier never does).
+
+    Raises:
+        PolicyError: a policy file is malformed.
+    """
+    from pi_sandbox.policies import PolicyLocations, load_effective_policy
+
+    locations = PolicyLocations(
+        policy_files=tuple(policies),
+        managed_dirs=managed_policy_dirs()[:1],
+        extra_managed_dirs=managed_policy_dirs()[1:],
+        user_file=agent_dir() / "policy.yaml",
+    )
+    return load_effective_policy(locations)
+
+
+def trust_main(argv: Sequence[str]) -> int:
+    """``pi trust [yes|no|sandboxed|forget|show] [PATH] [--json]`` (issue 6).
+
+    ``yes``/``no``/``sandboxed`` record the decision for PATH (default: the current
+    directory) in ``<agent dir>/trust.json`` (atomic write, mode 0600); it applies to
+    PATH and every directory below it without a nearer decision. A decision the
+    organisation policy forbids (``trust.users_may_trust``) is refused (exit 2).
+    ``forget`` drops the decision recorded for exactly PATH. ``show`` (the default)
+    prints the decision a run in PATH would get without ``--trust`` (extensions'
+    ``project_trust`` answers aside), where it comes from, the project's
+    trust-requiring resources, and every stored decision. Exit 0, 2 on bad usage, an
+    unreadable store or a bad policy file.
+    """
+    parser = argparse.ArgumentParser(
+        prog="pi trust", description="Manage saved project trust decisions."
+    )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="show",
+        choices=["yes", "no", "sandboxed", "forget", "show"],
+        help="record a decision, forget one, or show (default)",
+    )
+    parser.add_argument("path", nargs="?", metavar="PATH", help="the project (default: .)")
+    parser.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy file"
+    )
+    parser.add_argument("--json", action="store_true", help="show: print one JSON object")
+    args = parser.parse_args(argv)
+    import json
+
+    from pi_sandbox.errors import PolicyError
+    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
+    from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
+
+    target = Path(os.path.abspath(os.path.expanduser(args.path or ".")))
+    if args.action != "forget" and not target.is_dir():
+        parser.error(f"argument PATH: not a directory: {args.path}")
+    for path in args.policy:
+        if not path.is_file():
+            parser.error(f"argument --policy: no such file: {path}")
+    store_path = trust_store_path(agent_dir())
+    try:
+        store = TrustStore.load(store_path)
+    except TrustStoreError as exc:
+        print(f"pi: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        policy = _base_policy(args.policy)
+    except PolicyError as exc:
+        print(f"pi: policy error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rules = policy.trust  # type: ignore[attr-defined]
+    if args.action in ("yes", "no", "sandboxed"):
+        refusal = rules.refusal(args.action)
+        if refusal is not None:
+            print(f"pi trust: {args.action!r} is not allowed: {refusal}", file=sys.stderr)
+            return EXIT_USAGE
+        store.set(target, args.action)
+        try:
+            store.save()
+        except OSError as exc:
+            print(f"pi: cannot write {store_path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"{target}: {args.action} (saved in {store_path}; applies below it too)")
+        return EXIT_OK
+    if args.action == "forget":
+        if not store.forget(target):
+            print(f"{target}: no decision recorded for exactly this path in {store_path}")
+            return EXIT_OK
+        try:
+            store.save()
+        except OSError as exc:
+            print(f"pi: cannot write {store_path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"{target}: decision forgotten ({store_path})")
+        return EXIT_OK
+    info = resolve_trust(target, agent_dir=agent_dir(), home=Path.home(), rules=rules)
+    report = {
+        "path": str(target),
+        "store": str(store_path),
+        **info.as_dict(),
+        "decisions": store.decisions,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    print(f"{target}: {info.decision or 'undecided (not trusted)'} (from {info.source})")
+    for resource in info.resources:
+        print(f"  project resource: {resource}")
+    if not info.resources:
+        print("  no trust-requiring project resources")
+    print(f"stored decisions ({store_path}):")
+    for path, decision in sorted(store.decisions.items()):
+        print(f"  {decision:9} {path}")
+    if not store.decisions:
+        print("  none")
+    return EXIT_OK
+
+
+def resources_main(argv: Sequence[str]) -> int:
+    """``pi resources [--json] [-C DIR] [--trust …] [--skill PATH] …`` (issue 6).
+
+    Shows what a run in DIR would load: the trust decision and its source, every
+    skill, prompt template, context file and extension (with its source), the
+    system-prompt files, and every diagnostic. No extension is run, so
+    ``project_trust`` answers and ``resources_discover`` paths of extensions are
+    not included (a run shows those). ``--json`` prints one object — a public
+    contract — with ``trust``, ``skills`` (``name``, ``description``, ``path``,
+    ``source``), ``prompts``, ``context_files``, ``extensions`` and ``diagnostics``
+    (``type`` ``warning``/``error``/``collision``, ``message``, ``path``). Exit 0,
+    2 on bad usage or a bad policy file.
+    """
+    parser = argparse.ArgumentParser(
+        prog="pi resources",
+        description="Show the skills, prompt templates, context files and extensions a run loads.",
+    )
+    parser.add_argument("-C", dest="directory", metavar="DIR", help="the workspace (default: .)")
+    parser.add_argument(
+        "--trust", choices=["yes", "no", "sandboxed"], help="the trust decision to assume"
+    )
+    parser.add_argument("-e", "--extension", action="append", default=[], type=Path, metavar="PATH")
+    parser.add_argument("--no-extensions", action="store_true")
+    parser.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy file"
+    )
+    add_resource_options(parser)
+    parser.add_argument("--system-prompt", metavar="TEXT|FILE")
+    parser.add_argument("--append-system-prompt", action="append", default=[], metavar="TEXT|FILE")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    import json
+
+    from pi_sandbox.errors import PolicyError
+    from pi_sandbox.resources.resource_set import (
+        load_resources,
+        read_prompt_text,
+        resolve_trust,
+    )
+    from pi_sandbox.supervisor.extension_discovery import discover_extensions
+
+    workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
+    if not workspace.is_dir():
+        parser.error(f"argument -C: not a directory: {args.directory}")
+    workspace = workspace.resolve()
+    _check_resource_paths(parser, args)
+    for path in args.policy:
+        if not path.is_file():
+            parser.error(f"argument --policy: no such file: {path}")
+    for path in args.extension:
+        if not path.exists():
+            parser.error(f"argument -e/--extension: no such file or directory: {path}")
+    try:
+        system_prompt = (
+            read_prompt_text(args.system_prompt, argument="--system-prompt")
+            if args.system_prompt is not None
+            else None
+        )
+        appended = tuple(
+            read_prompt_text(t, argument="--append-system-prompt")
+            for t in args.append_system_prompt
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        policy = _base_policy(args.policy)
+    except PolicyError as exc:
+        print(f"pi: policy error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        info = resolve_trust(
+            workspace,
+            agent_dir=agent_dir(),
+            home=Path.home(),
+            requested=args.trust,
+            rules=policy.trust,  # type: ignore[attr-defined]
+        )
+    except ValueError as exc:
+        parser.error(f"argument --trust: {exc}")
+    sources, notices = discover_extensions(
+        cwd=workspace,
+        agent_dir=agent_dir(),
+        cli_paths=[p.resolve() for p in args.extension],
+        no_extensions=args.no_extensions,
+        project_trust=info.decision,
+        rules=policy.extensions,  # type: ignore[attr-defined]
+    )
+    found = load_resources(
+        workspace,
+        agent_dir=agent_dir(),
+        home=Path.home(),
+        trust=info,
+        cli_skills=tuple(Path(os.path.abspath(p)) for p in args.skill),
+        no_skills=args.no_skills,
+        cli_prompts=tuple(Path(os.path.abspath(p)) for p in args.prompt_template),
+        no_prompts=args.no_prompt_templates,
+        packages=tuple(s.path for s in sources if s.path.is_dir()),
+        system_prompt=system_prompt,
+        append_system_prompt=appended,
+    )
+    diagnostics = [
+        *found.diagnostics,
+        *({"type": "warning", "message": n, "path": ""} for n in notices),
+    ]
+    report = {
+        "cwd": str(workspace),
+        "trust": info.as_dict(),
+        "skills": [
+            {
+                "name": k.name,
+                "description": k.description,
+                "path": str(k.path),
+                "source": k.source,
+                "base_dir": str(k.base_dir),
+                "disable_model_invocation": k.disable_model_invocation,
+            }
+            for k in found.skills
+        ],
+        "prompts": [
+            {
+                "name": t.name,
+                "description": t.description,
+                "argument_hint": t.argument_hint,
+                "path": str(t.path),
+                "source": t.source,
+            }
+            for t in found.prompts
+        ],
+        "context_files": [
+            {"path": str(c.path), "scope": c.scope, "trusted": c.trusted}
+            for c in found.context_files
+        ],
+        "system_prompt": {
+            "replaced_by": found.system_prompt_source,
+            "appended": [source for source, _ in found.append_system_prompt],
+        },
+        "extensions": [
+            {"path": str(s.path), "source": s.origin, "discovered": str(s.discovered)}
+            for s in sources
+        ],
+        "diagnostics": diagnostics,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    trust = report["trust"]
+    print(f"Project {workspace}: trust {trust['decision']} (from {trust['source']})")
+    if info.resources and not info.trusted:
+        print("  not loaded (project not trusted): " + ", ".join(map(str, info.resources)))
+        print(f"  trust it with: pi trust yes {workspace}  (or: pi trust sandboxed {workspace})")
+    sections = (
+        ("Skills", [f"{k['name']}  [{k['source']}]  {k['path']}" for k in report["skills"]]),
+        (
+            "Prompt templates",
+            [f"/{t['name']}  [{t['source']}]  {t['path']}" for t in report["prompts"]],
+        ),
+        (
+            "Context files",
+            [
+                f"{c['path']}  [{c['scope']}{'' if c['trusted'] else ', untrusted'}]"
+                for c in report["context_files"]
+            ],
+        ),
+        ("Extensions", [f"{e['path']}  [{e['source']}]" for e in report["extensions"]]),
+        ("Diagnostics", [f"{d['type']}: {d['message']}" for d in diagnostics]),
+    )
+    for title, lines in sections:
+        print(f"\n{title} ({len(lines)}):")
+        for line in lines:
+            print(f"  {line}")
+    if found.system_prompt_source:
+        print(f"\nSystem prompt replaced by {found.system_prompt_source}")
+    for source, _ in found.append_system_prompt:
+        print(f"System prompt appended from {source}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (see the module docstring).
 
@@ -334,6 +680,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sandbox"]:
         return sandbox_main(argv[1:])
+    if argv[:1] == ["trust"]:
+        return trust_main(argv[1:])
+    if argv[:1] == ["resources"]:
+        try:
+            return resources_main(argv[1:])
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
     if argv[:1] == ["policy"]:
         try:
             return policy_main(argv[1:])
@@ -378,6 +732,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument --script: {what}: {args.script}")
     if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
         parser.error(f"argument --base-url: not an http(s) URL: {args.base_url}")
+    _check_resource_paths(parser, args)
+    from pi_sandbox.resources.resource_set import read_prompt_text
+
+    try:
+        system_prompt = (
+            read_prompt_text(args.system_prompt, argument="--system-prompt")
+            if args.system_prompt is not None
+            else None
+        )
+        appended = [
+            read_prompt_text(text, argument="--append-system-prompt")
+            for text in args.append_system_prompt
+        ]
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.ci and args.sandbox is False:
         parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
     options = RunOptions(
@@ -407,6 +776,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         audit_log=args.audit_log.absolute() if args.audit_log else None,
         policies=[p.resolve() for p in args.policy],
         trust=args.trust,
+        skills=[Path(os.path.abspath(p)) for p in args.skill],
+        no_skills=args.no_skills,
+        prompt_templates=[Path(os.path.abspath(p)) for p in args.prompt_template],
+        no_prompt_templates=args.no_prompt_templates,
+        system_prompt=system_prompt,
+        append_system_prompt=appended,
         session=not args.no_session,
     )
     return run_print_session(options)

@@ -158,45 +158,58 @@ def _inside_project_extensions(path: Path, project_dir: Path) -> bool:
 # -- settings ---------------------------------------------------------------------------
 
 
-def _settings_paths(settings_file: Path, notices: list[str]) -> list[tuple[str, Path]]:
-    """The ``"extensions"`` list of ``settings_file`` as ``[(label, absolute path), …]``.
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""Largest settings file read (bytes); a larger one is a notice, not a hang."""
 
-    ``label`` is ``"<file>: extensions[i]"`` for notices. Relative paths are relative
+
+def settings_paths(
+    settings_file: Path, notices: list[str], key: str = "extensions"
+) -> list[tuple[str, Path]]:
+    """The ``key`` list (``"extensions"``, ``"skills"``, ``"prompts"``) of
+    ``settings_file`` as ``[(label, absolute path), …]``.
+
+    ``label`` is ``"<file>: <key>[i]"`` for notices. Relative paths are relative
     to the settings file's directory; ``~`` is expanded. A missing file is no
-    extensions; a malformed one, a non-list ``extensions`` or a non-string entry is a
-    notice naming the file and the field, never an exception.
+    paths; a malformed one (not JSON, not a regular file, larger than
+    `MAX_SETTINGS_BYTES`), a non-list value or a non-string entry is a notice naming
+    the file and the field, never an exception. The file is read without blocking
+    (a planted FIFO is refused).
     """
+    from pi_sandbox.regular_files import FileRefusedError, read_regular_file
+
     try:
-        text = settings_file.read_bytes()
+        text = read_regular_file(settings_file, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         return []
+    except FileRefusedError as exc:
+        notices.append(f"{exc}; its {key} were not loaded")
+        return []
     except OSError as exc:
-        notices.append(f"{settings_file}: cannot read it ({exc}); its extensions were not loaded")
+        notices.append(f"{settings_file}: cannot read it ({exc}); its {key} were not loaded")
         return []
     try:
         data = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        notices.append(f"{settings_file}: invalid JSON ({exc}); its extensions were not loaded")
+        notices.append(f"{settings_file}: invalid JSON ({exc}); its {key} were not loaded")
         return []
     if not isinstance(data, dict):
         notices.append(
-            f"{settings_file}: expected a JSON object at the top level; "
-            "its extensions were not loaded"
+            f"{settings_file}: expected a JSON object at the top level; its {key} were not loaded"
         )
         return []
-    declared = data.get("extensions")
+    declared = data.get(key)
     if declared is None:
         return []
     if not isinstance(declared, list):
         notices.append(
-            f"{settings_file}: extensions: expected a list of path strings, "
+            f"{settings_file}: {key}: expected a list of path strings, "
             f"got {type(declared).__name__}"
         )
         return []
     base = settings_file.parent
     paths = []
     for index, raw in enumerate(declared):
-        label = f"{settings_file}: extensions[{index}]"
+        label = f"{settings_file}: {key}[{index}]"
         if not isinstance(raw, str) or not raw.strip():
             notices.append(f"{label}: expected a path string")
             continue
@@ -483,7 +496,7 @@ def _user_settings_sources(
     """The extensions named by the user's settings file (origin ``user``, or
     ``project`` for a path inside the project's ``.pi/extensions``)."""
     found = []
-    for label, path in _settings_paths(settings_file, notices):
+    for label, path in settings_paths(settings_file, notices):
         if _inside_project_extensions(path, project_dir):
             if not trusted:  # checked before the path is read: it is a project file
                 notices.append(
@@ -502,7 +515,7 @@ def _project_settings_sources(cwd: Path, notices: list[str]) -> list[ExtensionSo
     paths inside ``cwd``, once symlinks are resolved, the listed path and every
     extension found under it alike."""
     found = []
-    for label, path in _settings_paths(cwd / ".pi" / "settings.json", notices):
+    for label, path in settings_paths(cwd / ".pi" / "settings.json", notices):
         if not _inside(path, cwd):
             notices.append(
                 f"Refused {label}: {path} is outside the project {cwd}; "

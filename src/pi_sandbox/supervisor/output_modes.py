@@ -134,6 +134,14 @@ class PrintOutput:
             self.line(f"{mark} {_one_line(str(event.get('message', '')), 500)}")
         elif kind == "warning":
             self.line(f"⚠ {event.get('message')}")
+        elif kind == "resource_diagnostic":
+            mark = "ℹ" if event.get("diagnostic") == "collision" else "⚠"
+            self.line(
+                f"{mark} {event.get('diagnostic')}: {_one_line(str(event.get('message')), 500)}"
+            )
+        elif kind == "trust_changed":
+            saved = " (saved)" if event.get("saved") else ""
+            self.line(f"ℹ project trust is now {event.get('decision')}{saved}")
 
 
 class JsonOutput:

@@ -56,6 +56,12 @@ class RunOptions:
     sandbox: bool = False
     policies: list[Path] = field(default_factory=list)
     trust: str | None = None
+    skills: list[Path] = field(default_factory=list)  # --skill PATH
+    no_skills: bool = False
+    prompt_templates: list[Path] = field(default_factory=list)  # --prompt-template PATH
+    no_prompt_templates: bool = False
+    system_prompt: str | None = None  # --system-prompt (text, or a file's text)
+    append_system_prompt: list[str] = field(default_factory=list)
     session: bool = True
     home: Path = field(default_factory=Path.home)
     audit_log: Path | None = None
@@ -85,6 +91,24 @@ class _Start:
     trust_source: str
     audit_paths: list[Path]
     session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    trust_info: Any = None  # resources.resource_set.TrustDecision
+    base_policy: Any = None  # the managed and user tiers only (before trust)
+    base_locations: Any = None
+
+    def apply_trust(self, options: RunOptions, info: Any) -> None:
+        """Take ``info`` (a `TrustDecision`) as the run's decision: the project's
+        ``.pi/policy.yaml`` joins (``yes``/``sandboxed``) or leaves the policy.
+
+        Raises:
+            PolicyError: the project's policy file is malformed.
+        """
+        policy, locations = _policy_for_trust(options, self.base_locations, self.base_policy, info)
+        self.policy = policy
+        self.store.locations = locations
+        self.store.current = policy
+        self.trust = info.decision
+        self.trust_source = info.source
+        self.trust_info = info
 
 
 def run_print_session(options: RunOptions) -> int:
@@ -96,6 +120,7 @@ def run_print_session(options: RunOptions) -> int:
     CI mode (``options.ci``, issue 4), where that is 2 and 3 means the run finished
     but the policy denied at least one tool call.
     """
+    from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.output_modes import (
         JsonOutput,
         PrintOutput,
@@ -148,9 +173,10 @@ def run_print_session(options: RunOptions) -> int:
         audit.record(
             {
                 "event": "trust",
+                "action": "decided",
                 "project": str(options.cwd),
-                "decision": start.trust or "undecided",
-                "source": start.trust_source,
+                **start.trust_info.as_dict(),
+                "store": str(trust_store_path(options.agent_dir)),
             }
         )
     except AuditLogError as exc:
@@ -199,10 +225,13 @@ def run_print_session(options: RunOptions) -> int:
 def _load_policy(options: RunOptions) -> _Start:
     """Load the managed and user tiers, decide trust, then add the project tier.
 
-    Trust comes from ``--trust`` (refused if the policy's ``trust.users_may_trust``
-    forbids it), else the policy's ``trust.default`` (``ask`` without a UI leaves
-    the project untrusted). The project's ``.pi/policy.yaml`` is read only once the
-    project is trusted (``yes`` or ``sandboxed``), never before (issue 4, DESIGN §8).
+    Trust is decided by `resolve_trust` (``--trust``, refused if the policy's
+    ``trust.users_may_trust`` forbids it; no project resources; the trust store;
+    the policy's or settings' default — ``ask`` without a UI leaves the project
+    untrusted); an extension's ``project_trust`` answer may still change it once
+    the bootstrap extensions run (`_run`). The project's ``.pi/policy.yaml`` is read
+    only once the project is trusted (``yes`` or ``sandboxed``), never before
+    (issue 4, DESIGN §8).
 
     Raises:
         PolicyError: a policy file of any tier is malformed (fatal, issue 4).
@@ -217,16 +246,21 @@ def _load_policy(options: RunOptions) -> _Start:
         extra_managed_dirs=options.extra_managed_policy_dirs,
         user_file=options.agent_dir / "policy.yaml",
     )
-    policy = load_effective_policy(locations)
+    from pi_sandbox.resources.resource_set import resolve_trust
+
+    base_policy = policy = load_effective_policy(locations)
+    base_locations = locations
     try:
-        trust, trust_source = policy.trust.decide(options.trust, has_ui=False)
+        info = resolve_trust(
+            options.cwd,
+            agent_dir=options.agent_dir,
+            home=options.home,
+            requested=options.trust,
+            rules=policy.trust,
+        )
     except ValueError as exc:
         raise UsageError(f"argument --trust: {exc}") from exc
-    if trust in ("yes", "sandboxed"):
-        project_file = options.cwd / ".pi" / "policy.yaml"
-        if os.path.lexists(project_file):
-            locations = dataclasses.replace(locations, project_file=project_file)
-            policy = load_effective_policy(locations)
+    policy, locations = _policy_for_trust(options, locations, policy, info)
     audit_paths: list[Path] = []
     if options.audit_log is not None:
         audit_paths.append(options.audit_log)
@@ -272,7 +306,35 @@ def _load_policy(options: RunOptions) -> _Start:
             "or sandbox.required: true in the policy); this run is not sandboxed"
         )
     store = PolicyStore(locations, policy)
-    return _Start(policy, store, trust, trust_source, audit_paths)
+    return _Start(
+        policy,
+        store,
+        info.decision,
+        info.source,
+        audit_paths,
+        trust_info=info,
+        base_policy=base_policy,
+        base_locations=base_locations,
+    )
+
+
+def _policy_for_trust(
+    options: RunOptions, locations: Any, policy: Any, info: Any
+) -> tuple[Any, Any]:
+    """The policy with the project tier when ``info`` trusts the project (the file
+    is not even looked at otherwise), and its locations.
+
+    Raises:
+        PolicyError: the project's ``.pi/policy.yaml`` is malformed.
+    """
+    from pi_sandbox.policies import load_effective_policy
+
+    if info.decision in ("yes", "sandboxed"):
+        project_file = options.cwd / ".pi" / "policy.yaml"
+        if os.path.lexists(project_file):
+            locations = dataclasses.replace(locations, project_file=project_file)
+            policy = load_effective_policy(locations)
+    return policy, locations
 
 
 _RLIMIT_KEYS = {
@@ -353,59 +415,53 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         # session store is masked from every worker (it may lie inside a workspace).
         with contextlib.suppress(OSError):
             (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
-    policy = start.policy
-    refused: list[Any] = []
 
-    def discover(refused: list[Any] | None = None) -> tuple[list[Any], list[str]]:
+    def discover(
+        refused: list[Any] | None = None, trust: str | None = None, bootstrap: bool = False
+    ) -> tuple[list[Any], list[str]]:
         # At start, and again at every reload (settings and directories re-read).
+        # bootstrap: the user-level and -e extensions only (seed 000 §2.3).
         return discover_extensions(
             cwd=options.cwd,
             agent_dir=options.agent_dir,
             cli_paths=options.extensions,
             no_extensions=options.no_extensions,
-            project_trust=start.trust,
-            rules=policy.extensions,
+            project_trust="no" if bootstrap else start.trust,
+            rules=start.policy.extensions,
             refused=refused,
         )
 
-    sources, notices = discover(refused)
-    for source, why in refused:
-        audit.record(
-            {
-                "event": "extension",
-                "action": "refused",
-                "extension": str(source.path),
-                "origin": source.origin,
-                "reason": why,
-            }
+    def make_config() -> PoolConfig:
+        policy = start.policy
+        settings = policy.sandbox
+        if options.ci and not policy.workspace_write_granted:
+            # CI mode: a read-only workspace unless a managed or user policy grants it.
+            settings = dataclasses.replace(settings, workspace_writable=False)
+        return PoolConfig(
+            cwd=options.cwd,
+            agent_dir=options.agent_dir,
+            home=options.home,
+            sandbox=options.sandbox,
+            project_trust=start.trust,
+            mode=options.mode,
+            # rpc: dialogs go to the client (extension_ui_request / extension_ui_response).
+            has_ui=options.mode == "rpc",
+            settings=settings,
+            audit=audit.record,
+            # Every tier's files stay read-only in every sandbox: a tool must not rewrite
+            # the policy that a reload or the next run reads.
+            policy_files=tuple(dict.fromkeys([*options.policies, *policy.sources])),
+            audit_logs=tuple(start.audit_paths),
+            extension_rules=policy.extensions,
+            hook_timeout_s=policy.extensions.handler_timeout_s,
         )
-    notices = [
-        *options.notices,
-        *(f"Policy: {line}" for line in policy.diagnostics),
-        *notices,
-    ]
-    settings = policy.sandbox
-    if options.ci and not policy.workspace_write_granted:
-        # CI mode: a read-only workspace unless a managed or user policy grants it.
-        settings = dataclasses.replace(settings, workspace_writable=False)
-    config = PoolConfig(
-        cwd=options.cwd,
-        agent_dir=options.agent_dir,
-        home=options.home,
-        sandbox=options.sandbox,
-        project_trust=start.trust,
-        mode=options.mode,
-        # rpc: dialogs go to the client (extension_ui_request / extension_ui_response).
-        has_ui=options.mode == "rpc",
-        settings=settings,
-        audit=audit.record,
-        # Every tier's files stay read-only in every sandbox: a tool must not rewrite
-        # the policy that a reload or the next run reads.
-        policy_files=tuple(dict.fromkeys([*options.policies, *policy.sources])),
-        audit_logs=tuple(start.audit_paths),
-        extension_rules=policy.extensions,
-        hook_timeout_s=policy.extensions.handler_timeout_s,
-    )
+
+    config = make_config()
+    # Phase one (seed 000 §2.3–§2.4): with project resources and no --trust, the
+    # user-level and -e extensions start first and may answer project_trust.
+    bootstrap: list[Any] = []
+    if options.trust is None and start.trust_info.resources:
+        bootstrap, _ = discover(bootstrap=True)
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
         try:
@@ -481,6 +537,30 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_reload_on_sighup, start.store, reload_target, output, audit)
             try:
+                trust_notices: list[str] = []
+                if bootstrap:
+                    await pool.start_bootstrap(nursery, bootstrap, on_tool_update=on_tool_update)
+                    await _ask_extensions_for_trust(options, start, pool, audit, trust_notices)
+                    pool.config = make_config()
+                refused: list[Any] = []
+                sources, notices = discover(refused)
+                for source, why in refused:
+                    audit.record(
+                        {
+                            "event": "extension",
+                            "action": "refused",
+                            "extension": str(source.path),
+                            "origin": source.origin,
+                            "reason": why,
+                        }
+                    )
+                notices = [
+                    *options.notices,
+                    *trust_notices,
+                    *(f"Policy: {line}" for line in start.policy.diagnostics),
+                    *_untrusted_notice(start.trust_info, options.cwd),
+                    *notices,
+                ]
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 await pool.start(nursery, sources, on_tool_update=on_tool_update)
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
@@ -560,7 +640,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     policy=start.store.current,
                     cwd=options.cwd,
                     emit=output,
-                    tool_timeout_s=float(config.settings.limits.tool_timeout_s),
+                    tool_timeout_s=float(pool.config.settings.limits.tool_timeout_s),
                 )
                 reload_target["pipeline"] = pipeline
                 session = AgentSession(
@@ -589,6 +669,13 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     argv=options.argv,
                     parse_flags=_flag_parser() if options.argv else None,
                     agent_dir=options.agent_dir,
+                    load_resources=lambda contributed: _load_resource_set(
+                        options, start, pool, contributed
+                    ),
+                    change_trust=lambda decision, save: _change_trust(
+                        options, start, pool, pipeline, audit, decision, save, make_config
+                    ),
+                    trust_info=lambda: start.trust_info,
                 )
                 try:
                     await host.start(nursery)
@@ -766,3 +853,177 @@ async def _reload_on_sighup(store: Any, target: dict[str, Any], output: Any, aud
             if result.other_changed:
                 note += "; extensions, trust and audit changes apply to the next run"
             await output({"type": "notice", "message": note})
+
+
+async def _ask_extensions_for_trust(
+    options: RunOptions, start: _Start, pool: Any, audit: Any, notices: list[str]
+) -> None:
+    """Emit ``project_trust`` to the bootstrap extensions (seed 000 §2.4): the first
+    ``yes``/``no``/``sandboxed`` answer decides ahead of the trust store and the
+    defaults (never ahead of ``--trust``, which skips this), limited by the policy.
+    A failing handler is reported and the next one asked."""
+    from pi_sandbox.resources.resource_set import resolve_trust
+
+    if not pool.subscribed("project_trust"):
+        return
+    info = start.trust_info
+    outcome = await pool.dispatch(
+        "project_trust",
+        {
+            "cwd": str(options.cwd),
+            "project_resources": [str(p) for p in info.resources],
+            "stored": info.as_dict()["stored"],
+        },
+    )
+    for error in outcome.errors:
+        notices.append(
+            f"project_trust handler of {error.get('path')} failed: {error.get('message')}"
+        )
+    answer = outcome.state.get("result")
+    if answer not in ("yes", "no", "sandboxed"):
+        return
+    decided = resolve_trust(
+        options.cwd,
+        agent_dir=options.agent_dir,
+        home=options.home,
+        rules=start.base_policy.trust,
+        extension_answer=answer,
+    )
+    start.apply_trust(options, decided)
+    audit.record(
+        {
+            "event": "trust",
+            "action": "decided",
+            "project": str(options.cwd),
+            **decided.as_dict(),
+        }
+    )
+    notices.append(f"Project trust: {decided.decision} (from {decided.source})")
+
+
+def _untrusted_notice(info: Any, cwd: Path) -> list[str]:
+    """What an untrusted project's run skipped, and how to trust it (issue 6 case 5)."""
+    if info.trusted or not info.resources:
+        return []
+    shown = ", ".join(str(p) for p in info.resources[:8])
+    more = f" and {len(info.resources) - 8} more" if len(info.resources) > 8 else ""
+    return [
+        f"Project not trusted ({info.decision or 'undecided'}, from {info.source}): its "
+        f"resources were not loaded: {shown}{more}. To trust it: `pi trust yes {cwd}` or "
+        f"`pi trust sandboxed {cwd}` (saved), --trust yes|sandboxed (this run), or "
+        "/trust yes|sandboxed during a session"
+    ]
+
+
+def _load_resource_set(options: RunOptions, start: _Start, pool: Any, contributed: Any) -> Any:
+    """The skills, templates and context files the run's trust admits (issue 6)."""
+    from pi_sandbox.resources.resource_set import load_resources
+
+    return load_resources(
+        options.cwd,
+        agent_dir=options.agent_dir,
+        home=options.home,
+        trust=start.trust_info,
+        cli_skills=tuple(options.skills),
+        no_skills=options.no_skills,
+        cli_prompts=tuple(options.prompt_templates),
+        no_prompts=options.no_prompt_templates,
+        packages=tuple(source.path for source, _ in pool.extensions if source.path.is_dir()),
+        contributed=contributed,
+        system_prompt=options.system_prompt,
+        append_system_prompt=tuple(options.append_system_prompt),
+    )
+
+
+async def _change_trust(
+    options: RunOptions,
+    start: _Start,
+    pool: Any,
+    pipeline: Any,
+    audit: Any,
+    decision: str,
+    save: bool,
+    make_config: Any,
+) -> Any:
+    """``/trust`` and RPC ``set_trust``: decide again as ``--trust DECISION`` would
+    (the policy may refuse it), swap the project's policy tier in or out, and
+    optionally save the decision; the caller reloads extensions and resources.
+
+    Raises:
+        UsageError: the policy forbids ``decision``; the project's policy file is
+            malformed; ``sandboxed`` would put project extensions beside unsandboxed
+            tools (restart with ``--trust sandboxed`` or ``--sandbox``); the trust
+            store cannot be written.
+    """
+    import dataclasses as dc
+
+    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
+    from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
+    from pi_sandbox.supervisor.worker_pool import discover_extensions
+
+    try:
+        info = resolve_trust(
+            options.cwd,
+            agent_dir=options.agent_dir,
+            home=options.home,
+            requested=decision,
+            rules=start.base_policy.trust,
+        )
+    except ValueError as exc:
+        raise UsageError(f"/trust: {exc}") from exc
+    info = dc.replace(info, source="/trust")
+    tool_sandboxed = pool.tool_worker is not None and pool.tool_worker.spec.sandbox is not None
+    if decision == "sandboxed" and not tool_sandboxed:
+        trial, _ = discover_extensions(
+            cwd=options.cwd,
+            agent_dir=options.agent_dir,
+            cli_paths=options.extensions,
+            no_extensions=options.no_extensions,
+            project_trust="sandboxed",
+            rules=start.policy.extensions,
+        )
+        if any(source.origin == "project" for source in trial):
+            raise UsageError(
+                "/trust sandboxed: the project's extensions would steer tools that run "
+                "without a sandboxed tool worker in this session; start again with "
+                "--trust sandboxed (or --sandbox)"
+            )
+    previous = (
+        start.policy,
+        start.store.locations,
+        start.trust,
+        start.trust_source,
+        start.trust_info,
+    )
+    try:
+        start.apply_trust(options, info)
+    except PolicyError as exc:
+        start.policy, start.store.locations, start.trust, start.trust_source, start.trust_info = (
+            previous
+        )
+        start.store.current = start.policy
+        raise UsageError(f"/trust {decision}: the project's policy is malformed: {exc}") from exc
+    pool.config = make_config()
+    if pipeline is not None:
+        pipeline.policy = start.store.current
+    audit.record(
+        {"event": "trust", "action": "changed", "project": str(options.cwd), **info.as_dict()}
+    )
+    if save:
+        path = trust_store_path(options.agent_dir)
+        try:
+            store = TrustStore.load(path)
+            store.set(options.cwd, decision)
+            store.save()
+        except (TrustStoreError, OSError) as exc:
+            raise UsageError(f"/trust --save: cannot update the trust store: {exc}") from exc
+        audit.record(
+            {
+                "event": "trust",
+                "action": "saved",
+                "project": str(options.cwd),
+                "decision": decision,
+                "store": str(path),
+            }
+        )
+    return info

@@ -56,6 +56,7 @@ __all__ = ["BUILTIN_COMMANDS", "SessionHost"]
 BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
     "new": "Start a new session",
+    "trust": "Show or change the project's trust: /trust [yes|no|sandboxed] [--save]",
 }
 
 SHUTDOWN_WAIT_S = 5.0
@@ -113,8 +114,16 @@ class SessionHost:
         argv: Sequence[str] = (),
         parse_flags: Callable[[Sequence[str], list[Any]], tuple[dict[str, Any], str]] | None = None,
         agent_dir: Path | None = None,
+        load_resources: Callable[[tuple[Any, ...]], Any] | None = None,
+        change_trust: Callable[[str, bool], Awaitable[Any]] | None = None,
+        trust_info: Callable[[], Any] | None = None,
     ) -> None:
         self.pool = pool
+        # issue 6: resources (skills, templates, context files) for the current trust.
+        self.load_resources = load_resources
+        self.change_trust = change_trust
+        self.trust_info = trust_info
+        self.resource_set: Any = None
         self.session = session
         self.emit = emit
         self.audit = audit
@@ -317,6 +326,8 @@ class SessionHost:
             if name in BUILTIN_COMMANDS:
                 if name == "reload":
                     await self.replace("reload")
+                elif name == "trust":
+                    await self.trust_command(args.strip())
                 else:
                     await self.replace("new")
                 return ""
@@ -337,7 +348,73 @@ class SessionHost:
                 return ""
             text = str(state.get("text", text))
             images = list(state.get("images") or images or [])
+        text = await self.expand_input(text)
         return await self.session.run(text, images)
+
+    async def expand_input(self, text: str) -> str:
+        """After the ``input`` hooks: ``/skill:name args``, else ``/template args``
+        (issue 6 expansion order). An unknown skill or an unreadable skill file leaves
+        the text unchanged and is reported (seed 000 §5)."""
+        resources = self.resource_set
+        if resources is None or not text.startswith("/"):
+            return text
+        from pi_sandbox.resources.prompt_templates import expand_prompt_command
+        from pi_sandbox.resources.skills import expand_skill_command
+
+        if text.startswith("/skill:"):
+            expanded, error = expand_skill_command(text, resources.skills)
+            if error is not None:
+                await self.emit(
+                    {"type": "warning", "message": f"{error}; the text is sent unchanged"}
+                )
+            return expanded
+        expanded_template = expand_prompt_command(text, resources.prompts)
+        return text if expanded_template is None else expanded_template
+
+    async def trust_command(self, args: str) -> None:
+        """``/trust [yes|no|sandboxed] [--save]``: show the decision, or change it for
+        this session (and with ``--save`` in the trust store); the project's
+        extensions, skills, templates, context files and policy follow at once
+        through a reload (issue 6: no restart)."""
+        words = args.split()
+        save = "--save" in words
+        words = [w for w in words if w != "--save"]
+        if not words:
+            info = self.trust_info() if self.trust_info is not None else None
+            text = (
+                f"Project trust: {info.decision or 'undecided'} (from {info.source})"
+                if info is not None
+                else "Project trust: unknown"
+            )
+            await self.emit({"type": "notice", "message": text})
+            return
+        if len(words) != 1 or words[0] not in ("yes", "no", "sandboxed"):
+            raise UsageError("/trust: expected yes, no or sandboxed, optionally with --save")
+        await self.set_trust(words[0], save=save)
+
+    async def set_trust(self, decision: str, *, save: bool = False) -> dict[str, Any]:
+        """Change the project's trust for this session (``/trust``, RPC ``set_trust``).
+
+        Raises:
+            UsageError: the policy forbids ``decision``, or it cannot take effect
+                without a restart (``sandboxed`` with project extensions in an
+                unsandboxed run); HostCallError: the agent is running.
+        """
+        if self.change_trust is None:
+            raise UsageError("/trust: this session cannot change trust")
+        if self.session.running or self.replacing:
+            raise _refuse("cannot change trust while the agent is running or reloading")
+        info = await self.change_trust(decision, save)
+        await self.replace("reload")
+        await self.emit(
+            {
+                "type": "trust_changed",
+                "decision": info.decision,
+                "source": info.source,
+                "saved": save,
+            }
+        )
+        return info.as_dict()
 
     async def run_command(self, command: RegisteredCommand, args: str) -> None:
         """Execute an extension command in its worker with a `CommandContext`."""
@@ -440,9 +517,15 @@ class SessionHost:
             for line in tool.definition.prompt_guidelines:
                 if line not in guidelines:
                     guidelines.append(line)
-        return build_system_prompt(
+        base = build_system_prompt(
             self.session.cwd, self.active_definitions(), snippets=snippets, guidelines=guidelines
         )
+        if self.resource_set is None:
+            return base
+        from pi_sandbox.resources.resource_set import compose_system_prompt
+
+        active = [name for name in self.pool.tools if self.is_active(name)]
+        return compose_system_prompt(base, self.resource_set, active, cwd=self.session.cwd)
 
     # --- the event bus -----------------------------------------------------------------------
 
@@ -1164,14 +1247,44 @@ class SessionHost:
         )
 
     async def _discover_resources(self, reason: str) -> None:
-        if not self.pool.subscribed("resources_discover"):
-            self.resources = {}
+        """``resources_discover`` per extension (so each path is checked against the
+        extension that named it), then the resource set for the current trust: the
+        supervisor reads every file itself (issue 6)."""
+        from pi_sandbox.resources.resource_set import ExtensionResourcePaths
+
+        self.resources = {}
+        contributed: list[ExtensionResourcePaths] = []
+        payload = {"cwd": str(self.session.cwd), "reason": reason}
+        for index, (source, worker) in enumerate(list(self.pool.extensions)):
+            registrations = worker.registrations
+            if registrations is None or "resources_discover" not in registrations.events:
+                continue
+            outcome = await self.pool.dispatch("resources_discover", payload, only=index)
+            await self.report(outcome.errors, "resources_discover")
+            for key, values in outcome.state.items():
+                merged = self.resources.setdefault(key, [])
+                merged += [v for v in values if v not in merged]
+            contributed.append(
+                ExtensionResourcePaths(
+                    source.path,
+                    trusted=source.origin in ("cli", "user")
+                    or self.pool.config.project_trust == "yes",
+                    skill_paths=tuple(outcome.state.get("skill_paths", ())),
+                    prompt_paths=tuple(outcome.state.get("prompt_paths", ())),
+                )
+            )
+        if self.load_resources is None:
             return
-        outcome = await self.pool.dispatch(
-            "resources_discover", {"cwd": str(self.session.cwd), "reason": reason}
-        )
-        await self.report(outcome.errors, "resources_discover")
-        self.resources = {k: list(v) for k, v in outcome.state.items()}
+        self.resource_set = await trio.to_thread.run_sync(self.load_resources, tuple(contributed))
+        for diagnostic in self.resource_set.diagnostics:
+            await self.emit(
+                {
+                    "type": "resource_diagnostic",
+                    "diagnostic": diagnostic["type"],
+                    "message": diagnostic["message"],
+                    "path": diagnostic["path"],
+                }
+            )
 
     async def user_bash(self, command: str) -> dict[str, Any]:
         """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
@@ -1275,6 +1388,15 @@ class SessionHost:
             "commands": sorted([*BUILTIN_COMMANDS, *self.pool.commands]),
             "extensions": [str(s.path) for s, _ in self.pool.extensions],
             "resources": self.resources,
+            "trust": self.trust_info().as_dict() if self.trust_info is not None else None,
+            "skills": [
+                {"name": k.name, "source": k.source, "path": str(k.path)}
+                for k in (self.resource_set.skills if self.resource_set else [])
+            ],
+            "prompts": [
+                {"name": t.name, "source": t.source, "path": str(t.path)}
+                for t in (self.resource_set.prompts if self.resource_set else [])
+            ],
         }
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +190,7 @@ class WorkerPool:
         self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
+        self._watched: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     def is_placeholder(self, path: str) -> bool:
         """Whether ``path`` is a placeholder of this run or, per the shared list,
@@ -204,7 +206,12 @@ class WorkerPool:
         return self._log_dir
 
     def _ctx(self) -> dict[str, Any]:
-        return {"cwd": str(self.config.cwd), "has_ui": self.config.has_ui, "mode": self.config.mode}
+        return {
+            "cwd": str(self.config.cwd),
+            "has_ui": self.config.has_ui,
+            "mode": self.config.mode,
+            "trust": self.config.project_trust,
+        }
 
     def index_of(self, worker: WorkerProcess) -> int | None:
         """The index in `extensions` of a current-generation worker, else None
@@ -347,6 +354,27 @@ class WorkerPool:
             self.config.project_trust == "sandboxed" and any(s.origin == "project" for s in sources)
         )
 
+    async def start_bootstrap(
+        self,
+        nursery: trio.Nursery,
+        sources: Sequence[ExtensionSource],
+        *,
+        on_tool_update: Callable[..., Any] | None = None,
+    ) -> None:
+        """Phase one of a two-phase start (seed 000 §2.3, issue 6): start the
+        user-level and ``-e`` extensions only, before the project's trust is decided,
+        so that their ``project_trust`` handlers can answer. `start` then reuses them.
+
+        Raises:
+            SandboxUnavailableError: ``--sandbox`` and bwrap cannot run here.
+        """
+        self._nursery = nursery
+        self._on_tool_update = on_tool_update
+        if self._needs_bwrap(sources) and self._bwrap is None:
+            await self._prepare_sandbox(nursery)
+        await self._start_extensions(sources)
+        self._build_registry()
+
     async def start(
         self,
         nursery: trio.Nursery,
@@ -355,6 +383,13 @@ class WorkerPool:
         on_tool_update: Callable[..., Any] | None = None,
     ) -> None:
         """Start the tool worker and every extension worker concurrently.
+
+        Workers already started by `start_bootstrap` are reused when their worker
+        would be started the same way now (same sandboxing, role and capabilities);
+        otherwise — e.g. ``sandboxed`` trust made every worker sandboxed, or the
+        project's policy narrowed a capability — they are stopped and started again
+        (a departure from seed 000 §2.5, which never re-runs them: a worker keeps the
+        confinement it was started with, so it must be restarted to get a stricter one).
 
         A failing extension is recorded in ``load_errors`` (path + original error) and
         the others keep working. The tool worker failing is fatal.
@@ -365,7 +400,7 @@ class WorkerPool:
         """
         self._nursery = nursery
         self._on_tool_update = on_tool_update
-        if self._needs_bwrap(sources):
+        if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
         tool_spec = self._spec(
             "tool worker",
@@ -399,6 +434,9 @@ class WorkerPool:
         assert nursery is not None
         on_tool_update = self._on_tool_update
         slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
+        # Bootstrap workers (`start_bootstrap`), by canonical path, for reuse.
+        running = {source.path: (source, worker) for source, worker in self.extensions}
+        self.extensions = []
 
         # A sandboxed-trust project extension's tool_call hook may rewrite the input of
         # any tool, an extension's included: every extension worker then runs
@@ -412,6 +450,19 @@ class WorkerPool:
             untrusted = source.origin == "project" and self.config.project_trust == "sandboxed"
             sandboxed = all_sandboxed or untrusted
             capabilities = self.capabilities(source)
+            previous = running.pop(source.path, None)
+            if previous is not None:
+                old_source, old_worker = previous
+                init_ctx = old_worker.spec.init_params.get("ctx", {})
+                if (
+                    old_source.origin == source.origin
+                    and (old_worker.spec.sandbox is not None) == sandboxed
+                    and init_ctx.get("capabilities") == capabilities
+                    and old_worker.registrations is not None
+                ):
+                    slots[index] = previous
+                    return
+                await old_worker.aclose()
             spec = self._spec(
                 f"extension {source.path}",
                 {
@@ -460,9 +511,13 @@ class WorkerPool:
         async with trio.open_nursery() as starters:
             for index, source in enumerate(sources):
                 starters.start_soon(start_extension, index, source)
+            for _, worker in running.values():  # bootstrap workers no longer wanted
+                starters.start_soon(worker.aclose)
         self.extensions = [slot for slot in slots if slot is not None]
         for _, worker in self.extensions:
-            nursery.start_soon(self._watch, worker, self.generation)
+            if worker not in self._watched:
+                self._watched.add(worker)
+                nursery.start_soon(self._watch, worker, self.generation)
 
     def _connect(self, worker: WorkerProcess) -> None:
         worker.host_call = self._host_call

@@ -474,6 +474,10 @@ class WorkerRuntime:
     def _context(
         self, ctx: dict[str, Any], cancel: threading.Event, cls: type[Context] = Context
     ) -> Context:
+        if "trust" in ctx:
+            # The decision can change after load (two-phase start, /trust): every
+            # event and command carries the current one (issue 6).
+            self._trust = ctx.get("trust")
         return cls(
             cwd=str(ctx.get("cwd") or os.getcwd()),
             has_ui=bool(ctx.get("has_ui", False)),
