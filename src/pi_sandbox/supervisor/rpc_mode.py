@@ -8,6 +8,8 @@ of the session is written as it happens (the same objects as ``--mode json``).
 Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
 ``abort``, ``reload``, ``new_session``, ``compact {instructions?}``, ``bash {command}`` (the user's own command:
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
+``set_trust {decision, save?}`` (the project's trust for this session, and with
+``save`` in the trust store; project resources follow through a reload, issue 6),
 ``get_state``, ``get_commands``,
 ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
 event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
@@ -22,7 +24,7 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.errors import HostCallError
+from pi_sandbox.errors import HostCallError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
 from pi_sandbox.supervisor.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
@@ -82,7 +84,7 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
         async def job() -> None:
             try:
                 result = await action(*args)
-            except HostCallError as exc:
+            except (HostCallError, UsageError) as exc:
                 await respond(command, False, error=str(exc))
             else:
                 await respond(command, True, data=result)
@@ -194,6 +196,23 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 answer_later(
                     command, host.compact, instructions if isinstance(instructions, str) else None
                 )
+            elif kind == "set_trust":
+                decision = command.get("decision")
+                if decision not in ("yes", "no", "sandboxed"):
+                    await respond(
+                        command, False, error="set_trust: 'decision' must be yes, no or sandboxed"
+                    )
+                    continue
+                if running():
+                    await respond(command, False, error=f"cannot change trust: {busy_reason()}")
+                    continue
+
+                async def set_trust(
+                    decision: str = decision, save: bool = bool(command.get("save"))
+                ) -> Any:
+                    return await host.set_trust(decision, save=save)
+
+                answer_later(command, set_trust)
             elif kind == "get_state":
                 await respond(command, True, data=host.state())
             elif kind == "get_commands":

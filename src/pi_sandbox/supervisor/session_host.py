@@ -369,7 +369,8 @@ class SessionHost:
                 )
             return expanded
         expanded_template = expand_prompt_command(text, resources.prompts)
-        return text if expanded_template is None else expanded_template
+        # A template file's final newline is not part of the prompt.
+        return text if expanded_template is None else expanded_template.strip()
 
     async def trust_command(self, args: str) -> None:
         """``/trust [yes|no|sandboxed] [--save]``: show the decision, or change it for

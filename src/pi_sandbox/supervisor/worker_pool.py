@@ -372,8 +372,9 @@ class WorkerPool:
         self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
+        # No registry yet (it needs the tool worker): dispatch needs only each
+        # worker's subscriptions.
         await self._start_extensions(sources)
-        self._build_registry()
 
     async def start(
         self,
@@ -511,8 +512,9 @@ class WorkerPool:
         async with trio.open_nursery() as starters:
             for index, source in enumerate(sources):
                 starters.start_soon(start_extension, index, source)
+        async with trio.open_nursery() as stoppers:
             for _, worker in running.values():  # bootstrap workers no longer wanted
-                starters.start_soon(worker.aclose)
+                stoppers.start_soon(worker.aclose)
         self.extensions = [slot for slot in slots if slot is not None]
         for _, worker in self.extensions:
             if worker not in self._watched:
