@@ -336,6 +336,7 @@ def test_user_skills_reach_the_prompt_and_skill_commands_expand(tmp_path, proj):
         third = pi(tmp_path, "-C", str(proj), "--tools", "ls", "-p", "hi", model=model)
         requests = list(server.requests)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert third.returncode == 0, third.stderr
     prompt = system_prompt(requests[0])
     assert "<name>pdf</name>" in prompt
     assert "Work with &lt;PDF&gt; files &amp; forms." in prompt
