@@ -2782,13 +2782,10 @@ class _ResourceTree:
     prompts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # (desc, hint)
     prompts_described: int = 0  # with a frontmatter description (others: first body line)
     files: int = 0
-    dirs: int = 0
     bytes: int = 0
 
     def write(self, path: Path, text: str | bytes) -> None:
-        if not path.parent.exists():
-            path.parent.mkdir(parents=True)
-            self.dirs += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
         data = text.encode() if isinstance(text, str) else text
         path.write_bytes(data)
         self.files += 1
@@ -2897,6 +2894,7 @@ def write_resource_tree(base: Path, seed: int = 10) -> _ResourceTree:
         text = ("---\n" + "\n".join(head) + "\n---\n\n" if head else "") + body
         tree.write(tree.prompts_root / f"{verb}-{i:03d}.md", text)
         tree.prompts[f"{verb}-{i:03d}"] = (description, hint)
+    assert len(tree.invalid) == J_INVALID and len(tree.prompts) == J_PROMPTS
     return tree
 
 
@@ -2971,6 +2969,7 @@ def bench_resources(env: Env, report: Report) -> None:
         raise RuntimeError(f"(j) template diagnostics: {[d.message for d in template_diags]}")
     checked = _j_check(tree, skills, skill_diags, templates)
     walk_entries = _j_walk_ns(tree.skills_root)[1] + _j_walk_ns(tree.prompts_root)[1]
+    folders = sum(1 for root in (tree.skills_root, tree.prompts_root) for _ in os.walk(root))
     series: dict[str, list[int]] = {
         k: [] for k in ("walk_skills", "walk_prompts", "walk", "skills", "prompts", "discovery")
     }
@@ -3015,7 +3014,7 @@ def bench_resources(env: Env, report: Report) -> None:
             f"{disc:.2f} ms vs {walk:.2f} ms = {ratio:.2f}x: "
             f"{'met' if ratio <= J_TARGET else 'NOT met'} (n={env.sizes.j_reps} each, "
             f"alternated, after one untimed pass); skills {per_file:.1f} µs per planted skill",
-            f"(j) tree: {tree.files:,} files in {tree.dirs:,} folders, "
+            f"(j) tree: {tree.files:,} files in {folders:,} folders, "
             f"{tree.bytes / 1024:,.0f} KiB ({walk_entries:,} entries walked): {J_ROOT_SKILLS} "
             f"root *.md skills, {J_DIR_SKILLS} NAME/SKILL.md ({J_NESTED} in "
             f"{len(J_CATEGORIES)} category folders; some with scripts/, references/*.md, "

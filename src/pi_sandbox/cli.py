@@ -216,8 +216,9 @@ def policy_main(argv: Sequence[str]) -> int:
     ``show [--json]`` and ``explain --tool NAME --input JSON [--json]`` load the
     policy a run in ``-C DIR`` would load: ``/etc/pi/policy.d/*.yaml`` (and
     ``$PI_MANAGED_POLICY_DIR``), every ``--policy FILE``, the user's
-    ``policy.yaml``, and the project's ``.pi/policy.yaml`` when ``--trust yes`` or
-    ``--trust sandboxed`` is given. ``show`` prints every effective value with the
+    ``policy.yaml``, and the project's ``.pi/policy.yaml`` when the project is
+    trusted (``--trust yes|sandboxed``, a saved decision, a default — as a run
+    decides, extensions' ``project_trust`` answers aside). ``show`` prints every effective value with the
     file and tier it came from, and what was ignored. ``explain`` decides one tool
     call as the gate would: the decision, the rule, its tier and file, the reason,
     and for shell commands each parsed simple command with its own decision;
@@ -303,8 +304,16 @@ def policy_main(argv: Sequence[str]) -> int:
         policy = load_effective_policy(locations)
         # The project tier joins exactly when a run would read it (trust decided
         # the same way; forbidden --trust values are refused the same way).
+        from pi_sandbox.resources.resource_set import resolve_trust
+
         try:
-            trust, _ = policy.trust.decide(args.trust)
+            trust = resolve_trust(
+                workspace,
+                agent_dir=agent_dir(),
+                home=Path.home(),
+                requested=args.trust,
+                rules=policy.trust,
+            ).decision
         except ValueError as exc:
             parser.error(f"argument --trust: {exc}")
         project = workspace / ".pi" / "policy.yaml"

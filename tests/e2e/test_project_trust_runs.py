@@ -449,3 +449,68 @@ def test_pi_trust_forget_and_show(tmp_path, proj):
     bad.write_text("{not json")
     broken = pi(tmp_path, "trust", "show", str(proj))
     assert broken.returncode == 2 and str(bad) in broken.stderr
+
+
+# --- extension-contributed resources --------------------------------------------------------
+
+
+def discovering_extension(path: Path, skill_dir: str) -> Path:
+    """An extension whose resources_discover names ``skill_dir`` (as given)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "def extension(pi):\n"
+        "    pi.on('resources_discover', lambda event, ctx: "
+        f"{{'skill_paths': [{skill_dir!r}]}})\n"
+    )
+    return path
+
+
+def write_skill(directory: Path, name: str) -> Path:
+    path = directory / name / "SKILL.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"---\nname: {name}\ndescription: The {name} skill.\n---\nBody of {name}.\n")
+    return path
+
+
+def test_a_user_extensions_discovered_skills_are_read_by_the_supervisor(tmp_path, proj):
+    package = tmp_path / "agent" / "extensions" / "skillpack"
+    discovering_extension(package / "__init__.py", "bundled")
+    write_skill(package / "bundled", "bundled-skill")
+    elsewhere = write_skill(tmp_path / "elsewhere", "far-skill")
+    discovering_extension(
+        tmp_path / "agent" / "extensions" / "far.py", str(elsewhere.parent.parent)
+    )
+    with FakeOpenAI([text("a")]) as server:
+        proc = pi(
+            tmp_path,
+            "-C",
+            str(proj),
+            "--mode",
+            "json",
+            "/skill:bundled-skill go",
+            model=["--model", "openai/x", "--base-url", server.url],
+        )
+        [request] = server.requests
+    assert proc.returncode == 0, proc.stderr
+    prompt = system_prompt(request)
+    # A user extension is trusted: its own files and paths elsewhere both load.
+    assert "<name>bundled-skill</name>" in prompt and "<name>far-skill</name>" in prompt
+    assert "Body of bundled-skill." in user_text(request)
+
+
+@pytest.mark.usefixtures("require_bwrap")
+def test_a_sandboxed_project_extension_may_only_contribute_its_own_files(tmp_path, proj):
+    (proj / ".pi/extensions/evil.py").unlink()
+    (proj / ".pi/settings.json").unlink()
+    secret_skill = write_skill(tmp_path / "home" / "private-skills", "private")
+    discovering_extension(proj / ".pi/extensions/grabber.py", str(secret_skill.parent.parent))
+    discovering_extension(proj / ".pi/extensions/own.py", "own-skills")
+    write_skill(proj / ".pi/extensions/own-skills", "own")
+    proc = pi(tmp_path, "-C", str(proj), "--trust", "sandboxed", "--mode", "json", "hello")
+    assert proc.returncode == 0, proc.stderr
+    found = events(proc.stdout)
+    diagnostics = [e for e in found if e.get("type") == "resource_diagnostic"]
+    refused = [d for d in diagnostics if d["diagnostic"] == "error"]
+    assert len(refused) == 1 and "outside its directory" in refused[0]["message"]
+    assert refused[0]["path"] == str(secret_skill.parent.parent)
+    assert "Body of private" not in proc.stdout

@@ -903,15 +903,17 @@ async def _ask_extensions_for_trust(
 
 def _untrusted_notice(info: Any, cwd: Path) -> list[str]:
     """What an untrusted project's run skipped, and how to trust it (issue 6 case 5)."""
+    store_problem = [f"the trust store was ignored: {info.store_error}"] if info.store_error else []
     if info.trusted or not info.resources:
-        return []
+        return store_problem
     shown = ", ".join(str(p) for p in info.resources[:8])
     more = f" and {len(info.resources) - 8} more" if len(info.resources) > 8 else ""
     return [
         f"Project not trusted ({info.decision or 'undecided'}, from {info.source}): its "
         f"resources were not loaded: {shown}{more}. To trust it: `pi trust yes {cwd}` or "
         f"`pi trust sandboxed {cwd}` (saved), --trust yes|sandboxed (this run), or "
-        "/trust yes|sandboxed during a session"
+        "/trust yes|sandboxed during a session",
+        *store_problem,
     ]
 
 

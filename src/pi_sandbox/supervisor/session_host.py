@@ -728,7 +728,9 @@ class SessionHost:
         )
 
     def commands(self) -> list[dict[str, Any]]:
-        """Every command: built-ins, then extension commands (``name:N`` for duplicates)."""
+        """Every command: built-ins, extension commands (``name:N`` for duplicates),
+        prompt templates (``source`` ``prompt``) and skills (``skill:NAME``, source
+        ``skill``), as in pi's ``get_commands``."""
         commands = [
             {"name": n, "description": d, "source": "builtin"} for n, d in BUILTIN_COMMANDS.items()
         ]
@@ -736,6 +738,27 @@ class SessionHost:
             {"name": c.name, "description": c.description, "source": c.source}
             for c in self.pool.commands.values()
         ]
+        resources = self.resource_set
+        if resources is not None:
+            commands += [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "source": "prompt",
+                    "path": str(t.path),
+                }
+                for t in resources.prompts
+                if t.name not in self.pool.commands and t.name not in BUILTIN_COMMANDS
+            ]
+            commands += [
+                {
+                    "name": f"skill:{k.name}",
+                    "description": k.description,
+                    "source": "skill",
+                    "path": str(k.path),
+                }
+                for k in resources.skills
+            ]
         return commands
 
     async def _op_get_commands(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
