@@ -514,3 +514,26 @@ def test_a_sandboxed_project_extension_may_only_contribute_its_own_files(tmp_pat
     assert len(refused) == 1 and "outside its directory" in refused[0]["message"]
     assert refused[0]["path"] == str(secret_skill.parent.parent)
     assert "Body of private" not in proc.stdout
+
+
+def test_a_user_extension_failing_in_phase_one_is_not_run_twice(tmp_path, proj):
+    runs = tmp_path / "broken-runs"
+    broken = tmp_path / "agent" / "extensions" / "broken.py"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(
+        f"open({str(runs)!r}, 'a').write('run\\n')\n"
+        "def extension(pi):\n"
+        "    raise RuntimeError('broken on purpose')\n"
+    )
+    proc = pi(tmp_path, "-C", str(proj), "--trust", "no", "-p", "hello")
+    assert proc.returncode == 0, proc.stderr
+    assert runs.read_text() == "run\n"  # --trust given: no phase one at all
+    runs.unlink()
+    log = tmp_path / "audit.jsonl"
+    proc = pi(tmp_path, "-C", str(proj), "--audit-log", str(log), "-p", "hello")
+    assert proc.returncode == 0, proc.stderr
+    assert runs.read_text() == "run\n"  # phase one ran it; the final start did not
+    assert proc.stderr.count("broken on purpose") == 1
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    trust = [r for r in records if r.get("event") == "trust"]
+    assert [r["action"] for r in trust] == ["decided"]

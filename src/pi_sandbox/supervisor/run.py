@@ -120,7 +120,6 @@ def run_print_session(options: RunOptions) -> int:
     CI mode (``options.ci``, issue 4), where that is 2 and 3 means the run finished
     but the policy denied at least one tool call.
     """
-    from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.output_modes import (
         JsonOutput,
         PrintOutput,
@@ -168,15 +167,6 @@ def run_print_session(options: RunOptions) -> int:
                 "action": "loaded",
                 "files": [{"tier": f.tier, "file": str(f.path)} for f in policy.files],
                 "diagnostics": list(policy.diagnostics),
-            }
-        )
-        audit.record(
-            {
-                "event": "trust",
-                "action": "decided",
-                "project": str(options.cwd),
-                **start.trust_info.as_dict(),
-                "store": str(trust_store_path(options.agent_dir)),
             }
         )
     except AuditLogError as exc:
@@ -401,6 +391,7 @@ def _forbid_ptrace_and_proc_reads() -> None:
 
 async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
+    from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
@@ -540,8 +531,19 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 trust_notices: list[str] = []
                 if bootstrap:
                     await pool.start_bootstrap(nursery, bootstrap, on_tool_update=on_tool_update)
-                    await _ask_extensions_for_trust(options, start, pool, audit, trust_notices)
+                    await _ask_extensions_for_trust(options, start, pool, trust_notices)
                     pool.config = make_config()
+                # The decision, before any project resource is read (the bootstrap
+                # extensions above are user-level or -e ones).
+                audit.record(
+                    {
+                        "event": "trust",
+                        "action": "decided",
+                        "project": str(options.cwd),
+                        **start.trust_info.as_dict(),
+                        "store": str(trust_store_path(options.agent_dir)),
+                    }
+                )
                 refused: list[Any] = []
                 sources, notices = discover(refused)
                 for source, why in refused:
@@ -856,7 +858,7 @@ async def _reload_on_sighup(store: Any, target: dict[str, Any], output: Any, aud
 
 
 async def _ask_extensions_for_trust(
-    options: RunOptions, start: _Start, pool: Any, audit: Any, notices: list[str]
+    options: RunOptions, start: _Start, pool: Any, notices: list[str]
 ) -> None:
     """Emit ``project_trust`` to the bootstrap extensions (seed 000 §2.4): the first
     ``yes``/``no``/``sandboxed`` answer decides ahead of the trust store and the
@@ -890,14 +892,6 @@ async def _ask_extensions_for_trust(
         extension_answer=answer,
     )
     start.apply_trust(options, decided)
-    audit.record(
-        {
-            "event": "trust",
-            "action": "decided",
-            "project": str(options.cwd),
-            **decided.as_dict(),
-        }
-    )
     notices.append(f"Project trust: {decided.decision} (from {decided.source})")
 
 

@@ -435,8 +435,10 @@ class WorkerPool:
         assert nursery is not None
         on_tool_update = self._on_tool_update
         slots: list[tuple[ExtensionSource, WorkerProcess] | None] = [None] * len(sources)
-        # Bootstrap workers (`start_bootstrap`), by canonical path, for reuse.
+        # Bootstrap workers (`start_bootstrap`), by canonical path, for reuse; those
+        # that failed to load there are not run a second time (their error stands).
         running = {source.path: (source, worker) for source, worker in self.extensions}
+        failed = {Path(error["path"]) for error in self.load_errors if error.get("path")}
         self.extensions = []
 
         # A sandboxed-trust project extension's tool_call hook may rewrite the input of
@@ -451,6 +453,8 @@ class WorkerPool:
             untrusted = source.origin == "project" and self.config.project_trust == "sandboxed"
             sandboxed = all_sandboxed or untrusted
             capabilities = self.capabilities(source)
+            if source.path in failed:
+                return
             previous = running.pop(source.path, None)
             if previous is not None:
                 old_source, old_worker = previous
