@@ -43,7 +43,11 @@ def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
             raise FileRefusedError(
                 f"{path}: {info.st_size} bytes, larger than the limit of {max_bytes} bytes"
             )
-        data = os.read(fd, max_bytes + 1)
+        # One byte past the size seen, to notice a file that grew since the fstat
+        # (reading max_bytes + 1 would map a megabyte for every small file).
+        data = os.read(fd, min(info.st_size, max_bytes) + 1)
+        if len(data) > info.st_size and len(data) <= max_bytes:
+            data += os.read(fd, max_bytes + 1 - len(data))
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # it grew since the fstat

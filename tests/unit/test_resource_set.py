@@ -647,10 +647,6 @@ def test_no_skills_keeps_only_the_command_line_skills(every_skill_source):
     assert resources.diagnostics == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: load_resources loads resources_discover skill paths even with no_skills=True",
-)
 def test_no_skills_also_turns_off_extension_contributed_skills(every_skill_source):
     cwd, home, agent_dir, kwargs, _ = every_skill_source
     resources = load_resources(
@@ -720,10 +716,6 @@ def test_no_prompts_keeps_only_the_command_line_prompts(every_prompt_source):
     assert resources.diagnostics == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: load_resources loads resources_discover prompt paths even with no_prompts=True",
-)
 def test_no_prompts_also_turns_off_extension_contributed_prompts(every_prompt_source):
     project, home, agent_dir, kwargs, _ = every_prompt_source
     resources = load_resources(

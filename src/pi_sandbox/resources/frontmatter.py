@@ -15,6 +15,17 @@ double-quoted string; this repeats for each such line. Anything else (indented
 continuations, broken quotes, tabs, …) stays an error, reported with its 1-based line
 number in the file, and callers decide what an error costs (a ``SKILL.md`` is
 skipped with a diagnostic; other skills are unaffected).
+
+Speed (issue 6 bench (j)): most frontmatter is a few ``key: value`` lines. A block is
+read without a parser when every line is blank or such a pair whose value is a plain
+scalar PyYAML's own resolver reads as a string, boolean or null, a quoted string
+without escapes, a ``|`` block of equally indented lines, or one level of nested
+such pairs (`_simple_mapping`; anything else — deeper nesting, flow collections, comments after values, numbers, dates,
+tabs, escapes — goes to the parser), which gives exactly what ``yaml.safe_load``
+gives (checked against it in ``tests/unit/test_frontmatter.py``). The
+parser is libyaml's (``CSafeLoader``, ten times faster) when PyYAML has it, else
+PyYAML's own; their error wording differs slightly ("mapping values are not allowed
+in this context" / "… here"); the line they point at does not in practice.
 """
 
 from __future__ import annotations
@@ -49,21 +60,160 @@ class FrontmatterError:
     line: int
 
 
+_FAST_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*):(| .*)")
+_RESOLVER = yaml.resolver.Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+# First characters of values an implicit resolver (bool, int, float, null, …) may claim.
+_IMPLICIT_FIRST = frozenset(k for k in yaml.resolver.Resolver.yaml_implicit_resolvers if k)
+_PLAIN_KEYS: dict[str, bool] = {}  # key → whether YAML reads it as that string
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_NULL_TAG = "tag:yaml.org,2002:null"
+# A plain scalar starting with one of these is an indicator, or may be: left to YAML.
+_INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _normalise(text: str) -> str:
     if text.startswith("\ufeff"):
         text = text[1:]
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 def _split(text: str) -> tuple[list[str], str] | None:
     """Return (frontmatter lines, body) or None when there is no closed block."""
-    lines = text.split("\n")
-    if not lines or not _FENCE.match(lines[0]):
+    first_end = text.find("\n")
+    if not _FENCE.match(text if first_end < 0 else text[:first_end]):
         return None
-    for index in range(1, len(lines)):
-        if _FENCE.match(lines[index]):
-            return lines[1:index], "\n".join(lines[index + 1 :])
+    if first_end < 0:
+        return None
+    start = first_end + 1
+    search = first_end  # the newline before a candidate closing fence
+    while True:
+        found = text.find("\n---", search)
+        if found < 0:
+            # A closing fence on the second line has no blank line before it.
+            break
+        line_end = text.find("\n", found + 1)
+        fence = text[found + 1 : line_end if line_end >= 0 else len(text)]
+        if _FENCE.match(fence):
+            block = text[start:found]
+            lines = block.split("\n") if found > start - 1 else []
+            body = "" if line_end < 0 else text[line_end + 1 :]
+            return lines, body
+        search = found + 1
     return None
+
+
+_MISSING = object()
+
+
+def _scalar(value: str, *, lenient: bool) -> Any:
+    """What YAML reads a one-line value as, for the shapes read without a parser;
+    `_MISSING` for anything else (the caller then parses the block)."""
+    first = value[0]
+    if first == '"':
+        inner = value[1:-1]
+        if len(value) > 1 and value[-1] == '"' and '"' not in inner and "\\" not in inner:
+            return inner if inner.isprintable() else _MISSING
+        return _MISSING
+    if first == "'":
+        inner = value[1:-1]
+        if len(value) > 1 and value[-1] == "'" and "'" not in inner:
+            return inner if inner.isprintable() else _MISSING
+        return _MISSING
+    if first in _INDICATORS or not value.isprintable() or " #" in value:
+        return _MISSING
+    if ": " in value or value.endswith(":"):
+        # YAML rejects it ("mapping values are not allowed here"); the lenient
+        # reading is the rest of the line as a string (module docstring, case 4).
+        return value if lenient else _MISSING
+    if first not in _IMPLICIT_FIRST:
+        return value  # no implicit type starts with this character: a string
+    tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))
+    if tag == _STR_TAG:
+        return value
+    if tag == _BOOL_TAG:
+        return yaml.constructor.SafeConstructor.bool_values[value.lower()]
+    if tag == _NULL_TAG:
+        return None
+    return _MISSING  # numbers, dates, merge keys: the parser's business
+
+
+def _literal_block(lines: list[str], start: int) -> tuple[str, int] | None:
+    """A ``|`` block scalar's text from ``lines[start:]`` when every line of it is
+    indented by the same number of spaces, non-blank and printable; with the index
+    after its last line."""
+    end = start
+    indent = 0
+    while end < len(lines) and lines[end].startswith(" "):
+        line = lines[end]
+        width = len(line) - len(line.lstrip(" "))
+        if end == start:
+            indent = width
+        if width != indent or not line.strip(" ") or not line.isprintable():
+            return None
+        end += 1
+    if end == start:
+        return None
+    text = "\n".join(line[indent:] for line in lines[start:end])
+    # Clip chomping keeps the last line break — which the block's last line has only
+    # when a line follows it in the frontmatter.
+    return (text + "\n" if end < len(lines) else text), end
+
+
+def _simple_mapping(lines: list[str], *, lenient: bool) -> dict[str, Any] | None:
+    """The mapping when every line is blank, a ``key: value`` pair with a value of a
+    shape `_scalar` knows, ``key:`` (null), ``key:`` over equally indented such pairs
+    (a nested mapping), or ``key: |`` with a simple literal block; else None (the
+    caller parses the block as YAML). Keys must read as strings."""
+    result: dict[str, Any] = {}
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        match = _FAST_KEY.fullmatch(line)
+        if match is None:
+            if line.strip(" "):
+                return None
+            continue
+        key, raw = match[1], match[2].strip(" ")
+        plain_key = _PLAIN_KEYS.get(key)
+        if plain_key is None:
+            plain_key = _scalar(key, lenient=False) == key
+            if len(_PLAIN_KEYS) < 1024:
+                _PLAIN_KEYS[key] = plain_key
+        if not plain_key:
+            return None
+        if not raw:
+            end = index
+            while end < len(lines) and lines[end].startswith(" "):
+                end += 1
+            if end == index:
+                result[key] = None
+                continue
+            # A nested mapping of one-line values, all indented alike (``metadata:``).
+            indent = len(lines[index]) - len(lines[index].lstrip(" "))
+            nested_lines = [line[indent:] for line in lines[index:end]]
+            if any(not line.startswith(" " * indent) for line in lines[index:end]):
+                return None
+            nested = _simple_mapping(nested_lines, lenient=False)
+            if not nested:
+                return None
+            result[key], index = nested, end
+            continue
+        if raw == "|":
+            block = _literal_block(lines, index)
+            if block is None:
+                return None
+            result[key], index = block
+            continue
+        value = _scalar(raw, lenient=lenient)
+        if value is _MISSING:
+            return None
+        result[key] = value
+    return result
 
 
 def _yaml_error_line(exc: yaml.YAMLError) -> int | None:
@@ -72,14 +222,25 @@ def _yaml_error_line(exc: yaml.YAMLError) -> int | None:
 
 
 def _load_mapping(lines: list[str], *, lenient: bool) -> tuple[Any, FrontmatterError | None]:
+    simple = _simple_mapping(lines, lenient=lenient)
+    if simple is not None:
+        return simple, None
+    return _parse(lines, lenient=lenient, loader=_SAFE_LOADER)
+
+
+def _parse(lines: list[str], *, lenient: bool, loader: Any) -> tuple[Any, FrontmatterError | None]:
     original_error: FrontmatterError | None = None
     lines = list(lines)
     # Each retry quotes a different line, so len(lines) + 1 attempts bound the loop.
     for _ in range(len(lines) + 1):
         try:
-            return yaml.safe_load("\n".join(lines)), None
+            return yaml.load("\n".join(lines), Loader=loader), None
         except yaml.YAMLError as exc:
             index = _yaml_error_line(exc)
+            if index is not None and lines and index >= len(lines):
+                # libyaml points past the end for an unterminated flow collection;
+                # the last line is where the value is (as PyYAML says).
+                index = len(lines) - 1
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             # +2: one for 1-based numbering, one for the opening fence line.
             error = FrontmatterError(f"invalid YAML: {problem}", 1 if index is None else index + 2)

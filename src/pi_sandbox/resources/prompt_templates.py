@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -148,11 +147,15 @@ def _load_file(
 
 def _directory_candidates(
     directory: Path, max_files: int, diagnostics: list[PromptTemplateDiagnostic]
-) -> list[Path]:
-    """The directory's ``*.md`` regular files (symlinks followed), sorted, not recursive."""
+) -> list[tuple[Path, str]]:
+    """The directory's ``*.md`` regular files (symlinks followed), sorted, not
+    recursive, each with its canonical path (``realpath`` only through symlinks)."""
     try:
-        with os.scandir(directory) as entries:
-            names = sorted(entry.name for entry in entries if entry.name.endswith(".md"))
+        with os.scandir(directory) as iterator:
+            entries = sorted(
+                (entry for entry in iterator if entry.name.endswith(".md")),
+                key=lambda entry: entry.name,
+            )
     except OSError as exc:
         diagnostics.append(
             PromptTemplateDiagnostic(
@@ -160,19 +163,24 @@ def _directory_candidates(
             )
         )
         return []
-    found: list[Path] = []
-    for name in names:
-        path = directory / name
+    found: list[tuple[Path, str]] = []
+    real = os.path.realpath(directory)
+    for entry in entries:
+        path = directory / entry.name
         try:
-            info = path.stat()  # follows symlinks
+            # Follows symlinks; the type comes with the listing for other entries.
+            is_file = entry.is_file()
+            exists = is_file or entry.is_dir() or os.path.exists(entry.path)
         except OSError:
-            if path.is_symlink():
+            is_file = exists = False
+        if not exists:
+            if entry.is_symlink():
                 diagnostics.append(
                     PromptTemplateDiagnostic("warning", f"skipping dangling symlink {path}", path)
                 )
             continue
         # Subdirectories (also behind symlinks) and special files are not templates.
-        if not stat.S_ISREG(info.st_mode):
+        if not is_file:
             continue
         if len(found) == max_files:
             diagnostics.append(
@@ -183,7 +191,9 @@ def _directory_candidates(
                 )
             )
             break
-        found.append(path)
+        found.append(
+            (path, os.path.realpath(path) if entry.is_symlink() else f"{real}/{entry.name}")
+        )
     return found
 
 
@@ -222,11 +232,10 @@ def load_prompt_templates(
         if source_path.is_dir():
             candidates = _directory_candidates(source_path, max_files_per_source, diagnostics)
         elif os.path.lexists(source_path):
-            candidates = [source_path]
+            candidates = [(source_path, os.path.realpath(source_path))]
         else:
             continue
-        for path in candidates:
-            canonical = os.path.realpath(path)
+        for path, canonical in candidates:
             if canonical in seen_files:
                 continue
             template = _load_file(path, source, max_file_bytes, diagnostics)

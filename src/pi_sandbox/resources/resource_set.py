@@ -379,6 +379,8 @@ def load_resources(
             ("skill", contribution.skill_paths),
             ("prompt", contribution.prompt_paths),
         ):
+            if no_skills if kind == "skill" else no_prompts:
+                continue  # --no-skills / --no-prompt-templates: only the CLI's paths
             for raw in paths:
                 path = Path(os.path.abspath(base / os.path.expanduser(raw)))
                 if not contribution.trusted and not _inside(path, base):

@@ -249,11 +249,13 @@ def read_small_text(path: Path, *, errors: str = "strict") -> str:
     return read_regular_file(path, MAX_FILE_BYTES).decode("utf-8", errors)
 
 
-def _read_ignore_rules(directory: Path, base: str) -> list[_IgnoreRule]:
+def _read_ignore_rules(directory: str, base: str, present: set[str]) -> list[_IgnoreRule]:
     rules: list[_IgnoreRule] = []
     for name in IGNORE_FILE_NAMES:
+        if name not in present:
+            continue  # only the ignore files the listing showed are opened
         try:
-            text = read_small_text(directory / name, errors="replace")
+            text = read_small_text(Path(directory, name), errors="replace")
         except (OSError, ValueError):
             continue
         rules.extend(_parse_ignore_file(text, base))
@@ -278,19 +280,22 @@ def _entry_kind(entry: os.DirEntry[str]) -> tuple[bool, bool]:
 
 
 def _collect(
-    directory: Path,
-    root: Path,
+    directory: str,
+    real: str,
+    rel_dir: str,
     mode: DiscoveryMode,
     rules: list[_IgnoreRule],
     budget: _Budget,
-    found: list[Path],
+    found: list[tuple[Path, str]],
 ) -> None:
-    real = os.path.realpath(directory)
+    """Scan ``directory`` (canonical path ``real``; ``rel_dir`` relative to the scan
+    root, "" at the root) into ``found`` as ``(path, canonical path)`` pairs.
+
+    Canonical paths are derived from the parent's without a system call, except
+    through a symlink (resolved with ``realpath``)."""
     if real in budget.visited_dirs:
         return
     budget.visited_dirs.add(real)
-    rel_dir = directory.relative_to(root).as_posix() if directory != root else ""
-    rules = rules + _read_ignore_rules(directory, rel_dir)
     try:
         with os.scandir(directory) as iterator:
             entries = sorted(iterator, key=lambda entry: entry.name)
@@ -298,31 +303,39 @@ def _collect(
         return
     if not _spend(budget):
         return
+    names = {entry.name for entry in entries}
+    if not names.isdisjoint(IGNORE_FILE_NAMES):
+        rules = rules + _read_ignore_rules(directory, rel_dir, names)
 
     def rel(name: str) -> str:
         return f"{rel_dir}/{name}" if rel_dir else name
 
+    def canonical(entry: os.DirEntry[str]) -> str:
+        return os.path.realpath(entry.path) if entry.is_symlink() else f"{real}/{entry.name}"
+
     # §3.3: a usable SKILL.md makes this directory one skill; nothing below is a skill.
-    for entry in entries:
-        if entry.name == "SKILL.md":
-            is_dir, is_file = _entry_kind(entry)
-            if is_file and not _is_ignored(rules, rel(entry.name), is_dir=False):
-                found.append(directory / entry.name)
-                return
-    at_root = directory == root
+    if "SKILL.md" in names:
+        for entry in entries:
+            if entry.name == "SKILL.md":
+                is_dir, is_file = _entry_kind(entry)
+                if is_file and not (rules and _is_ignored(rules, rel(entry.name), is_dir=False)):
+                    found.append((Path(entry.path), canonical(entry)))
+                    return
+    at_root = rel_dir == ""
     for entry in entries:
         if not _spend(budget):
             return
-        if entry.name.startswith(".") or entry.name == "node_modules":
+        name = entry.name
+        if name.startswith(".") or name == "node_modules":
             continue
         is_dir, is_file = _entry_kind(entry)
         if is_file:
-            if not entry.name.endswith(".md") or at_root != (mode == "pi"):
+            if not name.endswith(".md") or at_root != (mode == "pi"):
                 continue
-            if not _is_ignored(rules, rel(entry.name), is_dir=False):
-                found.append(directory / entry.name)
-        elif is_dir and not _is_ignored(rules, rel(entry.name), is_dir=True):
-            _collect(directory / entry.name, root, mode, rules, budget, found)
+            if not (rules and _is_ignored(rules, rel(name), is_dir=False)):
+                found.append((Path(entry.path), canonical(entry)))
+        elif is_dir and not (rules and _is_ignored(rules, rel(name), is_dir=True)):
+            _collect(entry.path, canonical(entry), rel(name), mode, rules, budget, found)
             if budget.exhausted:
                 return
 
@@ -381,20 +394,22 @@ def _load_skill_file(path: Path, source: str) -> tuple[Skill | None, list[SkillD
     return skill, diagnostics
 
 
-def _candidates(source: SkillSource, budget: _Budget) -> tuple[list[Path], list[SkillDiagnostic]]:
+def _candidates(
+    source: SkillSource, budget: _Budget
+) -> tuple[list[tuple[Path, str]], list[SkillDiagnostic]]:
     path = Path(os.path.abspath(source.path))
     if path.is_file():
         if path.suffix != ".md":
             message = f"{path}: a skill file must end in .md"
             return [], [SkillDiagnostic("warning", message, path)]
         budget.remaining = max(budget.remaining - 1, 0)
-        return [path], []
+        return [(path, os.path.realpath(path))], []
     if not path.is_dir():
         if source.explicit:
             return [], [SkillDiagnostic("warning", f"{path}: skill path does not exist", path)]
         return [], []
-    found: list[Path] = []
-    _collect(path, path, source.mode, [], budget, found)
+    found: list[tuple[Path, str]] = []
+    _collect(str(path), os.path.realpath(path), "", source.mode, [], budget, found)
     return found, []
 
 
@@ -419,8 +434,7 @@ def load_skills(
     for source in sources:
         found, problems = _candidates(source, budget)
         diagnostics.extend(problems)
-        for path in found:
-            real = os.path.realpath(path)
+        for path, real in found:
             if real in seen_files:
                 continue  # §3.7: the same file through a symlink is silently one skill
             seen_files.add(real)
