@@ -92,6 +92,15 @@ def pi(
     )
 
 
+def one_request(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """One run against a loopback OpenAI-compatible server answering "fine"; the run
+    and the one request the provider received."""
+    with FakeOpenAI([text("fine")]) as server:
+        proc = pi(tmp_path, *args, model=["--model", "openai/x", "--base-url", server.url])
+        [request] = server.requests
+    return proc, request
+
+
 def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
@@ -111,16 +120,7 @@ def user_text(request: Any) -> str:
 
 
 def test_case_5_an_undecided_project_runs_none_of_its_code_and_says_how_to_trust_it(tmp_path, proj):
-    with FakeOpenAI([text("fine")]) as server:
-        proc = pi(
-            tmp_path,
-            "-C",
-            str(proj),
-            "-p",
-            "hello",
-            model=["--model", "openai/x", "--base-url", server.url],
-        )
-        [request] = server.requests
+    proc, request = one_request(tmp_path, "-C", str(proj), "-p", "hello")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "MARKER-evil").exists()
     assert not (tmp_path / "MARKER-settings").exists()
@@ -150,18 +150,7 @@ def test_case_5_the_audit_log_records_the_trust_decision_and_the_store(tmp_path,
 
 
 def test_case_6_trust_yes_loads_project_settings_and_extensions_in_the_same_run(tmp_path, proj):
-    with FakeOpenAI([text("fine")]) as server:
-        proc = pi(
-            tmp_path,
-            "-C",
-            str(proj),
-            "--trust",
-            "yes",
-            "-p",
-            "/ship v2",
-            model=["--model", "openai/x", "--base-url", server.url],
-        )
-        [request] = server.requests
+    proc, request = one_request(tmp_path, "-C", str(proj), "--trust", "yes", "-p", "/ship v2")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "MARKER-evil").read_text() == "imported"
     assert (tmp_path / "MARKER-settings").read_text() == "imported"
@@ -361,25 +350,22 @@ def test_skill_and_prompt_options_and_system_prompt_options(tmp_path, proj):
     (tmp_path / "agent" / "skills" / "user-one" / "SKILL.md").write_text(
         "---\ndescription: User one.\n---\nx\n"
     )
-    with FakeOpenAI([text("a")]) as server:
-        proc = pi(
-            tmp_path,
-            "-C",
-            str(proj),
-            "--no-skills",
-            "--skill",
-            str(extra),
-            "--prompt-template",
-            str(template),
-            "--system-prompt",
-            "CUSTOM-BASE",
-            "--append-system-prompt",
-            "APPENDED-ONE",
-            "-p",
-            "/review a.py now",
-            model=["--model", "openai/x", "--base-url", server.url],
-        )
-        [request] = server.requests
+    proc, request = one_request(
+        tmp_path,
+        "-C",
+        str(proj),
+        "--no-skills",
+        "--skill",
+        str(extra),
+        "--prompt-template",
+        str(template),
+        "--system-prompt",
+        "CUSTOM-BASE",
+        "--append-system-prompt",
+        "APPENDED-ONE",
+        "-p",
+        "/review a.py now",
+    )
     assert proc.returncode == 0, proc.stderr
     prompt = system_prompt(request)
     assert prompt.startswith("CUSTOM-BASE") and "APPENDED-ONE" in prompt
@@ -480,17 +466,9 @@ def test_a_user_extensions_discovered_skills_are_read_by_the_supervisor(tmp_path
     discovering_extension(
         tmp_path / "agent" / "extensions" / "far.py", str(elsewhere.parent.parent)
     )
-    with FakeOpenAI([text("a")]) as server:
-        proc = pi(
-            tmp_path,
-            "-C",
-            str(proj),
-            "--mode",
-            "json",
-            "/skill:bundled-skill go",
-            model=["--model", "openai/x", "--base-url", server.url],
-        )
-        [request] = server.requests
+    proc, request = one_request(
+        tmp_path, "-C", str(proj), "--mode", "json", "/skill:bundled-skill go"
+    )
     assert proc.returncode == 0, proc.stderr
     prompt = system_prompt(request)
     # A user extension is trusted: its own files and paths elsewhere both load.
