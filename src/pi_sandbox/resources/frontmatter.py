@@ -170,10 +170,11 @@ def _simple_mapping(lines: list[str], *, lenient: bool) -> dict[str, Any] | None
     caller parses the block as YAML). Keys must read as strings."""
     result: dict[str, Any] = {}
     index = 0
-    while index < len(lines):
+    count = len(lines)
+    while index < count:
         line = lines[index]
         index += 1
-        match = _FAST_KEY.fullmatch(line)
+        match = _FAST_KEY.fullmatch(line) if line else None
         if match is None:
             if line.strip(" "):
                 return None
@@ -188,7 +189,7 @@ def _simple_mapping(lines: list[str], *, lenient: bool) -> dict[str, Any] | None
             return None
         if not raw:
             end = index
-            while end < len(lines) and lines[end].startswith(" "):
+            while end < count and lines[end].startswith(" "):
                 end += 1
             if end == index:
                 result[key] = None

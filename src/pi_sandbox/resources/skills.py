@@ -298,14 +298,14 @@ def _collect(
     budget.visited_dirs.add(real)
     try:
         with os.scandir(directory) as iterator:
-            entries = sorted(iterator, key=lambda entry: entry.name)
+            by_name = {entry.name: entry for entry in iterator}
     except OSError:
         return
     if not _spend(budget):
         return
-    names = {entry.name for entry in entries}
+    names = by_name.keys()
     if not names.isdisjoint(IGNORE_FILE_NAMES):
-        rules = rules + _read_ignore_rules(directory, rel_dir, names)
+        rules = rules + _read_ignore_rules(directory, rel_dir, set(names))
 
     def rel(name: str) -> str:
         return f"{rel_dir}/{name}" if rel_dir else name
@@ -314,18 +314,17 @@ def _collect(
         return os.path.realpath(entry.path) if entry.is_symlink() else f"{real}/{entry.name}"
 
     # §3.3: a usable SKILL.md makes this directory one skill; nothing below is a skill.
-    if "SKILL.md" in names:
-        for entry in entries:
-            if entry.name == "SKILL.md":
-                is_dir, is_file = _entry_kind(entry)
-                if is_file and not (rules and _is_ignored(rules, rel(entry.name), is_dir=False)):
-                    found.append((Path(entry.path), canonical(entry)))
-                    return
+    skill_md = by_name.get("SKILL.md")
+    if skill_md is not None:
+        _, is_file = _entry_kind(skill_md)
+        if is_file and not (rules and _is_ignored(rules, rel("SKILL.md"), is_dir=False)):
+            found.append((Path(skill_md.path), canonical(skill_md)))
+            return
     at_root = rel_dir == ""
-    for entry in entries:
+    for name in sorted(by_name):
+        entry = by_name[name]
         if not _spend(budget):
             return
-        name = entry.name
         if name.startswith(".") or name == "node_modules":
             continue
         is_dir, is_file = _entry_kind(entry)
