@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pi_sandbox import __version__
 
@@ -427,14 +428,17 @@ def trust_main(argv: Sequence[str]) -> int:
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy file"
     )
     parser.add_argument("--json", action="store_true", help="show: print one JSON object")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     import json
 
     from pi_sandbox.errors import PolicyError
     from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
     from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
 
-    target = Path(os.path.abspath(os.path.expanduser(args.path or ".")))
+    given = Path(os.path.abspath(os.path.expanduser(args.path or ".")))
+    # Runs look decisions up by the resolved working directory: a decision saved
+    # for a symlink's own path would never apply (issue 6 review).
+    target = Path(os.path.realpath(given))
     if args.action != "forget" and not target.is_dir():
         parser.error(f"argument PATH: not a directory: {args.path}")
     for path in args.policy:
@@ -452,30 +456,44 @@ def trust_main(argv: Sequence[str]) -> int:
         print(f"pi: policy error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     rules = policy.trust  # type: ignore[attr-defined]
+
+    def done(text: str, **fields: Any) -> int:
+        if args.json:
+            print(json.dumps({"path": str(target), "store": str(store_path), **fields}))
+        else:
+            print(text)
+        return EXIT_OK
+
     if args.action in ("yes", "no", "sandboxed"):
         refusal = rules.refusal(args.action)
         if refusal is not None:
             print(f"pi trust: {args.action!r} is not allowed: {refusal}", file=sys.stderr)
             return EXIT_USAGE
-        store.set(target, args.action)
         try:
-            store.save()
-        except OSError as exc:
-            print(f"pi: cannot write {store_path}: {exc.strerror or exc}", file=sys.stderr)
+            TrustStore.update(store_path, lambda store: store.set(target, args.action))
+        except (TrustStoreError, OSError) as exc:
+            print(f"pi: cannot update {store_path}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(f"{target}: {args.action} (saved in {store_path}; applies below it too)")
-        return EXIT_OK
+        return done(
+            f"{target}: {args.action} (saved in {store_path}; applies below it too)",
+            action="saved",
+            decision=args.action,
+        )
     if args.action == "forget":
-        if not store.forget(target):
-            print(f"{target}: no decision recorded for exactly this path in {store_path}")
-            return EXIT_OK
+        candidates = list(dict.fromkeys([target, given]))
         try:
-            store.save()
-        except OSError as exc:
-            print(f"pi: cannot write {store_path}: {exc.strerror or exc}", file=sys.stderr)
+            forgotten = TrustStore.update(
+                store_path, lambda store: [p for p in candidates if store.forget(p)]
+            )
+        except (TrustStoreError, OSError) as exc:
+            print(f"pi: cannot update {store_path}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(f"{target}: decision forgotten ({store_path})")
-        return EXIT_OK
+        if not forgotten:
+            return done(
+                f"{target}: no decision recorded for exactly this path in {store_path}",
+                action="none",
+            )
+        return done(f"{target}: decision forgotten ({store_path})", action="forgotten")
     info = resolve_trust(target, agent_dir=agent_dir(), home=Path.home(), rules=rules)
     report = {
         "path": str(target),
@@ -601,8 +619,31 @@ def resources_main(argv: Sequence[str]) -> int:
     )
     diagnostics = [
         *found.diagnostics,
-        *({"type": "warning", "message": n, "path": ""} for n in notices),
+        *({"type": "warning", "message": n, "path": _notice_path(n)} for n in notices),
     ]
+    if info.trusted and os.path.lexists(workspace / ".pi" / "policy.yaml"):
+        # The project's policy joins a trusted run; a bad one stops it (exit 2).
+        from pi_sandbox.policies import PolicyLocations, load_effective_policy
+
+        project_policy = workspace / ".pi" / "policy.yaml"
+        try:
+            load_effective_policy(
+                PolicyLocations(
+                    policy_files=tuple(args.policy),
+                    managed_dirs=managed_policy_dirs()[:1],
+                    extra_managed_dirs=managed_policy_dirs()[1:],
+                    user_file=agent_dir() / "policy.yaml",
+                    project_file=project_policy,
+                )
+            )
+        except PolicyError as exc:
+            diagnostics.append(
+                {
+                    "type": "error",
+                    "message": f"policy error (a run stops with exit 2): {exc}",
+                    "path": str(project_policy),
+                }
+            )
     report = {
         "cwd": str(workspace),
         "trust": info.as_dict(),
@@ -644,11 +685,15 @@ def resources_main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return EXIT_OK
+    from pi_sandbox.supervisor.output_modes import printable
+
+    # File names come from the project: no terminal escapes reach the screen.
+    say = _printing(printable)
     trust = report["trust"]
-    print(f"Project {workspace}: trust {trust['decision']} (from {trust['source']})")
+    say(f"Project {workspace}: trust {trust['decision']} (from {trust['source']})")
     if info.resources and not info.trusted:
-        print("  not loaded (project not trusted): " + ", ".join(map(str, info.resources)))
-        print(f"  trust it with: pi trust yes {workspace}  (or: pi trust sandboxed {workspace})")
+        say("  not loaded (project not trusted): " + ", ".join(map(str, info.resources)))
+        say(f"  trust it with: pi trust yes {workspace}  (or: pi trust sandboxed {workspace})")
     sections = (
         ("Skills", [f"{k['name']}  [{k['source']}]  {k['path']}" for k in report["skills"]]),
         (
@@ -666,14 +711,33 @@ def resources_main(argv: Sequence[str]) -> int:
         ("Diagnostics", [f"{d['type']}: {d['message']}" for d in diagnostics]),
     )
     for title, lines in sections:
-        print(f"\n{title} ({len(lines)}):")
+        say(f"\n{title} ({len(lines)}):")
         for line in lines:
-            print(f"  {line}")
+            say(f"  {line}")
     if found.system_prompt_source:
-        print(f"\nSystem prompt replaced by {found.system_prompt_source}")
+        say(f"\nSystem prompt replaced by {found.system_prompt_source}")
     for source, _ in found.append_system_prompt:
-        print(f"System prompt appended from {source}")
+        say(f"System prompt appended from {source}")
     return EXIT_OK
+
+
+def _printing(clean: Callable[[str], str]) -> Callable[..., None]:
+    """``print`` for text built from untrusted names: each line made printable."""
+    import builtins
+
+    def printer(*values: object, **kwargs: Any) -> None:
+        builtins.print(clean(" ".join(str(v) for v in values)), **kwargs)
+
+    return printer
+
+
+def _notice_path(notice: str) -> str:
+    """The file a discovery notice is about (its leading absolute path), or ""."""
+    head = notice.split(": ", 1)[0]
+    for word in (head, *head.split()):
+        if word.startswith("/"):
+            return word
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -689,12 +753,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sandbox"]:
         return sandbox_main(argv[1:])
-    if argv[:1] == ["trust"]:
-        return trust_main(argv[1:])
-    if argv[:1] == ["resources"]:
+    if argv[:1] in (["trust"], ["resources"]):
+        command = trust_main if argv[0] == "trust" else resources_main
         try:
-            return resources_main(argv[1:])
-        except BrokenPipeError:
+            return command(argv[1:])
+        except BrokenPipeError:  # `pi resources | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
     if argv[:1] == ["policy"]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pi_sandbox.resources.project_trust import (
+    MAX_STORE_BYTES,
     TrustStore,
     TrustStoreError,
     has_trust_requiring_resources,
@@ -112,6 +117,7 @@ def test_the_store_is_written_atomically_and_privately_and_read_back(tmp_path):
         ('{"decisions": []}', "decisions"),
         ('{"decisions": {"relative/path": "yes"}}', "absolute path"),
         ('{"decisions": {"/a": "maybe"}}', "yes, no, sandboxed"),
+        ("[]", "JSON object"),
     ],
 )
 def test_a_malformed_store_is_an_error_naming_the_file(tmp_path, content, message):
@@ -132,3 +138,272 @@ def test_a_store_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path
     with pytest.raises(TrustStoreError):
         TrustStore.load(link)
     assert TrustStore.load(tmp_path / "missing.json").decisions == {}
+
+
+def _private(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+# -- 1. concurrent writers -----------------------------------------------------------
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from pi_sandbox.resources.project_trust import TrustStore
+
+def change(store):
+    time.sleep(0.01)  # widen the load → save window a lost update needs
+    store.set(Path("/d" + sys.argv[2]), "yes")
+
+TrustStore.update(Path(sys.argv[1]), change)
+"""
+
+
+def test_concurrent_updates_lose_no_decision(tmp_path):
+    path = tmp_path / "agent" / "trust.json"
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(i)], stderr=subprocess.PIPE)
+        for i in range(20)
+    ]
+    for writer in writers:
+        _, stderr = writer.communicate(timeout=60)
+        assert writer.returncode == 0, stderr.decode()
+    assert TrustStore.load(path).decisions == {f"/d{i}": "yes" for i in range(20)}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["trust.json", "trust.json.lock"]
+
+
+def test_update_returns_the_change_result_and_writes_privately(tmp_path):
+    path = tmp_path / "agent" / "trust.json"
+    assert TrustStore.update(path, lambda s: s.set(Path("/a"), "no") or "done") == "done"
+    assert TrustStore.update(path, lambda s: s.forget(Path("/a"))) is True
+    assert TrustStore.update(path, lambda s: s.forget(Path("/a"))) is False
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "agent" / "trust.json.lock").stat().st_mode) == 0o600
+
+
+def test_a_failing_change_writes_nothing(tmp_path):
+    path = tmp_path / "trust.json"
+    TrustStore.update(path, lambda s: s.set(Path("/a"), "yes"))
+    before = path.read_bytes()
+
+    def change(store):
+        store.set(Path("/b"), "yes")
+        store.set(Path("/c"), "maybe")
+
+    with pytest.raises(ValueError, match="trust decision"):
+        TrustStore.update(path, change)
+    assert path.read_bytes() == before
+
+
+def test_update_waits_for_the_lock_only_so_long(tmp_path):
+    path = tmp_path / "trust.json"
+    TrustStore.update(path, lambda s: s.set(Path("/a"), "yes"))
+    before = path.read_bytes()
+    # Anyone who can open the lock file, even read-only, can hold it.
+    fd = os.open(tmp_path / "trust.json.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(TrustStoreError, match="locked by another process") as error:
+            TrustStore.update(path, lambda s: s.set(Path("/b"), "yes"), lock_timeout=0.2)
+        assert 0.2 <= time.monotonic() - started < 5
+        assert "trust.json.lock" in str(error.value)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == before
+    TrustStore.update(path, lambda s: s.set(Path("/b"), "yes"))  # free again
+    assert set(TrustStore.load(path).decisions) == {"/a", "/b"}
+
+
+def test_a_lock_that_is_not_a_regular_file_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "trust.json.lock")
+    with pytest.raises(TrustStoreError, match="not a regular file"):
+        TrustStore.update(tmp_path / "trust.json", lambda s: None)
+    (tmp_path / "trust.json.lock").unlink()
+    (tmp_path / "trust.json.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        TrustStore.update(tmp_path / "trust.json", lambda s: None)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+# -- 2. a store too large to read back is not written -----------------------------------
+
+
+def test_a_store_larger_than_the_limit_is_not_saved(tmp_path):
+    path = tmp_path / "trust.json"
+    TrustStore.update(path, lambda s: s.set(Path("/kept"), "yes"))
+    before = path.read_bytes()
+    store = TrustStore.load(path)
+    for i in range(MAX_STORE_BYTES // 1000 + 10):
+        store.set(Path("/" + "x" * 1000 + str(i)), "sandboxed")
+    with pytest.raises(TrustStoreError, match=f"limit of {MAX_STORE_BYTES} bytes") as error:
+        store.save()
+    assert str(path) in str(error.value)
+    assert path.read_bytes() == before
+
+    def grow(store):
+        for i in range(MAX_STORE_BYTES // 1000 + 10):
+            store.set(Path("/" + "y" * 1000 + str(i)), "no")
+
+    with pytest.raises(TrustStoreError, match="larger than the limit"):
+        TrustStore.update(path, grow)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trust.json", "trust.json.lock"]
+
+
+# -- 3. temporaries of a killed writer ---------------------------------------------------
+
+
+def test_update_removes_only_stale_temporaries(tmp_path):
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    old = time.time() - 3600
+    stale = agent / ".trust-abcd1234"
+    stale.write_text("{")
+    fresh = agent / ".trust-efgh5678"  # maybe a writer that is not ours, mid-write
+    fresh.write_text("{")
+    directory = agent / ".trust-dir12345"
+    directory.mkdir()
+    target = agent / "target"
+    target.write_text("x")
+    link = agent / ".trust-lnk12345"
+    link.symlink_to(target)
+    unrelated = agent / ".trust-not-a-temporary.json"
+    unrelated.write_text("x")
+    for path in (stale, directory, target, unrelated):
+        os.utime(path, (old, old))
+    os.utime(link, (old, old), follow_symlinks=False)
+
+    TrustStore.update(agent / "trust.json", lambda s: s.set(Path("/a"), "yes"))
+
+    assert not stale.exists()
+    assert fresh.exists() and directory.is_dir() and link.is_symlink() and target.exists()
+    assert unrelated.exists()
+
+
+# -- 4. versions and unknown keys ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["2", '"1"', "1.0", "true", "null"])
+def test_another_store_version_is_refused_and_left_alone(tmp_path, version):
+    path = _private(tmp_path / "trust.json", f'{{"version": {version}, "decisions": {{}}}}')
+    before = path.read_bytes()
+    with pytest.raises(TrustStoreError, match="version") as error:
+        TrustStore.load(path)
+    assert str(path) in str(error.value)
+    assert repr(json.loads(version)) in str(error.value)
+    with pytest.raises(TrustStoreError):
+        TrustStore.update(path, lambda s: s.set(Path("/a"), "yes"))
+    assert path.read_bytes() == before
+
+
+def test_a_store_without_a_version_is_version_1(tmp_path):
+    path = _private(tmp_path / "trust.json", '{"decisions": {"/a": "no"}}')
+    assert TrustStore.load(path).decisions == {"/a": "no"}
+
+
+def test_unknown_top_level_keys_are_kept(tmp_path):
+    path = _private(
+        tmp_path / "trust.json",
+        '{"version": 1, "decisions": {"/a": "no"}, "note": {"by": ["me"]}, "n": 3}',
+    )
+    store = TrustStore.load(path)
+    assert store.extra == {"note": {"by": ["me"]}, "n": 3}
+    store.save()
+    TrustStore.update(path, lambda s: s.set(Path("/b"), "yes"))
+    assert json.loads(path.read_text()) == {
+        "version": 1,
+        "decisions": {"/a": "no", "/b": "yes"},
+        "note": {"by": ["me"]},
+        "n": 3,
+    }
+    # extra cannot override the reserved keys
+    TrustStore(path, {"/c": "yes"}, extra={"version": 9, "decisions": {}, "k": 1}).save()
+    assert json.loads(path.read_text()) == {"version": 1, "decisions": {"/c": "yes"}, "k": 1}
+
+
+# -- 5. a store another user could have written -------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_store_owned_by_another_user_is_refused(tmp_path):
+    path = _private(tmp_path / "trust.json", '{"version": 1, "decisions": {"/": "yes"}}')
+    os.chown(path, 65534, -1)
+    with pytest.raises(TrustStoreError, match="owned by uid 65534") as error:
+        TrustStore.load(path)
+    assert str(path) in str(error.value)
+    os.chown(path, os.geteuid(), -1)  # root's own store is fine
+    assert TrustStore.load(path).decisions == {"/": "yes"}
+
+
+def test_a_store_owned_by_another_user_is_refused_for_any_user(tmp_path, monkeypatch):
+    path = _private(tmp_path / "trust.json", '{"version": 1, "decisions": {"/": "yes"}}')
+    monkeypatch.setattr(os, "geteuid", lambda: path.stat().st_uid + 1)
+    with pytest.raises(TrustStoreError, match="not by this user"):
+        TrustStore.load(path)
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666, 0o622])
+def test_a_store_writable_by_group_or_others_is_refused(tmp_path, mode):
+    path = _private(tmp_path / "trust.json", '{"version": 1, "decisions": {"/": "yes"}}')
+    path.chmod(mode)
+    with pytest.raises(TrustStoreError, match="writable by group or others") as error:
+        TrustStore.load(path)
+    assert str(path) in str(error.value)
+    assert f"{mode:04o}" in str(error.value)
+
+
+def test_a_store_readable_by_others_is_still_used(tmp_path):
+    path = _private(tmp_path / "trust.json", '{"version": 1, "decisions": {"/a": "yes"}}')
+    path.chmod(0o644)
+    assert TrustStore.load(path).decisions == {"/a": "yes"}
+
+
+# -- 6. deep nesting ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 3000,
+        '{"decisions": ' * 3000,
+        "[" * 200_000,
+        # deep enough to annoy the encoder on the next save, shallow enough to decode
+        '{"version": 1, "decisions": {}, "x": ' + "[" * 500 + "]" * 500 + "}",
+    ],
+    ids=["array", "object", "array-200k", "decodable"],
+)
+def test_a_deeply_nested_store_is_an_error_naming_the_file(tmp_path, content):
+    path = _private(tmp_path / "trust.json", content)
+    with pytest.raises(TrustStoreError, match="nested too deeply") as error:
+        TrustStore.load(path)
+    assert str(path) in str(error.value)
+
+
+def test_saving_a_deeply_nested_extra_is_an_error(tmp_path):
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(TrustStoreError, match="nested too deeply"):
+        TrustStore(tmp_path / "trust.json", extra={"x": deep}).save()
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- durability -------------------------------------------------------------------------------
+
+
+def test_save_fsyncs_the_file_and_the_directory(tmp_path, monkeypatch):
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    TrustStore(tmp_path / "trust.json", {"/a": "yes"}).save()
+    assert synced == ["file", "dir"]

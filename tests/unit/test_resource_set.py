@@ -174,12 +174,30 @@ def test_requested_wins_even_without_project_resources(env):
 
 
 def test_a_project_without_resources_is_trusted_without_asking(env):
-    store(env, {env[0]: "no"})
     user_settings(env, {"defaultProjectTrust": "never"})
     decision = resolve(env, extension_answer="no", has_ui=True)
     assert (decision.decision, decision.source) == ("yes", "no project resources")
     assert decision.resources == ()
     assert decision.trusted
+
+
+def test_a_saved_decision_applies_even_without_project_resources(env):
+    # A "no" saved for a tree keeps its context files marked untrusted (review).
+    store(env, {env[0]: "no"})
+    decision = resolve(env)
+    assert decision.decision == "no" and decision.source.startswith("trust store ")
+    assert decision.resources == ()
+
+
+def test_a_subdirectory_of_a_repository_sees_the_roots_resources(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".pi" / "extensions").mkdir(parents=True)
+    sub = repo / "src" / "deep"
+    sub.mkdir(parents=True)
+    decision = resolve_trust(sub, agent_dir=tmp_path / "agent", home=tmp_path / "home")
+    assert decision.resources == (repo / ".pi" / "extensions",)
+    assert decision.decision is None  # undecided: not trusted without asking
 
 
 def test_the_users_own_agents_skills_is_not_a_project_resource(env):

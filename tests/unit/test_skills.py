@@ -293,14 +293,17 @@ def test_discovery_stops_at_the_entry_bound_with_one_warning(tmp_path):
     for index in range(30):
         write(root / f"s{index:02d}/SKILL.md", skill_md(f"s{index:02d}"))
 
+    user = tmp_path / "user-skills"
+    write(user / "mine/SKILL.md", skill_md("mine"))
     skills, diagnostics = load_skills(
-        [SkillSource(root, "project"), SkillSource(root, "user")], max_entries=20
+        [SkillSource(root, "project"), SkillSource(user, "user")], max_entries=20
     )
 
-    assert 0 < len(skills) < 30
-    assert [s.name for s in skills] == [f"s{index:02d}" for index in range(len(skills))]
+    # The bound is per source: a huge project directory does not hide the user's skills.
+    assert [s.name for s in skills[:-1]] == [f"s{index:02d}" for index in range(len(skills) - 1)]
+    assert 0 < len(skills) - 1 < 30 and skills[-1].name == "mine"
     [warning] = diagnostics
-    assert warning.type == "warning" and "20" in warning.message
+    assert warning.type == "warning" and "20" in warning.message and str(root) in warning.message
 
 
 # --- prompt index and /skill: -------------------------------------------------------
@@ -370,3 +373,72 @@ def test_a_fifo_or_oversized_file_in_a_skills_directory_never_blocks_the_scan(tm
     skills, diagnostics = load_skills([SkillSource(root, "project")])
     assert [s.name for s in skills] == ["good"]
     assert any("larger than" in d.message for d in diagnostics)
+
+
+def test_a_confined_source_refuses_files_and_directories_resolving_outside(tmp_path):
+    project = tmp_path / "proj"
+    outside = tmp_path / "outside"
+    write(outside / "secret/SKILL.md", skill_md("secret", "Outside secret."))
+    write(outside / "loose.md", skill_md("loose", "Outside loose."))
+    write(project / ".pi/skills/own/SKILL.md", skill_md("own"))
+    (project / ".pi/skills/linked-dir").symlink_to(outside / "secret")
+    (project / ".pi/skills/loose.md").symlink_to(outside / "loose.md")
+    inside = write(project / "docs/inside.md", skill_md("inside", "Inside."))
+    (project / ".pi/skills/inside.md").symlink_to(inside)
+
+    skills, diagnostics = load_skills(
+        [SkillSource(project / ".pi/skills", "project", confine=project)]
+    )
+
+    assert sorted(s.name for s in skills) == ["inside", "own"]
+    refused = sorted(d.path.name for d in diagnostics if d.type == "error")
+    assert refused == ["linked-dir", "loose.md"]
+    assert all("outside" in d.message for d in diagnostics)
+    # Unconfined (the user's own directory), the same links are followed.
+    followed, _ = load_skills([SkillSource(project / ".pi/skills", "user")])
+    assert sorted(s.name for s in followed) == ["inside", "loose", "own", "secret"]
+
+
+@pytest.mark.parametrize(
+    "pattern,path,expected",
+    [
+        ("*.md", "a.md", True),
+        ("*.md", "dir/a.md", False),
+        ("**/x", "x", True),
+        ("**/x", "a/b/x", True),
+        ("a/**/b", "a/b", True),
+        ("a/**/b", "a/x/y/b", True),
+        ("a/**", "a/x/y", True),
+        ("drafts", "drafts", True),
+        ("d?afts", "drafts", True),
+        ("d?afts", "d/afts", False),
+        ("[a-c]x", "bx", True),
+        ("[!a-c]x", "bx", False),
+        ("[!a-c]x", "zx", True),
+        ("\\*x", "*x", True),
+        ("\\*x", "ax", False),
+        ("a*b*c", "aXXbYYc", True),
+        ("a*b*c", "aXXbYY", False),
+        ("**/" * 18 + "x", "a/" * 16 + "y", False),
+    ],
+)
+def test_ignore_globs_match_as_gitignore_says(pattern, path, expected):
+    from pi_sandbox.resources.skills import _Glob
+
+    assert _Glob(pattern).match(path) is expected
+
+
+def test_a_pathological_ignore_pattern_does_not_stall_discovery(tmp_path):
+    import time
+
+    root = tmp_path / "skills"
+    deep = root
+    for level in range(16):
+        deep = deep / f"d{level}"
+    write(deep / "leaf.md", "x")
+    write(root / "ok/SKILL.md", skill_md("ok"))
+    write(root / ".gitignore", "**/" * 18 + "x\n" + "*" * 40 + "a" * 40 + "\n")
+    started = time.monotonic()
+    skills, _ = load_skills([SkillSource(root, "project")])
+    assert time.monotonic() - started < 5
+    assert [s.name for s in skills] == ["ok"]

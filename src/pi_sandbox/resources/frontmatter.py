@@ -236,6 +236,8 @@ def _parse(lines: list[str], *, lenient: bool, loader: Any) -> tuple[Any, Frontm
     for _ in range(len(lines) + 1):
         try:
             return yaml.load("\n".join(lines), Loader=loader), None
+        except RecursionError:
+            return None, FrontmatterError("invalid YAML: nested too deeply", 2)
         except yaml.YAMLError as exc:
             index = _yaml_error_line(exc)
             if index is not None and lines and index >= len(lines):

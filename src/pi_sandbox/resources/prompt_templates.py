@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -198,7 +199,7 @@ def _directory_candidates(
 
 
 def load_prompt_templates(
-    sources: list[tuple[Path, str]],
+    sources: Sequence[tuple[Path, str] | tuple[Path, str, Path | None]],
     *,
     max_files_per_source: int = MAX_FILES_PER_SOURCE,
     max_file_bytes: int = MAX_TEMPLATE_BYTES,
@@ -206,7 +207,10 @@ def load_prompt_templates(
     """Load templates from ``sources`` in order; earlier sources win name collisions.
 
     Args:
-        sources: ``(path, source_label)`` pairs in precedence order. A directory
+        sources: ``(path, source_label)`` pairs, or ``(path, source_label, confine)``
+            where every template must resolve inside directory ``confine`` (a
+            project's own sources; a symlink out is refused with an ``error``), in
+            precedence order. A directory
             contributes its ``*.md`` files, not recursively, in name order; any other
             path is one template file (settings paths, ``--prompt-template``). A
             missing source is skipped silently, as in ``pi`` (auto-discovery
@@ -227,8 +231,10 @@ def load_prompt_templates(
     by_name: dict[str, PromptTemplate] = {}
     seen_files: set[str] = set()
 
-    for source_path, source in sources:
-        source_path = Path(source_path)
+    for entry in sources:
+        source_path, source = Path(entry[0]), entry[1]
+        confine_to = entry[2] if len(entry) > 2 else None  # type: ignore[misc]
+        confine = os.path.realpath(confine_to) if confine_to is not None else None
         if source_path.is_dir():
             candidates = _directory_candidates(source_path, max_files_per_source, diagnostics)
         elif os.path.lexists(source_path):
@@ -236,6 +242,18 @@ def load_prompt_templates(
         else:
             continue
         for path, canonical in candidates:
+            if confine is not None and not (
+                canonical == confine or canonical.startswith(confine.rstrip("/") + "/")
+            ):
+                diagnostics.append(
+                    PromptTemplateDiagnostic(
+                        "error",
+                        f"prompt template {path} resolves to {canonical}, outside "
+                        f"{confine_to}; skipped (a project's templates must be its own files)",
+                        path,
+                    )
+                )
+                continue
             if canonical in seen_files:
                 continue
             template = _load_file(path, source, max_file_bytes, diagnostics)

@@ -58,6 +58,7 @@ __all__ = [
     "TrustDecision",
     "compose_system_prompt",
     "load_resources",
+    "project_resources",
     "read_prompt_text",
     "resolve_trust",
     "trust_store_path",
@@ -136,12 +137,12 @@ def _settings_default(agent_dir: Path) -> tuple[str | None, str]:
     path = Path(agent_dir) / "settings.json"
     try:
         data = json.loads(read_regular_file(path, 1024 * 1024))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None, ""
     value = data.get("defaultProjectTrust") if isinstance(data, dict) else None
-    if not isinstance(value, str) or value not in _SETTINGS_DEFAULTS:
+    if not isinstance(value, str) or value.strip().lower() not in _SETTINGS_DEFAULTS:
         return None, ""
-    return _SETTINGS_DEFAULTS[value], f"settings {path}"
+    return _SETTINGS_DEFAULTS[value.strip().lower()], f"settings {path}"
 
 
 def resolve_trust(
@@ -174,7 +175,7 @@ def resolve_trust(
     Raises:
         ValueError: ``requested`` is forbidden by the policy (message names the file).
     """
-    resources = tuple(trust_requiring_resources(cwd, home=home))
+    resources = tuple(project_resources(cwd, home=home))
     store_error: str | None = None
     stored: tuple[str, Path] | None = None
     store = trust_store_path(agent_dir)
@@ -193,6 +194,10 @@ def resolve_trust(
                 raise ValueError(f"{requested!r} is not allowed: {refusal}")
         return made(requested, "--trust")
     if not resources:
+        # Nothing to gate — unless the user saved a decision: a "no" for this tree
+        # still marks its context files as untrusted (issue 6 review).
+        if stored is not None:
+            return made(*_limited(stored[0], f"trust store {store} ({stored[1]})", rules))
         return made(*_limited("yes", "no project resources", rules))
     if extension_answer in TRUST_DECISIONS:
         return made(*_limited(extension_answer, "extension project_trust", rules))
@@ -250,14 +255,24 @@ class ResourceSet:
 
 def read_prompt_text(value: str, *, argument: str) -> str:
     """``--system-prompt`` / ``--append-system-prompt``: the file's text when
-    ``value`` names an existing file (as in pi), else ``value`` itself.
+    ``value`` looks like a path (it contains ``/`` or ends in ``.md`` or ``.txt``)
+    and names an existing file, else ``value`` itself. (pi reads any existing path;
+    a repository could then plant a file called ``Be brief`` in the directory you
+    run in and have its text appended, issue 6 review.)
 
     Raises:
         ValueError: the file cannot be read, is not a regular file, is larger than
             `MAX_PROMPT_TEXT_BYTES` or not UTF-8 (message names ``argument``).
     """
     path = Path(os.path.expanduser(value))
-    if "\n" in value or len(value) > 4096 or not os.path.lexists(path):
+    looks_like_path = "/" in value or value.endswith((".md", ".txt"))
+    if (
+        not value.strip()
+        or not looks_like_path
+        or "\n" in value
+        or len(value) > 4096
+        or not os.path.lexists(path)
+    ):
         return value
     try:
         return read_regular_file(path, MAX_PROMPT_TEXT_BYTES).decode("utf-8-sig")
@@ -267,6 +282,18 @@ def read_prompt_text(value: str, *, argument: str) -> str:
         raise ValueError(f"argument {argument}: {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ValueError(f"argument {argument}: {path}: not UTF-8") from exc
+
+
+def project_resources(cwd: Path, *, home: Path) -> list[Path]:
+    """The trust-requiring resources of the project in ``cwd``: the cwd's own
+    (`trust_requiring_resources`) and, when the cwd is below the repository root
+    (the nearest ``.git``, not the home directory), the root's — so that starting
+    in a subdirectory of a repository does not skip its decision."""
+    found = trust_requiring_resources(cwd, home=home)
+    root = Path(os.path.abspath(_git_root(Path(os.path.abspath(cwd))) or cwd))
+    if root != Path(os.path.abspath(cwd)) and root != Path(os.path.abspath(home)):
+        found += [p for p in trust_requiring_resources(root, home=home) if p not in found]
+    return found
 
 
 def _ancestor_agents_skills(cwd: Path, home: Path) -> list[Path]:
@@ -333,30 +360,34 @@ def load_resources(
         return found
 
     skill_sources = [SkillSource(p, "cli", explicit=True) for p in cli_skills]
-    prompt_sources: list[tuple[Path, str]] = [(p, "cli") for p in cli_prompts]
+    prompt_sources: list[tuple[Path, str, Path | None]] = [(p, "cli", None) for p in cli_prompts]
     for path in cli_prompts:
         if not os.path.lexists(path):
             diagnostics.append(
                 _diag("warning", f"{path}: prompt template path does not exist", path)
             )
+    # A project's own sources must resolve inside it (symlinks out refused); the
+    # ancestor .agents/skills directories inside the repository containing it.
+    repository = _git_root(cwd) or cwd
     if trust.trusted:
         if not no_skills:
             skill_sources += [
-                SkillSource(p, "project-settings", explicit=True)
+                SkillSource(p, "project-settings", explicit=True, confine=cwd)
                 for p in from_settings(project_settings, "skills")
                 if _project_path_ok(p, cwd, "skills", diagnostics)
             ]
-            skill_sources.append(SkillSource(cwd / ".pi" / "skills", "project"))
+            skill_sources.append(SkillSource(cwd / ".pi" / "skills", "project", confine=cwd))
             skill_sources += [
-                SkillSource(p, "project", mode="agents") for p in _ancestor_agents_skills(cwd, home)
+                SkillSource(p, "project", mode="agents", confine=repository)
+                for p in _ancestor_agents_skills(cwd, home)
             ]
         if not no_prompts:
             prompt_sources += [
-                (p, "project-settings")
+                (p, "project-settings", cwd)
                 for p in from_settings(project_settings, "prompts")
                 if _project_path_ok(p, cwd, "prompts", diagnostics)
             ]
-            prompt_sources.append((cwd / ".pi" / "prompts", "project"))
+            prompt_sources.append((cwd / ".pi" / "prompts", "project", cwd))
     if not no_skills:
         skill_sources += [
             SkillSource(p, "user-settings", explicit=True)
@@ -364,11 +395,18 @@ def load_resources(
         ]
         skill_sources.append(SkillSource(Path(agent_dir) / "skills", "user"))
         skill_sources.append(SkillSource(Path(home) / ".agents" / "skills", "user", mode="agents"))
-        skill_sources += [SkillSource(p / "skills", "package") for p in packages]
+        skill_sources += [
+            SkillSource(p / "skills", "package", confine=cwd if _inside(p, cwd) else None)
+            for p in packages
+        ]
     if not no_prompts:
-        prompt_sources += [(p, "user-settings") for p in from_settings(user_settings, "prompts")]
-        prompt_sources.append((Path(agent_dir) / "prompts", "user"))
-        prompt_sources += [(p / "prompts", "package") for p in packages]
+        prompt_sources += [
+            (p, "user-settings", None) for p in from_settings(user_settings, "prompts")
+        ]
+        prompt_sources.append((Path(agent_dir) / "prompts", "user", None))
+        prompt_sources += [
+            (p / "prompts", "package", cwd if _inside(p, cwd) else None) for p in packages
+        ]
     for contribution in contributed:
         base = (
             contribution.extension
@@ -394,10 +432,14 @@ def load_resources(
                         )
                     )
                     continue
+                # An untrusted extension's files must stay inside its directory.
+                confine = None if contribution.trusted else base
                 if kind == "skill":
-                    skill_sources.append(SkillSource(path, "extension", explicit=True))
+                    skill_sources.append(
+                        SkillSource(path, "extension", explicit=True, confine=confine)
+                    )
                 else:
-                    prompt_sources.append((path, "extension"))
+                    prompt_sources.append((path, "extension", confine))
     skills, skill_diagnostics = load_skills(skill_sources)
     result.skills = skills
     diagnostics += [_diag(d.type, d.message, d.path) for d in skill_diagnostics]

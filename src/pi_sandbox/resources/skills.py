@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from xml.sax.saxutils import escape
 
 from pi_sandbox.regular_files import read_regular_file
@@ -81,12 +81,16 @@ class SkillSource:
         mode: ``"pi"`` or ``"agents"`` discovery (module docstring).
         explicit: A path the user named; when it does not exist a ``warning`` is
             reported. Auto-discovery directories are often absent and stay quiet.
+        confine: A directory every skill file must resolve inside (a project's own
+            sources: a symlink out of the project is refused with an ``error``);
+            None follows symlinks anywhere (the user's own sources).
     """
 
     path: Path
     source: str
     mode: DiscoveryMode = "pi"
     explicit: bool = False
+    confine: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -148,41 +152,109 @@ def validate_skill_name(name: str) -> list[str]:
 @dataclass(frozen=True)
 class _IgnoreRule:
     base: str  # directory of the ignore file, relative to the scan root ("" = root)
-    regex: re.Pattern[str]
+    glob: _Glob
     negated: bool
     dir_only: bool
     anchored: bool
 
 
-def _glob_to_regex(pattern: str) -> str:
-    out, i = [], 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif char == "*":
-            out.append("[^/]*")
-            i += 1
-        elif char == "?":
-            out.append("[^/]")
-            i += 1
-        elif char == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            i = end + 1
-        elif char == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return "".join(out)
+class _Glob:
+    """A gitignore glob matched by simulating its automaton over the path: time
+    O(len(path) x len(pattern)), whatever the pattern. (Compiled to a backtracking
+    regex, ``**/**/.../x`` took minutes on a deep tree: issue 6 review.)
+
+    Tokens: a literal character; ``?`` (one character but ``/``); ``*`` (any run
+    without ``/``); ``**`` (any run); ``**/`` (nothing, or any run ending in ``/``);
+    ``[...]`` / ``[!...]`` (one character of a class, never ``/``).
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.tokens: list[tuple[str, Any]] = []
+        i = 0
+        while i < len(pattern):
+            char = pattern[i]
+            if pattern.startswith("**/", i):
+                if not self.tokens or self.tokens[-1][0] != "dirs":  # runs of **/ are one
+                    self.tokens.append(("dirs", None))
+                i += 3
+            elif pattern.startswith("**", i):
+                self.tokens.append(("all", None))
+                i += 2
+            elif char == "*":
+                if not self.tokens or self.tokens[-1][0] != "star":
+                    self.tokens.append(("star", None))
+                i += 1
+            elif char == "?":
+                self.tokens.append(("one", None))
+                i += 1
+            elif char == "[" and (end := pattern.find("]", i + 2)) != -1:
+                body = pattern[i + 1 : end]
+                negate = body.startswith("!")
+                body = body[1:] if negate else body
+                try:
+                    klass = re.compile(
+                        "[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]"
+                    )
+                except re.error:
+                    klass = None  # a malformed class matches nothing
+                self.tokens.append(("class", klass))
+                i = end + 1
+            elif char == "\\" and i + 1 < len(pattern):
+                self.tokens.append(("lit", pattern[i + 1]))
+                i += 2
+            else:
+                self.tokens.append(("lit", char))
+                i += 1
+
+    def _close(self, states: set[int]) -> set[int]:
+        """Add the states reachable without consuming anything (``*``, ``**`` and
+        ``**/`` may match nothing)."""
+        stack = list(states)
+        while stack:
+            state = stack.pop()
+            if (
+                state < len(self.tokens)
+                and self.tokens[state][0] in ("star", "all", "dirs")
+                and state + 1 not in states
+            ):
+                states.add(state + 1)
+                stack.append(state + 1)
+        return states
+
+    def match(self, text: str) -> bool:
+        """Whether the whole of ``text`` matches."""
+        tokens = self.tokens
+        end = len(tokens)
+        states = self._close({0})
+        for char in text:
+            following: set[int] = set()
+            for state in states:
+                if state >= end:
+                    continue
+                kind, value = tokens[state]
+                if kind == "lit":
+                    if value == char:
+                        following.add(state + 1)
+                elif kind == "one":
+                    if char != "/":
+                        following.add(state + 1)
+                elif kind == "class":
+                    if char != "/" and value is not None and value.fullmatch(char):
+                        following.add(state + 1)
+                elif kind == "star":
+                    if char != "/":
+                        following.add(state)
+                elif kind == "all":
+                    following.add(state)
+                elif char == "/":  # "dirs": stay, or leave after a slash
+                    following.add(state)
+                    following.add(state + 1)
+                else:
+                    following.add(state)
+            if not following:
+                return False
+            states = self._close(following)
+        return end in states
 
 
 def _parse_ignore_file(text: str, base: str) -> list[_IgnoreRule]:
@@ -200,11 +272,7 @@ def _parse_ignore_file(text: str, base: str) -> list[_IgnoreRule]:
         line = line.lstrip("/")
         if not line:
             continue
-        try:
-            regex = re.compile(_glob_to_regex(line) + r"\Z")
-        except re.error:
-            continue  # a malformed pattern ignores nothing rather than aborting the scan
-        rules.append(_IgnoreRule(base, regex, negated, dir_only, anchored))
+        rules.append(_IgnoreRule(base, _Glob(line), negated, dir_only, anchored))
     return rules
 
 
@@ -220,7 +288,7 @@ def _is_ignored(rules: Sequence[_IgnoreRule], rel_path: str, *, is_dir: bool) ->
         if rule.dir_only and not is_dir:
             continue
         target = sub if rule.anchored else sub.rsplit("/", 1)[-1]
-        if rule.regex.match(target):
+        if rule.glob.match(target):
             ignored = not rule.negated
     return ignored
 
@@ -233,6 +301,7 @@ class _Budget:
     remaining: int
     exhausted: bool = False
     visited_dirs: set[str] = field(default_factory=set)
+    confine: str | None = None  # canonical directory the scan must not leave
 
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -334,7 +403,13 @@ def _collect(
             if not (rules and _is_ignored(rules, rel(name), is_dir=False)):
                 found.append((Path(entry.path), canonical(entry)))
         elif is_dir and not (rules and _is_ignored(rules, rel(name), is_dir=True)):
-            _collect(entry.path, canonical(entry), rel(name), mode, rules, budget, found)
+            real_dir = canonical(entry)
+            if budget.confine is not None and not _within(real_dir, budget.confine):
+                # A symlink out of the confining directory: its files would be
+                # refused one by one; the one it names is reported instead.
+                found.append((Path(entry.path), real_dir))
+                continue
+            _collect(entry.path, real_dir, rel(name), mode, rules, budget, found)
             if budget.exhausted:
                 return
 
@@ -419,21 +494,33 @@ def load_skills(
 
     Args:
         sources: Places to look, in precedence order (the caller sorts them).
-        max_entries: Upper bound on directories plus directory entries examined over
-            all sources (a symlink loop is visited once and cannot exhaust it alone).
+        max_entries: Upper bound on directories plus directory entries examined in
+            each source (a symlink loop is visited once and cannot exhaust it alone).
 
     Returns:
         ``(skills, diagnostics)``: skills in discovery order; diagnostics in the order
         found, collisions included. Never raises for bad files or missing paths.
     """
-    budget = _Budget(remaining=max_entries)
     skills: dict[str, Skill] = {}
     seen_files: set[str] = set()
     diagnostics: list[SkillDiagnostic] = []
     for source in sources:
+        # Each source has its own budget: a huge project directory must not hide the
+        # user's own skills (issue 6 review).
+        budget = _Budget(remaining=max_entries)
+        if source.confine is not None:
+            budget.confine = os.path.realpath(source.confine)
         found, problems = _candidates(source, budget)
         diagnostics.extend(problems)
+        confine = os.path.realpath(source.confine) if source.confine is not None else None
         for path, real in found:
+            if confine is not None and not _within(real, confine):
+                message = (
+                    f"{path}: resolves to {real}, outside {source.confine}; skipped "
+                    "(a project's skills must be its own files)"
+                )
+                diagnostics.append(SkillDiagnostic("error", message, path))
+                continue
             if real in seen_files:
                 continue  # §3.7: the same file through a symlink is silently one skill
             seen_files.add(real)
@@ -452,12 +539,16 @@ def load_skills(
             diagnostics.append(SkillDiagnostic("collision", message, skill.path))
         if budget.exhausted:
             message = (
-                f"skill discovery stopped after examining {max_entries} directory entries; "
-                f"{source.path} and any later skill paths were not fully scanned"
+                f"skill discovery stopped after examining {max_entries} directory entries "
+                f"in {source.path}; it was not fully scanned"
             )
             diagnostics.append(SkillDiagnostic("warning", message, Path(source.path)))
-            break
     return list(skills.values()), diagnostics
+
+
+def _within(real: str, root: str) -> bool:
+    """Whether canonical path ``real`` is ``root`` or below it."""
+    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 # --- use ----------------------------------------------------------------------------

@@ -162,7 +162,14 @@ _DENY_IN_HOME = (
 )
 
 # The agent's own secrets and records in its agent directory.
-_DENY_IN_AGENT_DIR = ("auth.json", "trust.json", "policy.yaml", "settings.json", "sessions")
+_DENY_IN_AGENT_DIR = (
+    "auth.json",
+    "trust.json",
+    "trust.json.lock",
+    "policy.yaml",
+    "settings.json",
+    "sessions",
+)
 
 # Directories no policy may make writable: the root, system trees, /etc.
 _NEVER_WRITABLE = (

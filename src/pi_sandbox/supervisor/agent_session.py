@@ -64,10 +64,12 @@ def build_system_prompt(
     *,
     snippets: dict[str, str] | None = None,
     guidelines: list[str] | None = None,
+    sandboxed: bool = True,
 ) -> str:
     """A compact coding-agent system prompt naming the active tools and the working
     directory. ``snippets`` (tool name → one line) replace a tool's description line;
-    ``guidelines`` are the active tools' ``prompt_guidelines``."""
+    ``guidelines`` are the active tools' ``prompt_guidelines``; ``sandboxed`` says
+    whether the tools run in a sandbox (the prompt must not claim one that isn't)."""
     snippets = snippets or {}
     lines = [
         "You are an expert coding assistant working in a software repository.",
@@ -85,7 +87,12 @@ def build_system_prompt(
         "",
         "Guidelines:",
         "- Use read to examine files before editing; use edit for precise changes, write for new files.",
-        "- Every tool runs in a sandbox; a blocked call returns an error result that explains why.",
+        (
+            "- Every tool runs in a sandbox; a blocked call returns an error result that "
+            "explains why."
+            if sandboxed
+            else "- A blocked call returns an error result that explains why."
+        ),
         *[f"- {line}" for line in guidelines or []],
         "- Be concise in your final answer.",
         "",

@@ -192,6 +192,9 @@ def settings_paths(
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         notices.append(f"{settings_file}: invalid JSON ({exc}); its {key} were not loaded")
         return []
+    except RecursionError:
+        notices.append(f"{settings_file}: JSON nested too deeply; its {key} were not loaded")
+        return []
     if not isinstance(data, dict):
         notices.append(
             f"{settings_file}: expected a JSON object at the top level; its {key} were not loaded"

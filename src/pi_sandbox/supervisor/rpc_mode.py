@@ -203,13 +203,15 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                         command, False, error="set_trust: 'decision' must be yes, no or sandboxed"
                     )
                     continue
+                save = command.get("save", False)
+                if not isinstance(save, bool):
+                    await respond(command, False, error="set_trust: 'save' must be true or false")
+                    continue
                 if running():
                     await respond(command, False, error=f"cannot change trust: {busy_reason()}")
                     continue
 
-                async def set_trust(
-                    decision: str = decision, save: bool = bool(command.get("save"))
-                ) -> Any:
+                async def set_trust(decision: str = decision, save: bool = save) -> Any:
                     return await host.set_trust(decision, save=save)
 
                 answer_later(command, set_trust)

@@ -560,7 +560,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     *options.notices,
                     *trust_notices,
                     *(f"Policy: {line}" for line in start.policy.diagnostics),
-                    *_untrusted_notice(start.trust_info, options.cwd),
+                    *_untrusted_notice(start.trust_info, options.cwd, start.base_policy.trust),
                     *notices,
                 ]
                 # Workers first: a run that cannot start its sandbox leaves no session file.
@@ -895,20 +895,33 @@ async def _ask_extensions_for_trust(
     notices.append(f"Project trust: {decided.decision} (from {decided.source})")
 
 
-def _untrusted_notice(info: Any, cwd: Path) -> list[str]:
-    """What an untrusted project's run skipped, and how to trust it (issue 6 case 5)."""
+def _untrusted_notice(info: Any, cwd: Path, rules: Any = None) -> list[str]:
+    """What an untrusted project's run skipped, and how to trust it (issue 6 case 5)
+    — only the ways the policy (``rules``, `TrustRules`) allows."""
     store_problem = [f"the trust store was ignored: {info.store_error}"] if info.store_error else []
     if info.trusted or not info.resources:
         return store_problem
     shown = ", ".join(str(p) for p in info.resources[:8])
     more = f" and {len(info.resources) - 8} more" if len(info.resources) > 8 else ""
-    return [
+    allowed = getattr(rules, "users_may_trust", "yes")
+    head = (
         f"Project not trusted ({info.decision or 'undecided'}, from {info.source}): its "
-        f"resources were not loaded: {shown}{more}. To trust it: `pi trust yes {cwd}` or "
-        f"`pi trust sandboxed {cwd}` (saved), --trust yes|sandboxed (this run), or "
-        "/trust yes|sandboxed during a session",
-        *store_problem,
-    ]
+        f"resources were not loaded: {shown}{more}."
+    )
+    if allowed == "no":
+        how = f" The policy {rules.users_may_trust_source} forbids trusting projects."
+    elif allowed == "sandboxed":
+        how = (
+            f" To trust it sandboxed (the policy {rules.users_may_trust_source} allows "
+            f"only that): `pi trust sandboxed {cwd}` (saved), --trust sandboxed (this "
+            "run), or /trust sandboxed during a session"
+        )
+    else:
+        how = (
+            f" To trust it: `pi trust yes {cwd}` or `pi trust sandboxed {cwd}` (saved), "
+            "--trust yes|sandboxed (this run), or /trust yes|sandboxed during a session"
+        )
+    return [head + how, *store_problem]
 
 
 def _load_resource_set(options: RunOptions, start: _Start, pool: Any, contributed: Any) -> Any:
@@ -1008,11 +1021,11 @@ async def _change_trust(
     if save:
         path = trust_store_path(options.agent_dir)
         try:
-            store = TrustStore.load(path)
-            store.set(options.cwd, decision)
-            store.save()
+            TrustStore.update(path, lambda store: store.set(options.cwd, decision))
         except (TrustStoreError, OSError) as exc:
             raise UsageError(f"/trust --save: cannot update the trust store: {exc}") from exc
+        info = dc.replace(info, stored=(decision, options.cwd), store_error=None)
+        start.trust_info = info
         audit.record(
             {
                 "event": "trust",

@@ -209,9 +209,11 @@ class SessionHost:
             try:
                 await job()
             except (ProviderError, UsageError, WorkerError, PolicyError) as exc:
-                self.errors.append(exc)
                 if self.keep_going:  # rpc mode: report and serve the next command
                     await self.emit({"type": "error", "error": str(exc)})
+                # In rpc mode a mistyped command does not fail the whole session.
+                if not (self.keep_going and isinstance(exc, UsageError)):
+                    self.errors.append(exc)
             except HostCallError as exc:
                 await self.emit({"type": "warning", "message": str(exc)})
             finally:
@@ -518,8 +520,13 @@ class SessionHost:
             for line in tool.definition.prompt_guidelines:
                 if line not in guidelines:
                     guidelines.append(line)
+        tool_worker = self.pool.tool_worker
         base = build_system_prompt(
-            self.session.cwd, self.active_definitions(), snippets=snippets, guidelines=guidelines
+            self.session.cwd,
+            self.active_definitions(),
+            snippets=snippets,
+            guidelines=guidelines,
+            sandboxed=tool_worker is not None and tool_worker.spec.sandbox is not None,
         )
         if self.resource_set is None:
             return base
