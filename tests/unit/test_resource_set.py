@@ -992,3 +992,56 @@ def test_a_non_utf8_or_oversized_file_is_refused_naming_the_argument(tmp_path):
     big.write_bytes(b"x" * (256 * 1024 + 1))
     with pytest.raises(ValueError, match="--system-prompt"):
         read_prompt_text(str(big), argument="--system-prompt")
+
+
+# --- issue 6 review ------------------------------------------------------------------
+
+
+def test_words_are_text_even_when_a_file_of_that_name_exists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Be brief").write_text("PLANTED BY THE REPOSITORY")
+    assert read_prompt_text("Be brief", argument="--append-system-prompt") == "Be brief"
+    assert read_prompt_text("", argument="--system-prompt") == ""
+    (tmp_path / "style.md").write_text("From a file.")
+    assert read_prompt_text("style.md", argument="--system-prompt") == "From a file."
+    assert read_prompt_text("./Be brief", argument="--system-prompt") == (
+        "PLANTED BY THE REPOSITORY"
+    )
+
+
+def test_project_prompt_templates_must_resolve_inside_the_project(tmp_path):
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    prompts = project / ".pi" / "prompts"
+    prompts.mkdir(parents=True)
+    secret = tmp_path / "secret.md"
+    secret.write_text("SENTINEL secret text")
+    (prompts / "leak.md").symlink_to(secret)
+    (prompts / "ok.md").write_text("Fine $1.")
+    (project / "docs").mkdir()
+    (project / "docs" / "inner.md").write_text("Inner.")
+    (prompts / "inner.md").symlink_to(project / "docs" / "inner.md")
+    resources = load_resources(
+        project, agent_dir=tmp_path / "agent", home=tmp_path / "home", trust=trust("yes")
+    )
+    assert sorted(t.name for t in resources.prompts) == ["inner", "ok"]
+    [error] = [d for d in resources.diagnostics if d["type"] == "error"]
+    assert error["path"] == str(prompts / "leak.md") and "outside" in error["message"]
+
+
+def test_deeply_nested_settings_and_frontmatter_are_reported_not_raised(tmp_path):
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    (project / ".pi").mkdir()
+    (project / ".pi" / "settings.json").write_text("[" * 100_000)
+    skill = project / ".pi" / "skills" / "deep" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\ndescription: " + "[" * 5000 + "\n---\nbody\n")
+    resources = load_resources(
+        project, agent_dir=tmp_path / "agent", home=tmp_path / "home", trust=trust("yes")
+    )
+    messages = [d["message"] for d in resources.diagnostics]
+    assert any(
+        "settings.json" in m and ("nested too deeply" in m or "invalid JSON" in m) for m in messages
+    )
+    assert any(str(skill) in m for m in messages)
