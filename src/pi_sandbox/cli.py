@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -571,12 +572,12 @@ def resources_main(argv: Sequence[str]) -> int:
             parser.error(f"argument -e/--extension: no such file or directory: {path}")
     try:
         system_prompt = (
-            read_prompt_text(args.system_prompt, argument="--system-prompt")
+            read_prompt_text(args.system_prompt, argument="--system-prompt", project=workspace)
             if args.system_prompt is not None
             else None
         )
         appended = tuple(
-            read_prompt_text(t, argument="--append-system-prompt")
+            read_prompt_text(t, argument="--append-system-prompt", project=workspace)
             for t in args.append_system_prompt
         )
     except ValueError as exc:
@@ -693,7 +694,14 @@ def resources_main(argv: Sequence[str]) -> int:
     say(f"Project {workspace}: trust {trust['decision']} (from {trust['source']})")
     if info.resources and not info.trusted:
         say("  not loaded (project not trusted): " + ", ".join(map(str, info.resources)))
-        say(f"  trust it with: pi trust yes {workspace}  (or: pi trust sandboxed {workspace})")
+        allowed = policy.trust.users_may_trust  # type: ignore[attr-defined]
+        where = shlex.quote(str(workspace))
+        if allowed == "no":
+            say(f"  the policy {policy.trust.users_may_trust_source} forbids trusting projects")  # type: ignore[attr-defined]
+        elif allowed == "sandboxed":
+            say(f"  trust it with: pi trust sandboxed {where}  (the policy allows only that)")
+        else:
+            say(f"  trust it with: pi trust yes {where}  (or: pi trust sandboxed {where})")
     sections = (
         ("Skills", [f"{k['name']}  [{k['source']}]  {k['path']}" for k in report["skills"]]),
         (
@@ -809,12 +817,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         system_prompt = (
-            read_prompt_text(args.system_prompt, argument="--system-prompt")
+            read_prompt_text(args.system_prompt, argument="--system-prompt", project=cwd)
             if args.system_prompt is not None
             else None
         )
         appended = [
-            read_prompt_text(text, argument="--append-system-prompt")
+            read_prompt_text(text, argument="--append-system-prompt", project=cwd)
             for text in args.append_system_prompt
         ]
     except ValueError as exc:

@@ -63,7 +63,7 @@ def test_project_files_of_a_project_not_trusted_with_yes_are_marked(tree, trust)
 
 
 def test_outside_a_repository_the_working_directory_is_the_project(tmp_path, monkeypatch):
-    monkeypatch.setattr(context_files, "project_root", lambda cwd: Path(os.path.abspath(cwd)))
+    monkeypatch.setattr(context_files, "project_root", lambda cwd, **_: Path(os.path.abspath(cwd)))
     cwd = tmp_path / "w"
     cwd.mkdir()
     (tmp_path / "AGENTS.md").write_text("above")
@@ -162,3 +162,45 @@ def test_context_files_are_capped_in_total_dropping_the_farthest_first(tmp_path,
     files, diagnostics = load_context_files(deep, agent, trust="yes")
     assert [f.content[0] for f in files] == ["g", "b"]
     assert [d.path for d in diagnostics] == [repo / "AGENTS.md", repo / "a" / "AGENTS.md"]
+
+
+def test_a_submodules_superproject_and_a_saved_decisions_directory_are_the_project(
+    tmp_path,
+):
+    superproject = tmp_path / "super"
+    submodule = superproject / "lib"
+    submodule.mkdir(parents=True)
+    (superproject / ".git").mkdir()
+    (submodule / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    (superproject / "AGENTS.md").write_text("superproject rules")
+    files, _ = load_context_files(submodule, tmp_path / "agent", trust="no")
+    assert [(f.scope, f.trusted) for f in files] == [("project", False)]
+    # A tarball (no .git): the directory of a saved decision bounds the project.
+    tarball = tmp_path / "tarball"
+    sub = tarball / "src"
+    sub.mkdir(parents=True)
+    (tarball / "AGENTS.md").write_text("tarball rules")
+    # (home=tmp_path keeps this machine's own repositories above it out of the test)
+    assert context_files.project_root(sub, home=tmp_path, decided_at=tarball) == tarball
+    home = tmp_path / "home"
+    assert context_files.project_root(home / "x", home=home, decided_at=home) == home / "x"
+
+
+def test_system_prompt_files_resolving_outside_the_project_are_skipped(tmp_path):
+    project = tmp_path / "proj"
+    (project / ".pi").mkdir(parents=True)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("SENTINEL")
+    (project / ".pi" / "SYSTEM.md").symlink_to(secret)
+    (project / ".pi" / "APPEND_SYSTEM.md").symlink_to("/proc/self/environ")
+    system, append, diagnostics = system_prompt_files(project, trust="yes")
+    assert system is None and append is None
+    assert len(diagnostics) == 2 and all("outside the project" in d.message for d in diagnostics)
+    linked = tmp_path / "linked"
+    (linked / "real-pi").mkdir(parents=True)
+    (linked / "real-pi" / "SYSTEM.md").write_text("SENTINEL via a linked .pi")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".pi").symlink_to(linked / "real-pi")
+    system, _, diagnostics = system_prompt_files(other, trust="yes")
+    assert system is None and diagnostics

@@ -1045,3 +1045,33 @@ def test_deeply_nested_settings_and_frontmatter_are_reported_not_raised(tmp_path
         "settings.json" in m and ("nested too deeply" in m or "invalid JSON" in m) for m in messages
     )
     assert any(str(skill) in m for m in messages)
+
+
+def test_command_line_paths_inside_the_project_may_not_lead_out_of_it(tmp_path):
+    project = tmp_path / "proj"
+    (project / "docs").mkdir(parents=True)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("SENTINEL")
+    (project / "docs" / "style.md").symlink_to(secret)
+    with pytest.raises(ValueError, match="resolves to .* outside it"):
+        read_prompt_text(
+            str(project / "docs" / "style.md"), argument="--system-prompt", project=project
+        )
+    (project / "prompts").mkdir()
+    (project / "prompts" / "review.md").symlink_to(secret)
+    (project / "skills").mkdir()
+    (project / "skills" / "leak.md").symlink_to(secret)
+    resources = load_resources(
+        project,
+        agent_dir=tmp_path / "agent",
+        home=tmp_path / "home",
+        trust=trust(None),
+        cli_prompts=(project / "prompts",),
+        cli_skills=(project / "skills",),
+    )
+    assert resources.prompts == [] and resources.skills == []
+    assert sum(d["type"] == "error" for d in resources.diagnostics) == 2
+    # Outside the project, a named file is the user's own: links are followed.
+    mine = tmp_path / "mine.md"
+    mine.symlink_to(secret)
+    assert read_prompt_text(str(mine), argument="--system-prompt", project=project) == "SENTINEL"

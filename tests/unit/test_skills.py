@@ -442,3 +442,19 @@ def test_a_pathological_ignore_pattern_does_not_stall_discovery(tmp_path):
     skills, _ = load_skills([SkillSource(root, "project")])
     assert time.monotonic() - started < 5
     assert [s.name for s in skills] == ["ok"]
+
+
+def test_many_costly_ignore_patterns_are_bounded_with_a_warning(tmp_path):
+    import time
+
+    root = tmp_path / "skills"
+    for index in range(300):
+        write(root / f"d{index:03d}/x/y/z/leaf.md", "x")
+    write(root / "ok/SKILL.md", skill_md("ok"))
+    lines = ["*a" * 60 + f"*{index}" for index in range(2000)]
+    write(root / ".gitignore", "\n".join(lines) + "\n")
+    started = time.monotonic()
+    skills, diagnostics = load_skills([SkillSource(root, "project")])
+    assert time.monotonic() - started < 10
+    assert [s.name for s in skills] == ["ok"]
+    assert any("ignore files are too costly" in d.message for d in diagnostics)

@@ -65,13 +65,39 @@ class ContextDiagnostic:
     path: Path
 
 
-def project_root(cwd: Path) -> Path:
-    """The nearest ancestor of ``cwd`` (itself included) holding ``.git``, else ``cwd``."""
+def project_root(cwd: Path, *, home: Path | None = None, decided_at: Path | None = None) -> Path:
+    """Where the project's own files start, for marking context files: the nearest
+    ancestor of ``cwd`` (itself included) holding ``.git`` — or, when that ``.git`` is
+    a file (a submodule), its superproject's — else ``cwd``; moved up to
+    ``decided_at`` (the directory a saved trust decision is for) when that is an
+    ancestor. ``home`` and the directories above it never count: your own
+    ``~/AGENTS.md`` stays yours even if your home is a git repository.
+    """
     cwd = Path(os.path.abspath(cwd))
+    stop = {Path("/")}
+    if home is not None:
+        home = Path(os.path.abspath(home))
+        stop |= {home, *home.parents}
+    root = cwd
     for directory in (cwd, *cwd.parents):
-        if os.path.lexists(directory / ".git"):
-            return directory
-    return cwd
+        if directory in stop:
+            break
+        marker = directory / ".git"
+        if os.path.lexists(marker):
+            root = directory
+            if not os.path.isfile(marker):
+                break  # a repository of its own; a .git file: keep looking up
+    if (
+        decided_at is not None
+        and (decided_at := Path(os.path.abspath(decided_at))) not in stop
+        and decided_at in root.parents
+    ):
+        root = decided_at
+    return root
+
+
+def _within(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 def _read(path: Path, diagnostics: list[ContextDiagnostic]) -> str | None:
@@ -105,7 +131,7 @@ def _first_in(
         if os.path.lexists(path):
             if confine is not None:
                 real = os.path.realpath(path)
-                if real != confine and not real.startswith(confine.rstrip("/") + "/"):
+                if not _within(real, confine):
                     diagnostics.append(
                         ContextDiagnostic(
                             "warning",
@@ -122,12 +148,18 @@ def _first_in(
 
 
 def load_context_files(
-    cwd: Path, agent_dir: Path, *, trust: str | None
+    cwd: Path,
+    agent_dir: Path,
+    *,
+    trust: str | None,
+    home: Path | None = None,
+    decided_at: Path | None = None,
 ) -> tuple[list[ContextFile], list[ContextDiagnostic]]:
     """The context files for a session in ``cwd`` (see the module docstring).
 
     Args:
         trust: the project's trust decision (``yes``, ``no``, ``sandboxed`` or None).
+        home, decided_at: see `project_root` (where the project's files start).
 
     Returns:
         ``(files, diagnostics)``, files in prompt order. Never raises for file problems.
@@ -135,7 +167,7 @@ def load_context_files(
     diagnostics: list[ContextDiagnostic] = []
     files: list[ContextFile] = []
     seen: set[str] = set()
-    root = project_root(cwd)
+    root = project_root(cwd, home=home, decided_at=decided_at)
     cwd = Path(os.path.abspath(cwd))
 
     def add(found: tuple[Path, str] | None, scope: str) -> None:
@@ -161,12 +193,15 @@ def load_context_files(
 def _within_budget(
     files: list[ContextFile], diagnostics: list[ContextDiagnostic]
 ) -> list[ContextFile]:
-    """At most `MAX_TOTAL_CONTEXT_BYTES` of context in all: the files farthest from
-    the cwd (after the agent directory's) are dropped first, each with a warning."""
+    """At most `MAX_TOTAL_CONTEXT_BYTES` of context in all: untrusted project files
+    go first, farthest from the cwd first, then the user's own (never the agent
+    directory's), each with a warning."""
     kept = list(files)
     total = sum(len(f.content.encode("utf-8")) for f in kept)
     while total > MAX_TOTAL_CONTEXT_BYTES:
-        index = next((i for i, f in enumerate(kept) if f.scope != "global"), None)
+        index = next((i for i, f in enumerate(kept) if not f.trusted), None)
+        if index is None:
+            index = next((i for i, f in enumerate(kept) if f.scope != "global"), None)
         if index is None:
             break
         dropped = kept.pop(index)
@@ -195,12 +230,26 @@ def system_prompt_files(
     diagnostics: list[ContextDiagnostic] = []
     if trust != "yes":
         return None, None, diagnostics
-    base = Path(os.path.abspath(cwd)) / ".pi"
-    return (
-        _read(base / "SYSTEM.md", diagnostics),
-        _read(base / "APPEND_SYSTEM.md", diagnostics),
-        diagnostics,
-    )
+    cwd = Path(os.path.abspath(cwd))
+    confine = os.path.realpath(cwd)
+    base = cwd / ".pi"
+
+    def read(path: Path) -> str | None:
+        if not os.path.lexists(path):
+            return None
+        if not _within(os.path.realpath(path), confine):
+            diagnostics.append(
+                ContextDiagnostic(
+                    "warning",
+                    f"{path}: resolves to {os.path.realpath(path)}, outside the project "
+                    f"{confine}; skipped (a project's system prompt must be its own)",
+                    path,
+                )
+            )
+            return None
+        return _read(path, diagnostics)
+
+    return read(base / "SYSTEM.md"), read(base / "APPEND_SYSTEM.md"), diagnostics
 
 
 _CLOSING_TAG = re.compile(r"</\s*(untrusted_project_content)", re.IGNORECASE)

@@ -307,7 +307,14 @@ def parse_arguments(text: str) -> list[str]:
 _PLACEHOLDER = re.compile(r"\$(\d+)|\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@")
 
 
-def expand_template(template: PromptTemplate | str, args_text: str) -> str:
+MAX_EXPANSION_CHARS = 1_000_000
+"""Largest expansion of a template (characters): ``$@`` repeated 200,000 times in a
+400 KB template would otherwise make one gigabyte-sized message (issue 6 review)."""
+
+
+def expand_template(
+    template: PromptTemplate | str, args_text: str, *, max_chars: int = MAX_EXPANSION_CHARS
+) -> str:
     """The template body with placeholders replaced by the arguments in ``args_text``.
 
     ``$N`` (1-based, any digits) is the Nth argument; ``${@:N}`` the arguments from
@@ -315,9 +322,17 @@ def expand_template(template: PromptTemplate | str, args_text: str) -> str:
     them. Lists are joined by single spaces; a missing argument is ``""`` (as is
     ``$0``); ``${@:0}`` counts as ``${@:1}``, as in ``pi``. Substituted values are
     not expanded again.
+
+    Raises:
+        ValueError: the expansion would be longer than ``max_chars`` (checked
+            before it is built).
     """
     body = template.body if isinstance(template, PromptTemplate) else template
     args = parse_arguments(args_text)
+    # An upper bound without building it: every placeholder at most all arguments.
+    bound = len(body) + len(_PLACEHOLDER.findall(body)) * (len(args_text) + len(args))
+    if bound > max_chars:
+        raise ValueError(f"the expansion could reach {bound} characters, more than {max_chars}")
 
     def replace(match: re.Match[str]) -> str:
         position, start, length = match.groups()

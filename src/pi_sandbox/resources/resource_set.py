@@ -75,6 +75,9 @@ _SETTINGS_DEFAULTS = {
 }
 
 
+_PROJECT_SKILL_SOURCES = frozenset({"project", "project-settings"})
+
+
 def trust_store_path(agent_dir: Path) -> Path:
     """``<agent_dir>/trust.json`` (``~/.pi/agent/trust.json`` by default)."""
     return Path(agent_dir) / "trust.json"
@@ -253,19 +256,21 @@ class ResourceSet:
         return [f"{s.name} ({s.source})" for s in self.skills]
 
 
-def read_prompt_text(value: str, *, argument: str) -> str:
+def read_prompt_text(value: str, *, argument: str, project: Path | None = None) -> str:
     """``--system-prompt`` / ``--append-system-prompt``: the file's text when
-    ``value`` looks like a path (it contains ``/`` or ends in ``.md`` or ``.txt``)
-    and names an existing file, else ``value`` itself. (pi reads any existing path;
-    a repository could then plant a file called ``Be brief`` in the directory you
-    run in and have its text appended, issue 6 review.)
+    ``value`` looks like a path (it starts with ``/``, ``./``, ``../`` or ``~``, or
+    ends in ``.md`` or ``.txt``) and names an existing file, else ``value`` itself.
+    (pi reads any existing path; a repository could then plant a file called
+    ``Be brief`` or ``English/French`` where you run and have its text added,
+    issue 6 review.) A file inside ``project`` must resolve inside it: a repository's
+    ``docs/style.md`` linked to ``~/.ssh/id_rsa`` is refused.
 
     Raises:
         ValueError: the file cannot be read, is not a regular file, is larger than
             `MAX_PROMPT_TEXT_BYTES` or not UTF-8 (message names ``argument``).
     """
     path = Path(os.path.expanduser(value))
-    looks_like_path = "/" in value or value.endswith((".md", ".txt"))
+    looks_like_path = value.startswith(("/", "./", "../", "~")) or value.endswith((".md", ".txt"))
     if (
         not value.strip()
         or not looks_like_path
@@ -274,6 +279,11 @@ def read_prompt_text(value: str, *, argument: str) -> str:
         or not os.path.lexists(path)
     ):
         return value
+    if project is not None and _inside_unresolved(path, project) and not _inside(path, project):
+        raise ValueError(
+            f"argument {argument}: {value} is in the project {project} but resolves to "
+            f"{os.path.realpath(path)}, outside it; refused"
+        )
     try:
         return read_regular_file(path, MAX_PROMPT_TEXT_BYTES).decode("utf-8-sig")
     except FileRefusedError as exc:
@@ -306,6 +316,11 @@ def _ancestor_agents_skills(cwd: Path, home: Path) -> list[Path]:
         directories = [cwd, *[p for p in cwd.parents if p == root or root in p.parents]]
     user = Path(os.path.abspath(home)) / ".agents" / "skills"
     return [d / ".agents" / "skills" for d in directories if d / ".agents" / "skills" != user]
+
+
+def _inside_unresolved(path: Path, root: Path) -> bool:
+    """Whether ``path`` is below ``root`` as written (symlinks not followed)."""
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -359,8 +374,16 @@ def load_resources(
         found = [path for _, path in settings_paths(settings, notices, key)]
         return found
 
-    skill_sources = [SkillSource(p, "cli", explicit=True) for p in cli_skills]
-    prompt_sources: list[tuple[Path, str, Path | None]] = [(p, "cli", None) for p in cli_prompts]
+    # Paths named on the command line inside the project still may not lead out of
+    # it through the project's symlinks (a repository's prompts/review.md linked to
+    # ~/.ssh/id_rsa, issue 6 review).
+    skill_sources = [
+        SkillSource(p, "cli", explicit=True, confine=cwd if _inside_unresolved(p, cwd) else None)
+        for p in cli_skills
+    ]
+    prompt_sources: list[tuple[Path, str, Path | None]] = [
+        (p, "cli", cwd if _inside_unresolved(p, cwd) else None) for p in cli_prompts
+    ]
     for path in cli_prompts:
         if not os.path.lexists(path):
             diagnostics.append(
@@ -446,7 +469,13 @@ def load_resources(
     prompts, prompt_diagnostics = load_prompt_templates(prompt_sources)
     result.prompts = prompts
     diagnostics += [_diag(d.type, d.message, d.path) for d in prompt_diagnostics]
-    files, context_diagnostics = load_context_files(cwd, Path(agent_dir), trust=trust.decision)
+    files, context_diagnostics = load_context_files(
+        cwd,
+        Path(agent_dir),
+        trust=trust.decision,
+        home=Path(home),
+        decided_at=trust.stored[1] if trust.stored is not None else None,
+    )
     result.context_files = files
     diagnostics += [_diag(d.type, d.message, d.path) for d in context_diagnostics]
     system, append, system_diagnostics = system_prompt_files(cwd, trust=trust.decision)
@@ -514,5 +543,10 @@ def compose_system_prompt(
     parts.append(format_context_files(resources.context_files))
     read_tool = "read" if "read" in active_tools else "bash" if "bash" in active_tools else None
     if read_tool is not None:
-        parts.append(format_skills_for_prompt(resources.skills, read_tool=read_tool))
+        untrusted = frozenset() if resources.trust.decision == "yes" else _PROJECT_SKILL_SOURCES
+        parts.append(
+            format_skills_for_prompt(
+                resources.skills, read_tool=read_tool, untrusted_sources=untrusted
+            )
+        )
     return "\n\n".join(part for part in parts if part)

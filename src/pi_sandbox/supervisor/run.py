@@ -904,6 +904,9 @@ def _untrusted_notice(info: Any, cwd: Path, rules: Any = None) -> list[str]:
     shown = ", ".join(str(p) for p in info.resources[:8])
     more = f" and {len(info.resources) - 8} more" if len(info.resources) > 8 else ""
     allowed = getattr(rules, "users_may_trust", "yes")
+    import shlex
+
+    cwd = shlex.quote(str(cwd))  # copied into a shell: a directory name may hold $(…)
     head = (
         f"Project not trusted ({info.decision or 'undecided'}, from {info.source}): its "
         f"resources were not loaded: {shown}{more}."

@@ -333,7 +333,8 @@ class SessionHost:
                 else:
                     await self.replace("new")
                 return ""
-            command = self.pool.commands.get(name)
+            # /skill:NAME is always a skill (an extension cannot register over it).
+            command = None if name.startswith("skill:") else self.pool.commands.get(name)
             if command is not None:
                 await self.run_command(command, args.strip())
                 return ""
@@ -370,7 +371,13 @@ class SessionHost:
                     {"type": "warning", "message": f"{error}; the text is sent unchanged"}
                 )
             return expanded
-        expanded_template = expand_prompt_command(text, resources.prompts)
+        try:
+            expanded_template = expand_prompt_command(text, resources.prompts)
+        except ValueError as exc:
+            await self.emit(
+                {"type": "warning", "message": f"{text.split()[0]}: not expanded: {exc}"}
+            )
+            return text
         # A template file's final newline is not part of the prompt.
         return text if expanded_template is None else expanded_template.strip()
 
@@ -744,6 +751,8 @@ class SessionHost:
         commands += [
             {"name": c.name, "description": c.description, "source": c.source}
             for c in self.pool.commands.values()
+            # built-ins win when typed, and /skill:NAME is always a skill
+            if c.name not in BUILTIN_COMMANDS and not c.name.startswith("skill:")
         ]
         resources = self.resource_set
         if resources is not None:
