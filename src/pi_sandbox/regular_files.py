@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["FileRefusedError", "read_regular_file"]
@@ -20,16 +21,26 @@ class FileRefusedError(ValueError):
     message says which (``not a regular file`` / ``N bytes, larger than …``)."""
 
 
-def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+def read_regular_file(
+    path: Path | str,
+    max_bytes: int,
+    *,
+    follow_symlinks: bool = True,
+    check: Callable[[os.stat_result], None] | None = None,
+) -> bytes:
     """The bytes of the regular file at ``path``, at most ``max_bytes`` of them.
 
     Opened non-blocking (a FIFO without a writer fails the type check instead of
     hanging), checked on the open descriptor (no race with a swap), read once.
 
+    ``check`` is called with the open file's status after those checks (the trust
+    store's owner and mode) and may raise to refuse it.
+
     Raises:
         OSError: it cannot be opened (missing, permission, a symlink with
             ``follow_symlinks=False``).
         FileRefusedError: not a regular file, or larger than ``max_bytes``.
+        Whatever ``check`` raises.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     if not follow_symlinks:
@@ -43,6 +54,8 @@ def read_regular_file(path: Path | str, max_bytes: int, *, follow_symlinks: bool
             raise FileRefusedError(
                 f"{path}: {info.st_size} bytes, larger than the limit of {max_bytes} bytes"
             )
+        if check is not None:
+            check(info)
         # One byte past the size seen, to notice a file that grew since the fstat
         # (reading max_bytes + 1 would map a megabyte for every small file).
         data = os.read(fd, min(info.st_size, max_bytes) + 1)

@@ -93,7 +93,7 @@ def test_a_one_line_value_is_read_as_yaml_reads_it_or_left_to_the_parser(key, va
     assert_reads_as_yaml(f"{key}: {value}")
 
 
-@pytest.mark.parametrize("first,second", itertools.product(VALUES[:20], VALUES[20:]))
+@pytest.mark.parametrize("first,second", list(itertools.product(VALUES[:20], VALUES[20:])))
 def test_two_keys_are_read_as_yaml_reads_them(first, second):
     assert_reads_as_yaml(f"name: {first}\ndescription: {second}\n")
 

@@ -1053,7 +1053,7 @@ def test_command_line_paths_inside_the_project_may_not_lead_out_of_it(tmp_path):
     secret = tmp_path / "id_rsa"
     secret.write_text("SENTINEL")
     (project / "docs" / "style.md").symlink_to(secret)
-    with pytest.raises(ValueError, match="resolves to .* outside it"):
+    with pytest.raises(ValueError, match=r"resolves to .* outside it"):
         read_prompt_text(
             str(project / "docs" / "style.md"), argument="--system-prompt", project=project
         )

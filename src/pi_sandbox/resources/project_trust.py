@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from pi_sandbox.regular_files import FileRefusedError
+from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
 __all__ = [
     "PROJECT_RESOURCES",
@@ -88,15 +88,8 @@ def _read_store(path: Path) -> bytes:
         FileRefusedError: not a regular file, or larger than `MAX_STORE_BYTES`.
         TrustStoreError: owned by another user, or writable by group or others.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefusedError(f"{path}: not a regular file")
-        if info.st_size > MAX_STORE_BYTES:
-            raise FileRefusedError(
-                f"{path}: {info.st_size} bytes, larger than the limit of {MAX_STORE_BYTES} bytes"
-            )
+
+    def owned_by_us(info: os.stat_result) -> None:
         euid = os.geteuid()
         if info.st_uid != euid:
             raise TrustStoreError(
@@ -108,15 +101,8 @@ def _read_store(path: Path) -> bytes:
                 f"{path}: the trust store is writable by group or others "
                 f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing to use it (chmod 600 it)"
             )
-        # One byte past the size seen, to notice a file that grew since the fstat.
-        data = os.read(fd, info.st_size + 1)
-        if len(data) > info.st_size:
-            data += os.read(fd, MAX_STORE_BYTES + 1 - len(data))
-    finally:
-        os.close(fd)
-    if len(data) > MAX_STORE_BYTES:  # it grew since the fstat
-        raise FileRefusedError(f"{path}: larger than the limit of {MAX_STORE_BYTES} bytes")
-    return data
+
+    return read_regular_file(path, MAX_STORE_BYTES, follow_symlinks=False, check=owned_by_us)
 
 
 def _too_deep(value: object, limit: int) -> bool:
