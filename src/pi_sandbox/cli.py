@@ -554,6 +554,7 @@ def resources_main(argv: Sequence[str]) -> int:
     from pi_sandbox.errors import PolicyError
     from pi_sandbox.resources.resource_set import (
         load_resources,
+        notice_path,
         read_prompt_text,
         resolve_trust,
     )
@@ -620,7 +621,7 @@ def resources_main(argv: Sequence[str]) -> int:
     )
     diagnostics = [
         *found.diagnostics,
-        *({"type": "warning", "message": n, "path": _notice_path(n)} for n in notices),
+        *({"type": "warning", "message": n, "path": notice_path(n)} for n in notices),
     ]
     if info.trusted and os.path.lexists(workspace / ".pi" / "policy.yaml"):
         # The project's policy joins a trusted run; a bad one stops it (exit 2).
@@ -737,15 +738,6 @@ def _printing(clean: Callable[[str], str]) -> Callable[..., None]:
         builtins.print(clean(" ".join(str(v) for v in values)), **kwargs)
 
     return printer
-
-
-def _notice_path(notice: str) -> str:
-    """The file a discovery notice is about (its leading absolute path), or ""."""
-    head = notice.split(": ", 1)[0]
-    for word in (head, *head.split()):
-        if word.startswith("/"):
-            return word
-    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import quoteattr
 
+from pi_sandbox.path_containment import within
 from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
 __all__ = [
@@ -96,10 +97,6 @@ def project_root(cwd: Path, *, home: Path | None = None, decided_at: Path | None
     return root
 
 
-def _within(real: str, root: str) -> bool:
-    return real == root or real.startswith(root.rstrip("/") + "/")
-
-
 def _read(path: Path, diagnostics: list[ContextDiagnostic]) -> str | None:
     try:
         data = read_regular_file(path, MAX_CONTEXT_BYTES)
@@ -131,7 +128,7 @@ def _first_in(
         if os.path.lexists(path):
             if confine is not None:
                 real = os.path.realpath(path)
-                if not _within(real, confine):
+                if not within(real, confine):
                     diagnostics.append(
                         ContextDiagnostic(
                             "warning",
@@ -237,7 +234,7 @@ def system_prompt_files(
     def read(path: Path) -> str | None:
         if not os.path.lexists(path):
             return None
-        if not _within(os.path.realpath(path), confine):
+        if not within(os.path.realpath(path), confine):
             diagnostics.append(
                 ContextDiagnostic(
                     "warning",

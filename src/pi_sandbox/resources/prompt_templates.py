@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pi_sandbox.path_containment import within
 from pi_sandbox.regular_files import read_regular_file
 from pi_sandbox.resources.frontmatter import parse_frontmatter
 
@@ -242,9 +243,7 @@ def load_prompt_templates(
         else:
             continue
         for path, canonical in candidates:
-            if confine is not None and not (
-                canonical == confine or canonical.startswith(confine.rstrip("/") + "/")
-            ):
+            if confine is not None and not within(canonical, confine):
                 diagnostics.append(
                     PromptTemplateDiagnostic(
                         "error",

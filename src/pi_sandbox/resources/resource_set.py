@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pi_sandbox.path_containment import resolves_inside
 from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 from pi_sandbox.resources.context_files import (
     ContextFile,
@@ -58,6 +59,7 @@ __all__ = [
     "TrustDecision",
     "compose_system_prompt",
     "load_resources",
+    "notice_path",
     "project_resources",
     "read_prompt_text",
     "resolve_trust",
@@ -279,7 +281,11 @@ def read_prompt_text(value: str, *, argument: str, project: Path | None = None) 
         or not os.path.lexists(path)
     ):
         return value
-    if project is not None and _inside_unresolved(path, project) and not _inside(path, project):
+    if (
+        project is not None
+        and _inside_unresolved(path, project)
+        and not resolves_inside(path, project)
+    ):
         raise ValueError(
             f"argument {argument}: {value} is in the project {project} but resolves to "
             f"{os.path.realpath(path)}, outside it; refused"
@@ -321,11 +327,6 @@ def _ancestor_agents_skills(cwd: Path, home: Path) -> list[Path]:
 def _inside_unresolved(path: Path, root: Path) -> bool:
     """Whether ``path`` is below ``root`` as written (symlinks not followed)."""
     return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
-
-
-def _inside(path: Path, root: Path) -> bool:
-    real = Path(os.path.realpath(path))
-    return real == Path(os.path.realpath(root)) or real.is_relative_to(os.path.realpath(root))
 
 
 def load_resources(
@@ -419,7 +420,7 @@ def load_resources(
         skill_sources.append(SkillSource(Path(agent_dir) / "skills", "user"))
         skill_sources.append(SkillSource(Path(home) / ".agents" / "skills", "user", mode="agents"))
         skill_sources += [
-            SkillSource(p / "skills", "package", confine=cwd if _inside(p, cwd) else None)
+            SkillSource(p / "skills", "package", confine=cwd if resolves_inside(p, cwd) else None)
             for p in packages
         ]
     if not no_prompts:
@@ -428,7 +429,7 @@ def load_resources(
         ]
         prompt_sources.append((Path(agent_dir) / "prompts", "user", None))
         prompt_sources += [
-            (p / "prompts", "package", cwd if _inside(p, cwd) else None) for p in packages
+            (p / "prompts", "package", cwd if resolves_inside(p, cwd) else None) for p in packages
         ]
     for contribution in contributed:
         base = (
@@ -444,7 +445,7 @@ def load_resources(
                 continue  # --no-skills / --no-prompt-templates: only the CLI's paths
             for raw in paths:
                 path = Path(os.path.abspath(base / os.path.expanduser(raw)))
-                if not contribution.trusted and not _inside(path, base):
+                if not contribution.trusted and not resolves_inside(path, base):
                     diagnostics.append(
                         _diag(
                             "error",
@@ -488,13 +489,13 @@ def load_resources(
     if append is not None:
         result.append_system_prompt.append((str(cwd / ".pi" / "APPEND_SYSTEM.md"), append))
     result.append_system_prompt += [("--append-system-prompt", t) for t in append_system_prompt]
-    diagnostics += [_diag("warning", line, _path_of(line)) for line in notices]
+    diagnostics += [_diag("warning", line, notice_path(line)) for line in notices]
     return result
 
 
 def _project_path_ok(path: Path, cwd: Path, key: str, diagnostics: list[dict[str, str]]) -> bool:
     """A project settings path must stay inside the project once symlinks resolve."""
-    if _inside(path, cwd):
+    if resolves_inside(path, cwd):
         return True
     diagnostics.append(
         _diag(
@@ -507,9 +508,13 @@ def _project_path_ok(path: Path, cwd: Path, key: str, diagnostics: list[dict[str
     return False
 
 
-def _path_of(notice: str) -> str:
+def notice_path(notice: str) -> str:
+    """The file a discovery notice is about (its leading absolute path), or ""."""
     head = notice.split(": ", 1)[0]
-    return head if head.startswith("/") else ""
+    for word in (head, *head.split()):
+        if word.startswith("/"):
+            return word
+    return ""
 
 
 def _diag(kind: str, message: str, path: Path | str) -> dict[str, str]:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 from xml.sax.saxutils import escape
 
+from pi_sandbox.path_containment import within
 from pi_sandbox.regular_files import read_regular_file
 from pi_sandbox.resources.frontmatter import find_key_line, parse_frontmatter, strip_frontmatter
 
@@ -439,7 +440,7 @@ def _collect(
                 found.append((Path(entry.path), canonical(entry)))
         elif is_dir and not (rules and _is_ignored(rules, rel(name), is_dir=True, budget=budget)):
             real_dir = canonical(entry)
-            if budget.confine is not None and not _within(real_dir, budget.confine):
+            if budget.confine is not None and not within(real_dir, budget.confine):
                 # A symlink out of the confining directory: its files would be
                 # refused one by one; the one it names is reported instead.
                 found.append((Path(entry.path), real_dir))
@@ -549,7 +550,7 @@ def load_skills(
         diagnostics.extend(problems)
         confine = os.path.realpath(source.confine) if source.confine is not None else None
         for path, real in found:
-            if confine is not None and not _within(real, confine):
+            if confine is not None and not within(real, confine):
                 message = (
                     f"{path}: resolves to {real}, outside {source.confine}; skipped "
                     "(a project's skills must be its own files)"
@@ -585,11 +586,6 @@ def load_skills(
             )
             diagnostics.append(SkillDiagnostic("warning", message, Path(source.path)))
     return list(skills.values()), diagnostics
-
-
-def _within(real: str, root: str) -> bool:
-    """Whether canonical path ``real`` is ``root`` or below it."""
-    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 # --- use ----------------------------------------------------------------------------

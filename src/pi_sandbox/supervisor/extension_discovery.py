@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pi_sandbox.path_containment import resolves_inside
 from pi_sandbox.policies._effective import ExtensionRules
 
 __all__ = [
@@ -245,8 +246,7 @@ def _entries_at(path: Path, label: str, notices: list[str]) -> list[Path]:
 
 def _inside(path: Path, root: Path) -> bool:
     """Whether ``path`` is ``root`` or below it once symlinks are resolved."""
-    real = Path(os.path.realpath(path))
-    return real.is_relative_to(Path(os.path.realpath(root)))
+    return resolves_inside(path, root)
 
 
 # -- entry points -----------------------------------------------------------------------
