@@ -136,6 +136,10 @@ class ExtensionRules:
         handler_timeout_s: the deadline of each extension handler call, seconds:
             the smallest any tier set (a tighter deadline only fails hooks sooner;
             ``tool_call`` fails closed).
+        required: ``(pattern, file)`` pairs from managed/user files: extensions that
+            must be active for the run to go on (issue 13 §2; `requirement_met`).
+        on_load_error: ``"stop"``, ``"continue"`` or None (not set; then a ``--ci``
+            run stops and other runs warn) from managed/user files, ``stop`` winning.
     """
 
     project_allowed: bool = True
@@ -145,6 +149,18 @@ class ExtensionRules:
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    required: tuple[tuple[str, str], ...] = ()
+    on_load_error: str | None = None
+
+    def requirement_met(
+        self, pattern: str, name: str, path: Path, origin: str, *, discovered: Path | None = None
+    ) -> bool:
+        """Whether the extension ``name`` at ``path`` satisfies the ``required`` entry
+        ``pattern`` (issue 13 §2). Like an ``allow`` entry, a bare name is not proof of
+        identity: only a path pattern can be met by a project extension."""
+        return self._may_grant(pattern, origin) and self._any_form(
+            pattern, self._forms(name, path, discovered)
+        )
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -708,6 +724,7 @@ def _extensions(
                         f"extensions.capabilities[{pattern}].{capability}", value, tier, (source,)
                     )
                 )
+    required, on_load_error = _extension_requirements(usable, origins, diagnostics)
     if project_allowed:
         said_allow = [
             (f.tier, str(f.path))
@@ -732,7 +749,42 @@ def _extensions(
         capabilities=tuple(capabilities),
         project_files=project_files,
         handler_timeout_s=handler_timeout_s,
+        required=required,
+        on_load_error=on_load_error,
     )
+
+
+def _extension_requirements(
+    usable: list[tuple[LoadedPolicyFile, set[str]]],
+    origins: list[ValueOrigin],
+    diagnostics: list[str],
+) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """``extensions.required`` (union) and ``extensions.on_load_error`` (``stop``
+    wins) from managed and user files (issue 13 §2). A project file may not set
+    either: a repository must not make the user's run depend on its extensions, nor
+    let a CI run go on without a guard that failed to load (ignored, diagnostic)."""
+    required: list[tuple[str, str]] = []
+    on_load_error: str | None = None
+    for loaded, allowed in usable:
+        section = loaded.file.extensions
+        if section is None or "extensions" not in allowed:
+            continue
+        source, tier = str(loaded.path), loaded.tier
+        if tier == "project":
+            for key in ("required", "on_load_error"):
+                if key in section.model_fields_set:
+                    diagnostics.append(
+                        f"{source}: extensions.{key} ignored: only a managed or user policy "
+                        "may set it"
+                    )
+            continue
+        for pattern in section.required:
+            required.append((pattern, source))
+            origins.append(ValueOrigin("extensions.required", pattern, tier, (source,)))
+        if section.on_load_error is not None and on_load_error != "stop":
+            on_load_error = section.on_load_error
+            origins.append(ValueOrigin("extensions.on_load_error", on_load_error, tier, (source,)))
+    return tuple(required), on_load_error
 
 
 def _trust(

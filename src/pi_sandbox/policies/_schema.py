@@ -377,6 +377,9 @@ class ExtensionsSection(_Strict):
         dict[Glob, Annotated[ExtensionCapabilities, BeforeValidator(_not_null)]],
         BeforeValidator(_not_null),
     ] = Field(default_factory=dict)
+    # issue 13 §2: guards that must be active; honoured from managed/user tiers only.
+    required: Globs = ()
+    on_load_error: Literal["stop", "continue"] | None = None
 
 
 def _trust_word(value: Any) -> Any:

@@ -29,6 +29,7 @@ from pi_sandbox.errors import (
     SandboxError,
     SandboxUnavailableError,
     UsageError,
+    WorkerCrashedError,
     WorkerError,
 )
 
@@ -393,6 +394,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.agent_session import AgentSession
+    from pi_sandbox.supervisor.extension_requirements import inactive_warnings, load_stop_reason
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.session_file import SessionWriter
@@ -637,6 +639,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     )
                 keep_logs = bool(pool.load_errors)
                 await report_extension_errors(output, pool.load_errors, "load")
+                # issue 13 §2: a guard that did not load is never silently absent.
+                pool.refused = refused
+                if (stop := load_stop_reason(pool, ci=options.ci)) is not None:
+                    raise UsageError(stop)
+                for warning in inactive_warnings(pool):
+                    await output({"type": "warning", "message": warning})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,
@@ -705,6 +713,9 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         final_text = answer.get("text", "")
                     if host.errors:
                         raise host.errors[0]
+                    if (required := pool.required_failure()) is not None:
+                        # Mid-run (issue 13 §2): its tool calls were blocked; the run fails.
+                        raise WorkerCrashedError(required)
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(10):
                         await session.notify("session_shutdown", {"reason": "quit"})

@@ -314,6 +314,11 @@ class SessionHost:
             if self.keep_going:
                 await self.emit({"type": "error", "error": f"provider error: {exc}"})
             return None
+        except WorkerError as exc:  # a fail-closed hook stopped the run (issue 13 §1)
+            self.errors.append(exc)
+            if self.keep_going:
+                await self.emit({"type": "error", "error": str(exc)})
+            return None
 
     async def submit(self, text: str, images: list[dict[str, Any]] | None = None) -> str:
         """Handle one user input: a ``/command``, else the ``input`` event, else an
@@ -1332,16 +1337,31 @@ class SessionHost:
         policy gate decides and the tool worker runs it in the sandbox. The output is
         added to the session as a ``bashExecution`` message.
 
+        ``user_bash`` fails closed (issue 13 §1): a handler that raises, returns a
+        malformed result, times out or whose worker crashes (or is disabled) blocks
+        the command.
+
         Returns:
             ``{"output": str, "exit_code": int | None, "cancelled": bool, "by": str}``.
 
         Raises:
-            HostCallError: the policy denied the command.
+            HostCallError: the policy denied the command, or a ``user_bash`` handler
+                failed (the message names the extension and the failure).
         """
         outcome = await self.pool.dispatch(
             "user_bash", {"command": command, "cwd": str(self.session.cwd)}
         )
         await self.report(outcome.errors, "user_bash")
+        if outcome.failure is not None:
+            self.audit(
+                {
+                    "event": "extension",
+                    "action": "user_bash_blocked",
+                    "command": command,
+                    "reason": outcome.failure,
+                }
+            )
+            raise _refuse(f"Blocked: a user_bash hook failed (fail-closed): {outcome.failure}")
         supplied = outcome.state.get("result")
         if isinstance(supplied, dict) and isinstance(supplied.get("result"), dict):
             supplied = supplied["result"]
@@ -1359,15 +1379,13 @@ class SessionHost:
             }
         else:
             if supplied is not None:
-                await self.report(
-                    [
-                        {
-                            "message": "user_bash: a result must be {'result': {'output': str, "
-                            "'exit_code': int}}; ignored, the command runs"
-                        }
-                    ],
-                    "user_bash",
+                # A handler answered with something that is not a result: it is a
+                # malformed return, and user_bash fails closed (issue 13 §1).
+                problem = (
+                    "user_bash: a result must be {'result': {'output': str, 'exit_code': int}}"
                 )
+                await self.report([{"message": problem}], "user_bash")
+                raise _refuse(f"Blocked: a user_bash hook returned a malformed result: {problem}")
             from pi_sandbox.supervisor.providers.base import ToolCall
 
             pipeline = self.session.pipeline

@@ -96,12 +96,18 @@ class DispatchOutcome:
     Attributes:
         state: the final ``hook_kinds`` state.
         errors: one message per failed handler or worker (for ``extension_error``).
-        fatal: set when a fail-closed event (``tool_call``) met a disabled extension:
-            every later call would be blocked, so the session should end.
+        failure: set when a handler of a fail-closed event failed (raised, returned
+            a malformed result, timed out, its worker crashed or is disabled): the
+            first failure's message, naming the extension. The caller must then act
+            as ``hook_kinds.ON_FAILURE`` says (block, withhold, stop, cancel…) and
+            not use ``state`` as a transformed value (issue 13 §1).
+        fatal: set when a fail-closed event met a disabled extension: every later
+            event would fail the same way, so the session should end.
     """
 
     state: dict[str, Any]
     errors: list[dict[str, str]] = field(default_factory=list)
+    failure: str | None = None
     fatal: str | None = None
 
 
@@ -169,6 +175,11 @@ class WorkerPool:
         self._respawn_lock = trio.Lock()
         self._restarts: dict[Path, int] = {}
         self.disabled: dict[Path, str] = {}
+        # Extensions of the current generation that failed to load: path → (source, error).
+        self.failed_to_load: dict[Path, tuple[ExtensionSource, str]] = {}
+        # What discovery refused by policy (set by the caller), for required-extension
+        # messages.
+        self.refused: list[tuple[ExtensionSource, str]] = []
         # The session host (actions, bus, reports); set before `start`.
         self.host: Any = None
         self.commands: dict[str, RegisteredCommand] = {}
@@ -495,6 +506,7 @@ class WorkerPool:
                 await worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
             except RemoteError as exc:
                 text = str(exc).removeprefix(f"{worker.name}: ")
+                self.failed_to_load[source.path] = (source, text)
                 self.load_errors.append(
                     {
                         "path": str(source.path),
@@ -504,6 +516,7 @@ class WorkerPool:
                 )
                 return
             except WorkerError as exc:
+                self.failed_to_load[source.path] = (source, str(exc))
                 self.load_errors.append(
                     {
                         "path": str(source.path),
@@ -852,9 +865,13 @@ class WorkerPool:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
         A worker that times out, crashes or answers with garbage counts as a failed
-        handler: ``tool_call`` is blocked (fail-closed; later extensions' handlers still
-        run, the first failure stays the reason), other events keep the previous
-        state (DESIGN §4). A handler past its deadline, or one whose caller was
+        handler. For a fail-closed event (``hook_kinds.ON_FAILURE``, issue 13 §1) the
+        first failure is ``outcome.failure``: ``tool_call`` is blocked (later
+        extensions' handlers still run and see the call, the first failure stays the
+        reason); every other fail-closed event stops at the failing extension (its
+        value goes to no later handler) and the caller blocks, withholds, stops or
+        cancels. Notifications and ``resources_discover`` keep the previous state and
+        go on (DESIGN §4). A handler past its deadline, or one whose caller was
         cancelled (abort), gets ``$/cancel``; if it has not returned within
         `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
         Never raises for worker failures; trio cancellation propagates.
@@ -872,6 +889,7 @@ class WorkerPool:
         # (issue 5 case 4): the block, with the first failure's reason, is applied
         # once every handler ran; none of them can lift it.
         first_failure: str | None = None
+        fails_closed = hook_kinds.fails_closed(event)
         indices = [
             i
             for i, (_, worker) in enumerate(self.extensions)
@@ -888,10 +906,10 @@ class WorkerPool:
                 message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
                 state, stop = hook_kinds.apply_error(event, state, message)
                 outcome.errors.append({"path": str(source.path), "message": message})
-                if stop:
-                    # A fail-closed hook that can never run again would block every
-                    # call for the rest of the session: the caller ends the run.
-                    outcome.fatal = message
+                if fails_closed:
+                    # A fail-closed hook that can never run again would fail every
+                    # later event too: the caller ends the run.
+                    outcome.fatal = outcome.failure = first_failure or message
                     break
                 continue
             if worker.registrations is None or event not in worker.registrations.events:
@@ -920,9 +938,10 @@ class WorkerPool:
                 else:
                     message = f"{event} handler in {source.path} failed: {exc}"
                 outcome.errors.append({"path": str(source.path), "message": message})
-                if event == "tool_call":
+                if fails_closed:
                     first_failure = first_failure or message
-                    continue
+                    if event == "tool_call":
+                        continue
                 state, stop = hook_kinds.apply_error(event, state, message)
                 if stop:
                     break
@@ -931,18 +950,80 @@ class WorkerPool:
                 {"path": str(source.path), "message": e.message, "traceback": e.traceback}
                 for e in result.errors
             ]
-            if event == "tool_call" and result.errors:
-                # The worker ran its other handlers and left the block to us.
+            if fails_closed and result.errors:
                 first_failure = first_failure or result.errors[0].message
+                if event != "tool_call":
+                    # The worker stopped at its failing handler; what it returns is
+                    # not a value to pass on (and not trusted to say so): fold the
+                    # failure into the state this worker was given.
+                    state, _ = hook_kinds.apply_error(event, state, first_failure)
+                    break
+                # tool_call: the worker ran its other handlers and left the block to us.
             state = result.state
             # The worker's own `stopped` flag is advisory: the chain ends only on a
             # decisive state (a real block, a cancel), judged here.
             if hook_kinds.is_decisive(event, state):
                 break
         if first_failure is not None and not outcome.fatal:
-            state, _ = hook_kinds.apply_error(event, state, first_failure)
+            if event == "tool_call":
+                state, _ = hook_kinds.apply_error(event, state, first_failure)
+            outcome.failure = first_failure
         outcome.state = state
         return outcome
+
+    def required_failure(self) -> str | None:
+        """Why a required extension (policy ``extensions.required``, issue 13 §2) is not
+        active, or None when every required pattern matches a running extension.
+
+        A pattern is unmet when no extension of the current generation matching it
+        is loaded and not disabled: it failed to load, was refused by the policy,
+        was disabled after crashing past its restart budget, or was never found.
+        A worker between a crash and its restart still counts as active.
+        """
+        rules = self.config.extension_rules
+        if rules is None or not rules.required:
+            return None
+        for pattern, policy_file in rules.required:
+            matching = [
+                source
+                for source, _ in self.extensions
+                if rules.requirement_met(
+                    pattern,
+                    extension_name(source.path),
+                    source.path,
+                    source.origin,
+                    discovered=source.discovered,
+                )
+            ]
+            if any(source.path not in self.disabled for source in matching):
+                continue
+            why = "no extension matching it was found (is it installed, or given with -e?)"
+            if matching:
+                why = f"{matching[0].path} is disabled: {self.disabled[matching[0].path]}"
+            else:
+                for source, error in self.failed_to_load.values():
+                    if rules.requirement_met(
+                        pattern,
+                        extension_name(source.path),
+                        source.path,
+                        source.origin,
+                        discovered=source.discovered,
+                    ):
+                        why = f"{source.path} failed to load: {error}"
+                        break
+                else:
+                    for source, refusal in self.refused:
+                        if rules.requirement_met(
+                            pattern,
+                            extension_name(source.path),
+                            source.path,
+                            source.origin,
+                            discovered=source.discovered,
+                        ):
+                            why = f"{source.path} was refused: {refusal}"
+                            break
+            return f"required extension {pattern!r} (policy {policy_file}) is not active: {why}"
+        return None
 
     def _settle(self, worker: WorkerProcess) -> None:
         if self._nursery is not None:
@@ -970,6 +1051,7 @@ class WorkerPool:
     async def start_generation(self, sources: Sequence[ExtensionSource]) -> None:
         """Start a new generation's extension workers (after `end_generation`)."""
         self.load_errors = []
+        self.failed_to_load = {}
         await self._start_extensions(sources)
         self._build_registry()
 
