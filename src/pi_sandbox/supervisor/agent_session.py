@@ -309,8 +309,7 @@ class AgentSession:
         await report_extension_errors(self.emit, outcome.errors, event)
         if outcome.failure is not None:
             raise HookFailedError(
-                f"{_STOPPED.get(event, event)}: a {event} hook failed "
-                f"(fail-closed): {outcome.failure}"
+                f"{_STOPPED.get(event, event)} ({event} hooks fail closed): {outcome.failure}"
             )
         return outcome.state
 
@@ -605,7 +604,7 @@ def _checked_payload(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]
             problems.append("tools must be a list of {name, description?, parameters?}")
     if problems:
         raise HookFailedError(
-            f"{_STOPPED['before_provider_request']}: the payload the before_provider_request "
-            f"hooks returned is malformed (fail-closed): {'; '.join(problems)}"
+            f"{_STOPPED['before_provider_request']} (before_provider_request hooks fail "
+            f"closed): the payload they returned is malformed: {'; '.join(problems)}"
         )
     return out
