@@ -417,34 +417,48 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("event", ["input", "before_agent_start"])
-@pytest.mark.parametrize("fault", ["raise", "malformed"])
+@pytest.mark.parametrize("fault", [*FAULTS, None])
 def test_a_failed_prompt_hook_sends_no_prompt(tmp_path, event, fault):
+    """``input`` / ``before_agent_start`` fail closed: no request is sent and the run
+    ends with exit 1 naming the extension. The control rewrites what is sent."""
     ext_dir = tmp_path / "ext"
     ext_dir.mkdir()
     path = write_extension(ext_dir, [event], fault)
+    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
     with FakeOpenAI([text("done")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "-p", "--model", "openai/x", "--base-url", server.url, SENTINEL),
+            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *("-p", "--model", "openai/x", "--base-url", server.url, SENTINEL),
         )
         requests = list(server.requests)
+    if fault is None:
+        assert proc.returncode == 0, proc.stderr
+        [request] = requests
+        if event == "input":
+            assert SENTINEL not in request.raw and "[redacted]" in request.raw
+        else:
+            assert "GUARD PROMPT" in request.raw
+        return
     assert proc.returncode == 1, proc.stderr
     assert requests == []
     assert "prompt was not sent" in proc.stderr and str(path) in proc.stderr
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fault", ["raise", "crash", None])
+@pytest.mark.parametrize("fault", [*FAULTS, None])
 def test_a_failed_message_end_hook_records_the_withheld_form(tmp_path, fault):
     """``message_end`` may redact what is recorded: when it fails the session file
     gets a withheld form of the message (never the original) and the run ends."""
     ext_dir = tmp_path / "ext"
     ext_dir.mkdir()
     path = write_extension(ext_dir, ["message_end"], fault)
+    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
     with FakeOpenAI([text(f"the key is {SENTINEL}")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "-p", "--model", "openai/x", "--base-url", server.url, "hello"),
+            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *("-p", "--model", "openai/x", "--base-url", server.url, "hello"),
         )
     recorded = session_text(tmp_path)
     assert SENTINEL not in recorded
@@ -493,6 +507,46 @@ def test_a_failing_user_bash_hook_blocks_the_users_command(tmp_path, fault):
         return
     assert response["success"] is False
     assert "user_bash" in response["error"] and "guard.py" in response["error"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fault", [*FAULTS, None, "absent"])
+def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fault):
+    """``project_trust`` fails closed to ``no`` for the run: the project's extension
+    (which writes a marker when imported) never runs. The policy trusts projects by
+    default, so without the guard (``absent``, the attack) the marker appears; the
+    working guard (``None``) answers ``no``."""
+    work = tmp_path / "work"
+    (work / ".git").mkdir(parents=True)
+    marker = tmp_path / "PROJECT-CODE-RAN"
+    planted = work / ".pi" / "extensions" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef extension(pi):\n    pass\n")
+    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    policy = policy_with_timeout(tmp_path, timeout, "trust:\n  default: yes\n")
+    args = []
+    if fault != "absent":
+        ext_dir = tmp_path / "ext"
+        ext_dir.mkdir()
+        args = ["-e", str(write_extension(ext_dir, ["project_trust"], fault))]
+    script = _script(tmp_path)
+    argv = [sys.executable, "-m", "pi_sandbox.cli", "--no-sandbox", "-C", str(work), *args]
+    argv += ["--policy", str(policy), "-p", "--model", "scripted", "--script", str(script), "go"]
+    proc = subprocess.run(
+        argv,
+        env=pi_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    if fault == "absent":
+        assert marker.exists()
+        return
+    assert not marker.exists()
+    assert "Project trust: no" in proc.stderr
+    if fault is not None:
+        assert "project_trust handler" in proc.stderr and "guard.py" in proc.stderr
 
 
 def _script(tmp_path: Path) -> Path:
