@@ -56,7 +56,7 @@ dispatcher's reported failure (``DispatchOutcome.failure``) as the table says.
 States (what ``initial_state`` returns and ``check_state`` enforces, keys exactly) and
 what a handler may return. In a returned mapping a key whose value is ``None`` counts
 as absent; a result of the wrong shape raises ``HandlerResultError``, which callers
-treat as a handler error (``apply_error``: the previous state is kept).
+treat as a handler error (``apply_error``, with the failure rule of `ON_FAILURE`).
 
 - notifications (and unknown events): ``{}``; results ignored.
 - ``input``: ``{"text": str, "images": [dict], "action": "continue" | "transform" |

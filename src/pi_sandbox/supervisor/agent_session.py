@@ -349,6 +349,8 @@ class AgentSession:
 
         Raises:
             ProviderError: the provider failed, or ``max_turns`` was exceeded.
+            HookFailedError: a fail-closed hook (``input`` excepted: the caller runs it)
+                failed; nothing it protects was sent (issue 13 §1).
         """
         self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
         self.abort_on_start = False

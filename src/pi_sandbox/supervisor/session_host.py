@@ -327,6 +327,8 @@ class SessionHost:
         Raises:
             ProviderError: the provider failed.
             UsageError: ``/name`` is ambiguous (the message lists the candidates).
+            HookFailedError: a fail-closed hook (``input``, ``context`` …) failed and
+                the prompt or request was not sent (issue 13 §1).
         """
         if text.startswith("/"):
             name, _, args = text[1:].partition(" ")
