@@ -691,6 +691,43 @@ async def test_a_required_guard_disabled_mid_run_blocks_every_tool_call(pool_ope
     assert not marker.exists()
 
 
+@pytest.mark.e2e
+def test_a_required_guard_crashing_past_its_budget_mid_run_ends_the_run_with_exit_1(tmp_path):
+    """The CLI mid-run (issue 13 §2): a required guard that kills its worker at every
+    ``turn_start`` is restarted 3 times, then disabled (at the 5th turn, or soon
+    after); from then on no tool call runs and the run fails. The calls before it
+    (the control) ran."""
+    guard = guard_file(
+        tmp_path,
+        "import os, signal\n\ndef extension(pi):\n"
+        "    pi.on('turn_start', lambda event, ctx: os.kill(os.getpid(), signal.SIGKILL))\n",
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nextensions:\n  required: [guard]\n")
+    turns = [
+        f"- tool_calls:\n    - {{name: bash, arguments: {{command: 'touch m{n}'}}}}\n"
+        for n in range(1, 8)
+    ]
+    script = tmp_path / "script.yaml"
+    script.write_text("".join(turns) + "- text: done\n")
+    proc = run_pi(
+        tmp_path,
+        *("-e", str(guard), "--policy", str(policy), "--mode", "json"),
+        *("--model", "scripted", "--script", str(script), "go"),
+    )
+    work = tmp_path / "work"
+    assert proc.returncode == 1, proc.stderr
+    created = [n for n in range(1, 8) if (work / f"m{n}").exists()]
+    # Four crashes at least before the budget is spent: turns 1-4 always run. (When
+    # a crashed worker is reaped only after the next turn_start, that turn's event
+    # fails without a restart and the disabling comes one turn later.)
+    assert created == list(range(1, len(created) + 1)) and 4 <= len(created) < 7
+    assert "required extension 'guard'" in proc.stderr and "disabled" in proc.stderr
+    ends = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    blocked = [e for e in ends if e.get("type") == "tool_execution_end" and e.get("blocked")]
+    assert len(blocked) == 1 and "Blocked: required extension 'guard'" in json.dumps(blocked)
+
+
 # --- §2: the policy keys ---------------------------------------------------------------
 
 
