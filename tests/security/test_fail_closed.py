@@ -387,6 +387,32 @@ def test_control_without_the_guard_the_secret_reaches_the_model(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("guarded", [True, False])
+def test_progress_is_not_streamed_while_a_tool_result_hook_may_redact_it(tmp_path, guarded):
+    """A bash call's progress (``tool_execution_update``) would put the unredacted
+    output on stdout before the ``tool_result`` hook runs (or when it fails). With a
+    redacting hook loaded it is held back; without one (the control) it streams."""
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    args = ["-e", str(write_extension(ext_dir, ["tool_result"], "raise"))] if guarded else []
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        f"- tool_calls:\n    - {{name: bash, arguments: {{command: 'echo {SENTINEL[:8]}\"\"{SENTINEL[8:]}'}}}}\n"
+        "- text: done\n"
+    )
+    proc = run_pi(
+        tmp_path, *args, "--mode", "json", "--model", "scripted", "--script", str(script), "go"
+    )
+    assert proc.returncode == 0, proc.stderr
+    updates = [line for line in proc.stdout.splitlines() if "tool_execution_update" in line]
+    if guarded:
+        assert SENTINEL not in proc.stdout
+        assert updates and all("progress is not streamed" in line for line in updates)
+    else:
+        assert any(SENTINEL in line for line in updates)
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("event", ["context", "before_provider_request"])
 @pytest.mark.parametrize("fault", [*FAULTS, None])
 def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, fault):

@@ -463,9 +463,31 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             return  # progress is cosmetic; a malformed update is dropped, not fatal
         if pool.running_calls.get(update.tool_call_id or "") is not worker:
             return  # only the worker executing a call may report progress for it
+        call_id = update.tool_call_id or ""
+        if pool.subscribed("tool_result"):
+            # issue 13 §1: a tool_result hook may redact the result; streamed raw,
+            # the output would reach stdout before (or without, when the hook fails)
+            # the redaction. One note per call instead of the progress.
+            if call_id not in held_back:
+                held_back.add(call_id)
+                await output(
+                    {
+                        "type": "tool_execution_update",
+                        "toolCallId": update.tool_call_id,
+                        "partialResult": {
+                            "content": [
+                                {
+                                    "type": "text",
+                                    "text": "[pi: progress is not streamed: a tool_result "
+                                    "hook may redact this result]",
+                                }
+                            ]
+                        },
+                    }
+                )
+            return
         # Progress is bounded per call: a command printing without end must not
         # stream gigabytes through the JSON event stream (the result is truncated).
-        call_id = update.tool_call_id or ""
         sent = update_bytes.get(call_id, 0)
         if sent > MAX_UPDATE_BYTES_PER_CALL:
             return
@@ -505,6 +527,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             )
 
     update_bytes: dict[str, int] = {}
+    held_back: set[str] = set()
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
     from pi_sandbox.sandbox.repository_scan import find_repositories
