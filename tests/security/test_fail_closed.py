@@ -472,6 +472,31 @@ def test_a_failed_prompt_hook_sends_no_prompt(tmp_path, event, fault):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("guarded", [True, False])
+def test_answer_deltas_are_not_streamed_while_a_message_end_hook_may_redact(tmp_path, guarded):
+    """``message_update`` deltas would show the unredacted answer on stdout before
+    the ``message_end`` hook runs (or when it fails): with a hook loaded they are
+    held back; without one (the control) the sentinel streams."""
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    args = ["-e", str(write_extension(ext_dir, ["message_end"], "raise"))] if guarded else []
+    with FakeOpenAI([text(f"the key is {SENTINEL}")]) as server:
+        proc = run_pi(
+            tmp_path,
+            *args,
+            *("--mode", "json", "--model", "openai/x", "--base-url", server.url, "hello"),
+        )
+    deltas = [line for line in proc.stdout.splitlines() if '"message_update"' in line]
+    if guarded:
+        assert proc.returncode == 1, proc.stderr
+        assert SENTINEL not in proc.stdout and not deltas
+        assert "message withheld" in proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert any(SENTINEL in line for line in deltas)
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", [*FAULTS, None])
 def test_a_failed_message_end_hook_records_the_withheld_form(tmp_path, fault):
     """``message_end`` may redact what is recorded: when it fails the session file

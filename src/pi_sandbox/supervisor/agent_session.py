@@ -494,7 +494,13 @@ class AgentSession:
                 for t in payload["tools"]
             ]
 
+        # issue 13 §1: a message_end hook may redact the answer; streamed deltas would
+        # put the unredacted text on stdout first (the message_end event has it all).
+        hold_back = self.pool.subscribed("message_end")
+
         async def on_delta(delta: str) -> None:
+            if hold_back:
+                return
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
 
