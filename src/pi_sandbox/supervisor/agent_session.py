@@ -470,6 +470,9 @@ class AgentSession:
         return False
 
     async def _request(self) -> AssistantTurn | None:
+        if (required := self.pool.required_failure()) is not None:
+            # issue 13 §2: no model request without a required guard.
+            raise HookFailedError(f"the request was not sent to the model: {required}")
         messages = copy.deepcopy(self.messages)
         state = await self.chain("context", {"messages": messages})
         if state is not None and isinstance(state.get("messages"), list):
