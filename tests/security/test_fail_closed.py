@@ -600,6 +600,32 @@ def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fau
         assert "project_trust handler" in proc.stderr and "guard.py" in proc.stderr
 
 
+@pytest.mark.e2e
+def test_a_user_bash_hook_answering_a_mapping_that_is_no_result_blocks_the_command(tmp_path):
+    """A mapping of the wrong shape (``{"result": {"output": 3}}``) is a malformed
+    return too: the command is blocked, and the message names the extension."""
+    guard = guard_file(
+        tmp_path,
+        "def extension(pi):\n"
+        "    pi.on('user_bash', lambda event, ctx: {'result': {'output': 3}})\n",
+    )
+    stdin = json.dumps({"type": "bash", "command": "touch ran-marker", "id": "b"}) + "\n"
+    proc = run_pi(
+        tmp_path,
+        *("-e", str(guard), "--mode", "rpc", "--model", "scripted"),
+        *("--script", str(_script(tmp_path))),
+        stdin=stdin,
+    )
+    [response] = [
+        e
+        for e in map(json.loads, filter(str.strip, proc.stdout.splitlines()))
+        if e.get("type") == "response" and e.get("id") == "b"
+    ]
+    assert response["success"] is False and str(guard) in response["error"]
+    assert "output" in response["error"]
+    assert not (tmp_path / "work" / "ran-marker").exists()
+
+
 def _script(tmp_path: Path) -> Path:
     script = tmp_path / "script.yaml"
     script.write_text("- text: done\n")

@@ -454,6 +454,31 @@ def test_user_bash_error_stops_the_chain_fail_closed():
     assert hk.ON_FAILURE["user_bash"] == hk.BLOCK
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"x": 1},
+        {"result": "x"},
+        {"result": {"output": 3}},
+        {"result": {"output": "a", "exit_code": "0"}},
+        {"result": {"output": "a", "exit_code": 999}},
+        {"result": {"output": "a", "exit_code": True}},
+        {"output": "a", "cancelled": "no"},
+    ],
+)
+def test_user_bash_a_mapping_that_is_not_a_result_is_an_error(result):
+    # issue 13 §1: a malformed answer is a failed handler, and user_bash fails closed.
+    with pytest.raises(hk.HandlerResultError):
+        apply_one("user_bash", {"command": "ls"}, result)
+    with pytest.raises(hk.HandlerResultError):
+        hk.check_state("user_bash", {"result": result})
+
+
+def test_user_bash_accepts_the_inner_result_alone():
+    state, _ = fold("user_bash", {}, [{"output": "hi", "exit_code": None}])
+    assert state == {"result": {"output": "hi", "exit_code": None}}
+
+
 def test_user_bash_non_mapping_is_an_error():
     with pytest.raises(hk.HandlerResultError):
         apply_one("user_bash", {}, "output")

@@ -79,7 +79,9 @@ treat as a handler error (``apply_error``, with the failure rule of `ON_FAILURE`
 - ``tool_result``: ``{"content": [block], "details": dict, "is_error": bool,
   "terminate": bool}``. Returns a patch of ``content`` (a string becomes one text
   block), ``details``, ``is_error``/``isError``, ``terminate``.
-- ``user_bash``: ``{"result": dict | None}``; the first mapping wins (decisive).
+- ``user_bash``: ``{"result": dict | None}``; the first result wins (decisive). A
+  result is ``{"result": {"output": str, "exit_code": int | None, "cancelled"?:
+  bool}}`` (or the inner mapping alone); anything else is an error.
 - ``project_trust``: ``{"result": "yes" | "no" | "sandboxed" | None}``; returns one of
   those strings or ``{"trust" | "decision": ...}``; ``"undecided"`` counts as None;
   the first decision wins (decisive).
@@ -386,6 +388,9 @@ def apply_result(
             )
         return {"message": copy.deepcopy(message)}, False
     if kind == SHORT_CIRCUIT:  # user_bash: the first mapping wins
+        problem = _user_bash_problem(result)
+        if problem:
+            raise HandlerResultError(problem)
         return {"result": copy.deepcopy(dict(result))}, True
     if kind == TRANSACTION:
         return {"result": copy.deepcopy(dict(result))}, result.get("cancel") is True
@@ -478,6 +483,27 @@ def _apply_before_agent_start(state: dict[str, Any], result: Mapping[str, Any]) 
         "messages": [*state["messages"], *copy.deepcopy(added)],
         "system_prompt": state["system_prompt"] if prompt is None else prompt,
     }
+
+
+def _user_bash_problem(result: Mapping[str, Any]) -> str | None:
+    """Why a ``user_bash`` answer is not a result, or None. pi's shape is
+    ``{"result": {"output": str, "exit_code": int | None, "cancelled"?: bool}}``; the
+    inner mapping alone is accepted too. A malformed one is a failed handler, and
+    ``user_bash`` fails closed (issue 13 §1)."""
+    inner = result.get("result", result)
+    if not isinstance(inner, Mapping):
+        return "user_bash handler: result must be an object"
+    exit_code = inner.get("exit_code")
+    if (
+        not isinstance(inner.get("output"), str)
+        or (exit_code is not None and (type(exit_code) is not int or not -255 <= exit_code <= 255))
+        or not isinstance(inner.get("cancelled", False), bool)
+    ):
+        return (
+            "user_bash handler must return None or {'result': {'output': str, "
+            "'exit_code': int from -255 to 255 or None, 'cancelled'?: bool}}"
+        )
+    return None
 
 
 def _trust_decision(result: Any) -> str | None:
@@ -641,6 +667,8 @@ def _state_problem(event: str, state: Mapping[str, Any]) -> str | None:
     elif kind in (SHORT_CIRCUIT, TRANSACTION):
         if state["result"] is not None and not isinstance(state["result"], dict):
             return "result must be an object or null"
+        if event == "user_bash" and state["result"] is not None:
+            return _user_bash_problem(state["result"])
     elif kind == COLLECT:
         for key in _RESOURCE_KEYS:
             paths = state[key]
