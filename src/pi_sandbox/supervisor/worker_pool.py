@@ -984,44 +984,29 @@ class WorkerPool:
         if rules is None or not rules.required:
             return None
         for pattern, policy_file in rules.required:
-            matching = [
-                source
-                for source, _ in self.extensions
-                if rules.requirement_met(
+
+            def meets(source: ExtensionSource, pattern: str = pattern) -> bool:
+                return rules.requirement_met(
                     pattern,
                     extension_name(source.path),
                     source.path,
                     source.origin,
                     discovered=source.discovered,
                 )
-            ]
+
+            matching = [source for source, _ in self.extensions if meets(source)]
             if any(source.path not in self.disabled for source in matching):
                 continue
-            why = "no extension matching it was found (is it installed, or given with -e?)"
+            failed = [(s, error) for s, error in self.failed_to_load.values() if meets(s)]
+            refused = [(s, why) for s, why in self.refused if meets(s)]
             if matching:
                 why = f"{matching[0].path} is disabled: {self.disabled[matching[0].path]}"
+            elif failed:
+                why = f"{failed[0][0].path} failed to load: {failed[0][1]}"
+            elif refused:
+                why = f"{refused[0][0].path} was refused: {refused[0][1]}"
             else:
-                for source, error in self.failed_to_load.values():
-                    if rules.requirement_met(
-                        pattern,
-                        extension_name(source.path),
-                        source.path,
-                        source.origin,
-                        discovered=source.discovered,
-                    ):
-                        why = f"{source.path} failed to load: {error}"
-                        break
-                else:
-                    for source, refusal in self.refused:
-                        if rules.requirement_met(
-                            pattern,
-                            extension_name(source.path),
-                            source.path,
-                            source.origin,
-                            discovered=source.discovered,
-                        ):
-                            why = f"{source.path} was refused: {refusal}"
-                            break
+                why = "no extension matching it was found (is it installed, or given with -e?)"
             return f"required extension {pattern!r} (policy {policy_file}) is not active: {why}"
         return None
 
