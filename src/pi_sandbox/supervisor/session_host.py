@@ -1359,7 +1359,6 @@ class SessionHost:
                 {
                     "event": "extension",
                     "action": "user_bash_blocked",
-                    "command": command,
                     "reason": outcome.failure,
                 }
             )
