@@ -470,11 +470,22 @@ def test_a_command_prefix_matches_any_simple_command(tmp_path, command):
 
 
 @pytest.mark.parametrize(
-    "command", ["rm file", "rm -r -f x", "echo rm -rf x", "git rm -rf x", "rmdir -rf x", "ls"]
+    "command", ["rm file", "echo rm -rf x", "git rm -rf x", "rmdir -rf x", "ls"]
 )
-def test_a_command_prefix_is_literal_and_anchored_at_the_command(tmp_path, command):
+def test_a_command_rule_is_anchored_at_the_program_of_a_simple_command(tmp_path, command):
     decision = decide(policy_from(tmp_path, RM_RF), "bash", tmp_path, command=command)
     assert (decision.decision, decision.rule, decision.tier) == ("allow", None, "managed")
+
+
+def test_command_match_literal_keeps_the_words_as_written(tmp_path):
+    # Issue 13 §6: "exactly these words" stays available; `rm -r -f` is not `rm -rf`.
+    literal = RM_RF.replace(
+        "command: [rm, -rf]", "command: [rm, -rf]\n      command_match: literal"
+    )
+    assert "command_match: literal" in literal
+    policy = policy_from(tmp_path, literal)
+    assert decide(policy, "bash", tmp_path, command="rm -r -f x").decision == "allow"
+    assert decide(policy, "bash", tmp_path, command="rm -rf x").decision == "deny"
 
 
 @pytest.mark.parametrize(

@@ -162,6 +162,16 @@ class SimpleCommand:
             ``"trap"``, ``"su -c"``, ``"find -exec"`` (or ``-execdir``/``-ok``/
             ``-okdir``) and each wrapper's name. Its length is the nesting depth, at
             most :data:`MAX_DEPTH`.
+        more_words: why words that are not in the text are appended to ``argv`` at
+            run time (``"xargs appends words read from standard input"``); empty
+            when none are (issue 13 §6).
+        runtime_words: positions in ``argv`` of words replaced at run time by text
+            the parser cannot see (``{}`` of ``find -exec`` and ``xargs -I``).
+        unseen: why the command runs code the text does not show (a shell reading
+            its script from standard input, a script file written by the same
+            command, an alias the parser could not expand); empty when it does
+            not. A rule that does not match such a command cannot be checked
+            against it (issue 13 §6).
     """
 
     argv: tuple[str, ...]
@@ -169,6 +179,9 @@ class SimpleCommand:
     dangerous: tuple[str, ...] = ()
     path_qualified: bool = False
     via: tuple[str, ...] = ()
+    more_words: str = ""
+    runtime_words: tuple[int, ...] = ()
+    unseen: str = ""
 
 
 class UnparseableCommand(Exception):
@@ -1052,7 +1065,16 @@ def _git_subcommand(argv: Sequence[_Word]) -> tuple[int, bool] | None:
     return index, configures
 
 
-_SIMPLE_COMMAND_FIELDS = ("argv", "assignments", "dangerous", "path_qualified", "via")
+_SIMPLE_COMMAND_FIELDS = (
+    "argv",
+    "assignments",
+    "dangerous",
+    "path_qualified",
+    "via",
+    "more_words",
+    "runtime_words",
+    "unseen",
+)
 
 
 def _new_simple_command(
@@ -1061,6 +1083,9 @@ def _new_simple_command(
     dangerous: tuple[str, ...],
     path_qualified: bool,
     via: tuple[str, ...],
+    more_words: str = "",
+    runtime_words: tuple[int, ...] = (),
+    unseen: str = "",
 ) -> SimpleCommand:
     """``SimpleCommand(argv=..., ...)``, about three times cheaper.
 
@@ -1077,6 +1102,9 @@ def _new_simple_command(
     fields["dangerous"] = dangerous
     fields["path_qualified"] = path_qualified
     fields["via"] = via
+    fields["more_words"] = more_words
+    fields["runtime_words"] = runtime_words
+    fields["unseen"] = unseen
     return command
 
 
@@ -1653,13 +1681,7 @@ class _Walker:
         self.set_dangerous = {**saved, **dict.fromkeys(set_inside if same_shell else ())}
         if assignments:
             self.out[before:] = [
-                SimpleCommand(
-                    argv=c.argv,
-                    assignments=assignments + c.assignments,
-                    dangerous=c.dangerous,
-                    path_qualified=c.path_qualified,
-                    via=c.via,
-                )
+                dataclasses.replace(c, assignments=assignments + c.assignments)
                 for c in self.out[before:]
             ]
 

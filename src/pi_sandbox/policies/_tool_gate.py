@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
+from pi_sandbox.policies._option_grammar import Arguments, match_arguments, read_arguments
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
@@ -592,7 +593,11 @@ class PolicyRule:
         reason: shown to the model and the user when the rule denies or asks.
         source: the policy file that holds the rule.
         tier: the policy tier of that file (``"managed"`` for ``--policy`` files).
-        command: argv prefix matched against every simple command, or None.
+        command: the words matched against every simple command, or None.
+        command_match: how ``command`` is compared (issue 13 §6): ``"options"``
+            (the default) reads options as a set with the program's option grammar
+            (`_option_grammar`); ``"literal"`` compares the words one by one as an
+            argv prefix, exactly as written.
         command_regex: searched in the whole command text, or None.
         path_globs: the ``path`` globs as written (empty: no path matcher).
         arguments: argument name and compiled regex pairs (empty: none).
@@ -608,6 +613,9 @@ class PolicyRule:
     command_regex: regex.Pattern[str] | None = None
     path_globs: tuple[str, ...] = ()
     arguments: tuple[tuple[str, regex.Pattern[str]], ...] = ()
+    command_match: Literal["options", "literal"] = "options"
+    # The rule's words after its program, read with its option grammar.
+    _rule_arguments: Arguments | None = field(init=False, repr=False, compare=False)
     _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
     # Derived once, for the gate's fast path (none changes what matches):
     # the path globs as one alternation, literal prefilters of the regexes, and
@@ -620,6 +628,11 @@ class PolicyRule:
     _has_other_matchers: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        rule_arguments = None
+        if self.command and self.command_match == "options":
+            program = self.command[0].rpartition("/")[2]
+            rule_arguments = read_arguments(program, self.command[1:])
+        object.__setattr__(self, "_rule_arguments", rule_arguments)
         regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
         object.__setattr__(self, "_path_regexes", regexes)
         # fullmatch of an alternation is "some alternative fullmatches"; the globs
@@ -659,6 +672,7 @@ class PolicyRule:
             source=source,
             tier=tier,
             command=rule.command,
+            command_match=rule.command_match,
             command_regex=regex.compile(rule.command_regex) if rule.command_regex else None,
             path_globs=rule.path or (),
             arguments=tuple(
@@ -785,12 +799,47 @@ class PolicyRule:
             program = word if "/" in expected else basename
         if facts is not None and not facts[2] and program != expected:
             outcome = _NO
-        else:
+        elif self._rule_arguments is None:
             outcome = self._match_argv(command.argv)
-        if outcome.verdict is _Verdict.NO and command.dangerous:
-            names = ", ".join(command.dangerous)
-            return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+        else:
+            outcome = self._match_options(command)
+        if outcome.verdict is _Verdict.NO:
+            if command.dangerous:
+                names = ", ".join(command.dangerous)
+                return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+            if command.unseen:
+                return _Outcome(_Verdict.UNKNOWN, command.unseen)
         return outcome
+
+    def _match_options(self, command: SimpleCommand) -> _Outcome:
+        """Compare the rule with one simple command, options as a set (issue 13 §6,
+        `_option_grammar`). The program word is compared as in `_match_argv`."""
+        assert self.command is not None and self._rule_arguments is not None
+        argv = command.argv
+        first = self._match_argv(argv[:1], self.command[:1])
+        if first.verdict is not _Verdict.YES:
+            return first
+        program = self.command[0].rpartition("/")[2]
+        runtime = command.runtime_words
+        unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
+        arguments = read_arguments(program, argv[1:], unknown)
+        matched, word = match_arguments(
+            self._rule_arguments,
+            arguments,
+            more_words=bool(command.more_words),
+            exact_globals=self.decision == "allow",
+        )
+        if matched:
+            return _YES
+        if word is None:
+            return _NO
+        if word == "words read at run time":
+            return _Outcome(_Verdict.UNKNOWN, command.more_words)
+        if runtime and word in [argv[i] for i in runtime if i < len(argv)]:
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is filled in at run time")
+        if "$" in word or _BRACE_EXPANSION.search(word):
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is expanded by the shell")
+        return _Outcome(_Verdict.UNKNOWN, f"glob {word!r} may expand to what the rule names")
 
     def _other_matchers_hold(self, call: _Call) -> bool | None:
         """The matchers besides ``command``, which never depend on shell parsing.
@@ -862,15 +911,20 @@ class PolicyRule:
             timed_out |= found is None
         return None if timed_out else True
 
-    def _match_argv(self, argv: Sequence[str]) -> _Outcome:
-        """Compare the ``command`` prefix with one argv, word by word.
+    def _match_argv(
+        self, argv: Sequence[str], expected_words: Sequence[str] | None = None
+    ) -> _Outcome:
+        """Compare the ``command`` prefix (or ``expected_words``) with one argv,
+        word by word: ``command_match: literal``, and the program word of both forms.
 
         The first word also matches by basename (``/bin/rm`` is ``rm``). A word that
         the shell would still expand (``$X``, a glob that could produce the expected
         word, brace expansion) makes the outcome UNKNOWN rather than NO.
         """
-        assert self.command is not None
-        for index, expected in enumerate(self.command):
+        if expected_words is None:
+            assert self.command is not None
+            expected_words = self.command
+        for index, expected in enumerate(expected_words):
             if index >= len(argv):
                 return _NO
             word = argv[index]
@@ -1091,11 +1145,19 @@ class _ProgramRules:
 
     def __init__(self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...]) -> None:
         self.every = positions
-        self.short = tuple(i for i in positions if len(rules[i].command or ()) == 1)
+        # Rules whose second word is not compared with the command's second word
+        # (none, or an option matched anywhere: ``command: [rm, -rf]``) are
+        # candidates for every command of the program.
+        self.short = tuple(
+            i
+            for i in positions
+            if len(rules[i].command or ()) == 1
+            or (rules[i].command_match == "options" and rules[i].command[1].startswith("-"))  # type: ignore[index]
+        )
         by_second: dict[str, list[int]] = {}
         for i in positions:
             command = rules[i].command or ()
-            if len(command) > 1:
+            if len(command) > 1 and i not in self.short:
                 by_second.setdefault(command[1], []).append(i)
         self.by_second = {word: tuple(found) for word, found in by_second.items()}
 
@@ -1108,7 +1170,8 @@ class _ProgramRules:
         """
         if len(argv) < 2:
             return self.short
-        if _may_expand(argv[1]):
+        if _may_expand(argv[1]) or argv[1].startswith("-"):
+            # An option may come before the first operand (``git -C x push``).
             return self.every
         second = argv[1]
         same = self.by_second.get(second)
@@ -1331,7 +1394,7 @@ def _decide_in_tier(
         matched: list[_Candidate] = []
         unknown: tuple[int, str] | None = None
         if active:
-            if expandable:
+            if expandable or command.runtime_words or command.more_words:
                 tried: Sequence[int] = active
             else:
                 tried = plan.candidates(word, basename, command.argv)
@@ -1354,7 +1417,7 @@ def _decide_in_tier(
                     matched.append(plan.yes[index])
                 elif outcome.verdict is _Verdict.UNKNOWN and unknown is None:
                     unknown = (index, outcome.why)
-            if command.dangerous and not expandable:
+            if (command.dangerous or command.unseen) and not expandable:
                 # The rules not tried give UNKNOWN here; the first active rule
                 # that did not match is the first unparseable one.
                 for index in active:
@@ -1363,7 +1426,11 @@ def _decide_in_tier(
                         continue
                     if outcome.verdict is _Verdict.NO:
                         names = ", ".join(command.dangerous)
-                        why = f"{names} changes what {command.argv[0]!r} runs"
+                        why = (
+                            f"{names} changes what {command.argv[0]!r} runs"
+                            if names
+                            else command.unseen
+                        )
                     else:
                         why = outcome.why
                     unknown = (index, why)
