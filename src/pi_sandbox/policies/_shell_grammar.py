@@ -56,11 +56,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pi_sandbox.policies._wrapper_table import WRAPPER_PROGRAMS, WrapperError, find_inner
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser, Tree
@@ -127,6 +130,14 @@ DANGEROUS_VARIABLES = frozenset(
         "LESSCLOSE",
         "SSH_ASKPASS",
         "SUDO_ASKPASS",
+        # Aliases and the command hash table (issue 13 §6): `BASH_ALIASES[p]='git
+        # push'; p`, `BASH_CMDS[ls]=/x/git`.
+        "BASH_ALIASES",
+        "BASH_CMDS",
+        # make reads options (`--eval=…`) and makefiles from these.
+        "MAKEFLAGS",
+        "GNUMAKEFLAGS",
+        "MAKEFILES",
     }
 )
 """Environment variables that change which code a command runs (issue 4 Matching).
@@ -241,6 +252,7 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
         if _is_dangerous(name):
             walker.set_dangerous.setdefault(name)
     walker.script(text, ())
+    walker.finish()
     return tuple(walker.out)
 
 
@@ -393,6 +405,17 @@ class _Word:
 
     def __repr__(self) -> str:
         return f"_Word(text={self.text!r}, dynamic={self.dynamic!r})"
+
+
+class _RuntimeWord(_Word):
+    """A word filled in at run time by the program that runs the command (``{}``
+    of ``find -exec`` and ``xargs -I``): dynamic, and reported in
+    :attr:`SimpleCommand.runtime_words`."""
+
+    __slots__ = ()
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, True)
 
 
 class _Pieces:
@@ -903,8 +926,9 @@ def _su_script(argv: Sequence[_Word]) -> _Word | None:
     return None
 
 
-def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word]]]:
-    """Yield ``(action, argv)`` for the ``-exec``/``-execdir``/``-ok``/``-okdir`` actions."""
+def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word], str]]:
+    """Yield ``(action, argv, terminator)`` for the ``-exec``/``-execdir``/``-ok``/
+    ``-okdir`` actions (terminator ``";"``, ``"+"``, or ``""`` when missing)."""
     i = 1
     while i < len(argv):
         if argv[i].text in _FIND_ACTIONS:
@@ -912,9 +936,87 @@ def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word]]
             while end < len(argv) and argv[end].text not in (";", "+"):
                 end += 1
             if end > i + 1:
-                yield argv[i].text, argv[i + 1 : end]
+                yield argv[i].text, argv[i + 1 : end], argv[end].text if end < len(argv) else ""
             i = end
         i += 1
+
+
+def _xargs_replaces(argv: Sequence[_Word]) -> bool:
+    """Whether xargs is given ``-I R``, ``-i[R]`` or ``--replace[=R]``."""
+    for word in argv[1:]:
+        text = word.text
+        if text == "--":
+            break
+        if text.startswith(("-I", "-i", "--replace")):
+            return True
+        if not text.startswith("-"):
+            break
+    return False
+
+
+def _env_split_string(argv: Sequence[_Word]) -> list[_Word] | None:
+    """``env -S STRING …`` as env itself reads it: STRING split into words, in
+    its place (issue 13 §6). None without ``-S``.
+
+    Raises:
+        UnparseableCommand: the string uses env's own expansions (``${VAR}``,
+            escapes) or is computed at run time.
+    """
+    for i, word in enumerate(argv[1:], start=1):
+        text = word.text
+        if not text.startswith("-") or text == "-":
+            return None
+        if text == "--":
+            return None
+        value: _Word | None = None
+        end = i + 1
+        if text in ("-S", "--split-string"):
+            if i + 1 >= len(argv):
+                return None
+            value, end = argv[i + 1], i + 2
+        elif text.startswith("--split-string="):
+            value = _Word(text.partition("=")[2], word.dynamic)
+        elif text.startswith("-") and not text.startswith("--") and "S" in text:
+            head, _, tail = text[1:].partition("S")
+            if any(letter in "uC" for letter in head):
+                return None
+            if tail:
+                value = _Word(tail, word.dynamic)
+            elif i + 1 < len(argv):
+                value, end = argv[i + 1], i + 2
+            if head:
+                argv = [*argv[:i], _Word("-" + head), *argv[i:]]
+                i, end = i + 1, end + 1
+        if value is None:
+            continue
+        if value.dynamic or "$" in value.text or "\\" in value.text:
+            raise UnparseableCommand("env -S expands its string at run time")
+        try:
+            split = shlex.split(value.text, comments=True)
+        except ValueError as exc:
+            raise UnparseableCommand("env -S string cannot be split") from exc
+        return [*argv[:i], *[_Word(w) for w in split], *argv[end:]]
+    return None
+
+
+def _check_make(name: str, argv: Sequence[_Word]) -> None:
+    """``make`` runs its makefile's recipes; the command line can supply them
+    (issue 13 §6): ``--eval``/``-E``, a makefile read from standard input, or a
+    variable set on the command line (``make CC='git push #'``)."""
+    for i, word in enumerate(argv[1:], start=1):
+        text = word.text
+        if word.dynamic:
+            raise UnparseableCommand(f"{name} is given words computed at run time")
+        if text.startswith(("--eval", "-E")):
+            raise UnparseableCommand(
+                f"{name} {text.split('=', 1)[0]} runs a recipe from the command line"
+            )
+        if text in ("-f", "--file", "--makefile") and i + 1 < len(argv):
+            target = argv[i + 1].text
+            if target in _STDIN_SCRIPTS or _reads_pipe(argv[i + 1]):
+                raise UnparseableCommand(f"{name} reads its makefile from standard input")
+        if not text.startswith("-") and _ASSIGNMENT.match(text):
+            raise UnparseableCommand(f"{name} {text.split('=', 1)[0]}=… can set a recipe")
 
 
 def _xargs_replace(argv: Sequence[_Word]) -> str:
@@ -937,14 +1039,9 @@ def _xargs_replace(argv: Sequence[_Word]) -> str:
 # unparseable (fail closed).
 _OPAQUE_RUNNERS = frozenset(
     {
-        "flock",
-        "script",
         "watch",
         "chrt",
         "setpriv",
-        "unshare",
-        "strace",
-        "ltrace",
         "sg",
         "newgrp",
         "fish",
@@ -954,9 +1051,7 @@ _OPAQUE_RUNNERS = frozenset(
         "runuser",
         "numactl",
         "nsenter",
-        "firejail",
         "systemd-run",
-        "valgrind",
         "setarch",
         "linux32",
         "linux64",
@@ -970,8 +1065,6 @@ _OPAQUE_RUNNERS = frozenset(
         "catchsegv",
         "unbuffer",
         "rlwrap",
-        "dbus-run-session",
-        "xvfb-run",
         "tini",
         "dumb-init",
         "chpst",
@@ -1013,6 +1106,77 @@ _SETS_VARIABLES = frozenset(
 # A script file name that reads the shell's standard input or a pipe.
 _STDIN_SCRIPTS = frozenset({"-", "/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"})
 
+# Interpreters that run a script file named in their arguments (and shells,
+# ``source``, ``make -f``): a file the same command writes is code the text does
+# not show (issue 13 §6, "bash FILE of a file written earlier in the same call").
+_SCRIPT_RUNNERS = frozenset(
+    {
+        *_SHELLS,
+        "source",
+        ".",
+        "python",
+        "python2",
+        "python3",
+        "pypy",
+        "pypy3",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "perl",
+        "ruby",
+        "php",
+        "lua",
+        "Rscript",
+        "make",
+        "gmake",
+        "awk",
+        "gawk",
+        "sed",
+        "tclsh",
+        "osascript",
+    }
+)
+_PYTHON_VERSIONED = re.compile(r"python[0-9.]*\Z")
+# Programs that write the files their arguments name (besides output
+# redirections): every operand may be a file written by the command.
+_FILE_WRITERS = frozenset(
+    {
+        "tee",
+        "cp",
+        "mv",
+        "ln",
+        "install",
+        "dd",
+        "curl",
+        "wget",
+        "touch",
+        "truncate",
+        "rsync",
+        "scp",
+        "tar",
+        "unzip",
+        "patch",
+        "sed",
+        "perl",
+        "base64",
+        "xxd",
+        "openssl",
+        "gzip",
+        "gunzip",
+        "bzip2",
+        "xz",
+        "split",
+        "csplit",
+        "sort",
+        "uniq",
+        "git",
+        "chmod",
+    }
+)
+# A redirection target that writes no file.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
 # Programs whose arguments `_Walker._emit` looks into: any other program is only
 # recorded.
 _RUNS_OTHER_CODE = frozenset(
@@ -1021,6 +1185,7 @@ _RUNS_OTHER_CODE = frozenset(
         *_SHELLS,
         *_OPAQUE_RUNNERS,
         *_SETS_VARIABLES,
+        *WRAPPER_PROGRAMS,
         "source",
         ".",
         "su",
@@ -1028,6 +1193,11 @@ _RUNS_OTHER_CODE = frozenset(
         "trap",
         "find",
         "git",
+        "alias",
+        "hash",
+        "enable",
+        "make",
+        "gmake",
     }
 )
 
@@ -1189,6 +1359,7 @@ _VISITED_SPECIALLY = frozenset(
         "command_substitution",
         "process_substitution",
         "variable_assignment",
+        "file_redirect",
     }
 )
 
@@ -1260,6 +1431,29 @@ class _Walker:
         self.set_dangerous: dict[str, None] = {}
         # Each expansion found by scanning text costs a parse of the rest of the text.
         self.scans_left = _MAX_SCANNED_EXPANSIONS
+        # Issue 13 §6. Aliases (and `hash -p` entries) defined so far: name ->
+        # the text that replaces it.
+        self.aliases: dict[str, str] = {}
+        # Basenames of files the text writes (None in it: one it cannot name).
+        self.written: set[str | None] = set()
+        # (position in `out`, basenames of the files it runs as code).
+        self.script_runs: list[tuple[int, tuple[str, ...]]] = []
+        self.runtime_seen = False
+
+    def finish(self) -> None:
+        """Mark the commands that run a script file the same text writes
+        (issue 13 §6): the order is not looked at (a loop can write after)."""
+        if not self.written:
+            return
+        for index, files in self.script_runs:
+            hit = next((f for f in files if f in self.written), None)
+            if hit is None and None in self.written and files:
+                hit = files[0]
+            if hit is not None:
+                self.out[index] = dataclasses.replace(
+                    self.out[index],
+                    unseen=f"it runs {hit!r}, a file the same command writes",
+                )
 
     # -- entry points -------------------------------------------------------
 
@@ -1306,6 +1500,8 @@ class _Walker:
             ]
         if kind == "heredoc_redirect":
             return self._heredoc(item)
+        if kind == "file_redirect":
+            self._note_redirect(item)
         if kind in ("command_substitution", "process_substitution"):
             opener = node.children[0].type if node.children else ""
             via = (*item.via, _SUBSTITUTION_VIA.get(opener, "$(...)"))
@@ -1335,6 +1531,35 @@ class _Walker:
                 self._scan(text, item.via, item.here)
             return []
         return _children(node, item.src, item.via, item.here)
+
+    def _note_redirect(self, item: _Item) -> None:
+        """Note the file an output redirection writes (``> f``, ``>> f``, ``&> f``,
+        ``<> f``); ``>&2`` duplicates a descriptor and writes no file."""
+        node, src = item.node, item.src
+        operator = ""
+        target: list[Node] = []
+        for child in node.children:
+            if not child.is_named:
+                operator += _text(child, src)
+            elif child.type != "file_descriptor":
+                target.append(child)
+        if ">" not in operator or not target:
+            return
+        first = _text(target[0], src)
+        if operator.endswith("&") and (first.isdigit() or first == "-"):
+            return
+        try:
+            word = _decode(target[:1], src)
+        except UnparseableCommand:
+            self.written.add(None)
+            return
+        self._note_written(word)
+
+    def _note_written(self, word: _Word) -> None:
+        if word.dynamic:
+            self.written.add(None)
+        elif word.text not in _NOT_FILES:
+            self.written.add(word.text.rpartition("/")[2])
 
     def _note_assignment(self, node: Node) -> None:
         name = _assigned_name(node)
@@ -1557,8 +1782,12 @@ class _Walker:
         dangerous: tuple[str, ...],
         via: tuple[str, ...],
         here: bool,
+        more: str = "",
     ) -> None:
-        """Record ``argv`` as a simple command, then what it runs in turn."""
+        """Record ``argv`` as a simple command, then what it runs in turn.
+
+        ``more``: why words not in the text are appended at run time (``xargs``).
+        """
         if not argv:
             return
         if len(via) > MAX_DEPTH:
@@ -1566,17 +1795,48 @@ class _Walker:
         program = argv[0]
         if program.dynamic:
             raise UnparseableCommand(_COMPUTED_PROGRAM)
+        path_qualified = "/" in program.text
+        name = program.text.rpartition("/")[2]  # posixpath.basename
+        if self.aliases and not path_qualified and name in self.aliases and "alias" not in via:
+            self._expand_alias(argv, assignments, dangerous, via, here)
+        runtime: tuple[int, ...] = ()
+        if self.runtime_seen:
+            runtime = tuple(i for i, w in enumerate(argv) if isinstance(w, _RuntimeWord))
+        position = len(self.out)
         self.out.append(
             _new_simple_command(
                 tuple([word.text for word in argv]),
                 assignments,
                 dangerous,
-                "/" in program.text,
+                path_qualified,
                 via,
+                more,
+                runtime,
             )
         )
-        name = program.text.rpartition("/")[2]  # posixpath.basename
+        if path_qualified or name in _SCRIPT_RUNNERS or _PYTHON_VERSIONED.match(name):
+            files = tuple(
+                word.text.rpartition("/")[2]
+                for word in (argv if path_qualified else argv[1:])
+                if not word.dynamic and not word.text.startswith("-")
+            )
+            if files:
+                self.script_runs.append((position, files))
+        if name in _FILE_WRITERS:
+            for word in argv[1:]:
+                text = word.text.partition("=")[2] if word.text.startswith("of=") else word.text
+                if not text.startswith("-"):
+                    self._note_written(_Word(text, word.dynamic))
         if name not in _RUNS_OTHER_CODE:
+            return
+        if name in WRAPPER_PROGRAMS:
+            self._table_wrapper(name, argv, assignments, dangerous, via, here, more)
+            return
+        if name in ("alias", "hash", "enable"):
+            self._alias_like(name, argv)
+            return
+        if name in ("make", "gmake"):
+            _check_make(name, argv)
             return
         if name in _OPAQUE_RUNNERS:
             if len(argv) == 2 and argv[1].text in _ONLY_INFORMATION:
@@ -1591,9 +1851,17 @@ class _Walker:
         if name in _WRAPPERS:
             if name in ("time", "coproc") and any(w.text in _RESERVED for w in argv[1:3]):
                 raise UnparseableCommand(f"{name} before a compound command")
+            if name == "env":
+                split = _env_split_string(argv)
+                if split is not None:
+                    self._emit(split, assignments, dangerous, (*via, "env -S"), here, more)
+                    return
             inner, added = _unwrap(argv, _WRAPPERS[name])
-            if inner and name == "xargs" and _xargs_replace(argv) in inner[0].text:
-                raise UnparseableCommand(_COMPUTED_PROGRAM)
+            inner_more = more
+            if name == "xargs":
+                inner, inner_more = self._xargs_inner(argv, inner)
+            elif not inner and more:
+                raise UnparseableCommand(f"{name} runs a command read at run time")
             more_dangerous = [a.split("=", 1)[0] for a in added]
             self._emit(
                 inner,
@@ -1601,6 +1869,7 @@ class _Walker:
                 tuple(dict.fromkeys([*dangerous, *filter(_is_dangerous, more_dangerous)])),
                 (*via, name),
                 here,
+                inner_more,
             )
         elif name in _SHELLS:
             script, reads_stdin = _shell_script(argv)
@@ -1608,19 +1877,30 @@ class _Walker:
                 self._run_script(
                     script, f"{name} -c", assignments, dangerous, via, same_shell=False
                 )
+            elif more:
+                raise UnparseableCommand(f"the script of {name} is read at run time ({more})")
             elif reads_stdin and here:
                 raise UnparseableCommand(f"a here-document or here-string is the script of {name}")
             elif reads_stdin and len(argv) > 1:
-                # A bare `sh` is left to the rules for `sh` (issue 4 case 1:
-                # `echo ok | sh` is the default's, sh uncovered).
                 raise UnparseableCommand(
                     f"the script of {name} is read from standard input or a pipe"
+                )
+            elif reads_stdin:
+                # A bare `sh` runs whatever its standard input holds (`echo 'git
+                # push' | sh`, `sh < script`): a rule that does not match `sh`
+                # cannot be checked against it (issue 13 §6; issue 4 case 1 still
+                # holds: sh is uncovered, never laxer than the default).
+                self.out[position] = dataclasses.replace(
+                    self.out[position],
+                    unseen=f"the script of {name} is read from standard input",
                 )
         elif name in ("source", ".") and len(argv) > 1:
             if here and argv[1].text in _STDIN_SCRIPTS:
                 raise UnparseableCommand(f"a here-document or here-string is sourced by {name}")
             if _reads_pipe(argv[1]):
                 raise UnparseableCommand(f"the script sourced by {name} is read from a pipe")
+            if argv[1].dynamic or more:
+                raise UnparseableCommand(f"the file sourced by {name} is named at run time")
         elif name == "su":
             script = _su_script(argv)
             if script is not None:
@@ -1645,10 +1925,113 @@ class _Walker:
                     here,
                 )
         elif name == "find":
-            for action, inner in _find_actions(argv):
+            for action, inner, terminator in _find_actions(argv):
                 if "{}" in inner[0].text:
                     raise UnparseableCommand(_COMPUTED_PROGRAM)
-                self._emit(inner, assignments, dangerous, (*via, f"find {action}"), False)
+                # `{}` is a file name find fills in (a file can be called `push`);
+                # with `+` the names are appended.
+                found_more = ""
+                if terminator == "+" and inner[-1].text == "{}":
+                    inner = inner[:-1]
+                    found_more = f"find {action} … + appends the names of the files it finds"
+                words = [_RuntimeWord(w.text) if "{}" in w.text else w for w in inner]
+                self.runtime_seen |= any(isinstance(w, _RuntimeWord) for w in words)
+                self._emit(
+                    words, assignments, dangerous, (*via, f"find {action}"), False, found_more
+                )
+
+    def _xargs_inner(
+        self, argv: Sequence[_Word], inner: Sequence[_Word]
+    ) -> tuple[Sequence[_Word], str]:
+        """The command xargs runs, with its words from standard input (issue 13 §6):
+        with ``-I R`` each word holding R is filled in at run time; otherwise the
+        words read are appended."""
+        replace = _xargs_replace(argv)
+        if inner and replace in inner[0].text:
+            raise UnparseableCommand(_COMPUTED_PROGRAM)
+        if not inner:
+            return inner, ""  # xargs runs echo
+        if _xargs_replaces(argv):
+            words = [_RuntimeWord(w.text) if replace in w.text else w for w in inner]
+            self.runtime_seen |= any(isinstance(w, _RuntimeWord) for w in words)
+            return words, ""
+        return inner, "xargs appends words read from standard input"
+
+    def _table_wrapper(
+        self,
+        name: str,
+        argv: Sequence[_Word],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+        here: bool,
+        more: str,
+    ) -> None:
+        """A program of the curated wrapper table (`_wrapper_table`)."""
+        try:
+            inner = find_inner(name, [word.text for word in argv])
+        except WrapperError as exc:
+            raise UnparseableCommand(str(exc)) from exc
+        if inner is None:
+            if more:
+                raise UnparseableCommand(f"{name} runs a command read at run time")
+            return
+        if inner.script is not None:
+            self._run_script(
+                argv[inner.script], f"{name} script", assignments, dangerous, via, same_shell=False
+            )
+            return
+        words = [_Word(text) for text in inner.prefix] + list(argv[inner.start :])
+        self._emit(words, assignments, dangerous, (*via, name), here, more)
+
+    def _alias_like(self, name: str, argv: Sequence[_Word]) -> None:
+        """``alias NAME=VALUE``, ``hash -p PATH NAME``, ``enable -f FILE NAME``
+        (issue 13 §6): later uses of NAME run VALUE or PATH."""
+        if name == "enable":
+            if any(w.text.startswith("-") and "f" in w.text for w in argv[1:]):
+                raise UnparseableCommand("enable -f loads a builtin from a shared object")
+            return
+        if name == "hash":
+            words = list(argv[1:])
+            for i, word in enumerate(words):
+                if word.text.startswith("-") and "p" in word.text[1:]:
+                    rest = words[i + 1 :]
+                    if len(rest) < 2 or any(w.dynamic for w in rest[:2]):
+                        raise UnparseableCommand("hash -p names a program at run time")
+                    self.aliases[rest[1].text] = shlex.quote(rest[0].text)
+                    return
+            return
+        for word in argv[1:]:
+            if word.text.startswith("-"):
+                continue
+            alias, eq, value = word.text.partition("=")
+            if not eq:
+                continue
+            if word.dynamic:
+                raise UnparseableCommand("an alias is defined at run time")
+            self.aliases[alias] = value
+
+    def _expand_alias(
+        self,
+        argv: Sequence[_Word],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+        here: bool,
+    ) -> None:
+        """Walk what a use of an alias (or ``hash -p`` name) runs: its value
+        followed by the remaining words (issue 13 §6). Over-approximated: an alias
+        counts from its definition on, wherever it is used."""
+        value = self.aliases[argv[0].text.rpartition("/")[2]]
+        rest = " ".join(w.text if w.dynamic else shlex.quote(w.text) for w in argv[1:])
+        self._run_script(
+            _Word(f"{value} {rest}"),
+            f"alias {argv[0].text}",
+            assignments,
+            dangerous,
+            via,
+            same_shell=True,
+        )
 
     def _run_script(
         self,

@@ -1369,9 +1369,10 @@ def _decide_in_tier(
     commands = call.commands if has_text else ()
     if isinstance(commands, UnparseableCommand):
         if active:
-            rule = rules[active[0]]
+            # No rule is blamed: the text could not be read, whatever the rules
+            # say (issue 13 §6).
             candidates.append(
-                _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
+                _Candidate(tier.unparseable, None, _unparsed(tier, commands.reason), False)
             )
             if not whole:
                 # The commands cannot be listed, so some may be ones no rule covers:
@@ -1437,7 +1438,22 @@ def _decide_in_tier(
                     break
         if unknown is not None:
             rule = rules[unknown[0]]
-            matched.append(_Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1]), False))
+            expected = rule.command[0] if rule.command else ""  # type: ignore[index]
+            related = (word if "/" in expected else basename) == expected
+            if not matched and not whole and _SEVERITY[tier.default] > _SEVERITY[tier.unparseable]:
+                # A command that cannot be checked is never laxer than one no
+                # rule covers.
+                matched.append(plan.uncovered_candidate(tier, command.argv[0]))
+            if related and not (command.dangerous or command.unseen):
+                # The rule names this program: it is the one that cannot be checked.
+                matched.append(
+                    _Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1], tier), False)
+                )
+            else:
+                # Another program's rule: it is not blamed (issue 13 §6).
+                matched.append(
+                    _Candidate(tier.unparseable, None, _unparsed(tier, unknown[1]), False)
+                )
         if matched:
             verdict = _best(matched)
         elif whole:
@@ -1466,8 +1482,19 @@ def _decide_in_tier(
     )
 
 
-def _unchecked(rule: PolicyRule, why: str) -> str:
+def _unchecked(rule: PolicyRule, why: str, tier: PolicyTier | None = None) -> str:
+    if tier is not None:
+        return (
+            f"the command could not be parsed: {why} → policy `unparseable: "
+            f"{tier.unparseable}` ({tier.tier}); rule {rule.id!r} cannot be checked"
+        )
     return (
         f"the command cannot be parsed with confidence ({why}), so rule {rule.id!r} "
         "cannot be checked"
     )
+
+
+def _unparsed(tier: PolicyTier, why: str) -> str:
+    """The reason of a decision that the ``unparseable`` setting made (issue 13 §6:
+    say so, never blame an unrelated rule)."""
+    return f"the command could not be parsed: {why} → policy `unparseable: {tier.unparseable}` ({tier.tier})"

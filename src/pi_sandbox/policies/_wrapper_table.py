@@ -1,0 +1,564 @@
+"""The curated table of programs that run their arguments as a command (issue 13 §6).
+
+``ssh-agent git push`` runs ``git push``; so do ``gdb --args git push``, ``uv run
+git push`` and ``capsh -- -c 'git push'`` (capsh hands the words after ``--`` to
+bash). The shell parser (`_shell_grammar`) asks :func:`find_inner` what such a
+program runs, and reports that command too, so a rule written for the *inner*
+command applies through the wrapper.
+
+Each entry knows the program's own options: which take a value, which are flags,
+which mean "no command" (``strace -p PID``) and which hide the command (``gdb -ex
+'shell …'``). An option the entry does not know makes the command unparseable
+(:class:`WrapperError`): guessing whether it takes a value could pick the wrong
+word as the inner program, and an unknown must never become an allow.
+
+The table (also in docs/policy.md, "Wrapper programs"):
+
+======================  ====================================================
+program                 what it runs
+======================  ====================================================
+``ssh-agent``           ``ssh-agent [opts] CMD …``
+``capsh``               ``capsh [opts] -- ARGS``: ``bash ARGS``
+``gdb``                 ``gdb [opts] --args CMD …`` (``-ex``/``-x``: unparseable)
+``perf``                ``perf SUB [opts] -- CMD …`` (``record``/``stat``/``trace``
+                        … without ``--``: unparseable)
+``strace``/``ltrace``   ``strace [opts] CMD …`` (``-p PID``: none)
+``valgrind``            ``valgrind [--opt=value …] CMD …``
+``unshare``             ``unshare [opts] CMD …``
+``flock``               ``flock [opts] FILE CMD …`` or ``flock FILE -c SCRIPT``
+``script``              ``script -c SCRIPT`` (without ``-c``: unparseable)
+``firejail``            ``firejail [--opt …] CMD …``
+``dbus-run-session``    ``dbus-run-session [opts] [--] CMD …``
+``xvfb-run``            ``xvfb-run [opts] CMD …``
+``uv``                  ``uv [opts] run [opts] CMD …``, ``uv tool run …``
+``uvx``                 ``uvx [opts] CMD …``
+``npx``                 ``npx [opts] CMD …`` (``-c SCRIPT``: the script)
+``npm``                 ``npm exec|x [opts] [--] CMD …`` (``-c SCRIPT``)
+``pipx``                ``pipx run [opts] APP …``
+``poetry``/``pipenv``/  ``… run CMD …``
+``pdm``/``hatch``/
+``rye``
+``conda``/``mamba``     ``conda run [-n ENV|-p PATH] CMD …``
+======================  ====================================================
+
+Wrappers the parser has always unwrapped (``env``, ``sudo``, ``doas``, ``nohup``,
+``time``, ``chroot``, ``timeout`` …) are in `_shell_grammar._WRAPPERS`; ``make``'s
+command-line recipes are handled there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["WRAPPER_PROGRAMS", "Inner", "WrapperError", "find_inner"]
+
+
+class WrapperError(Exception):
+    """The wrapper's words cannot be read with confidence (an unknown option, or
+    one that hides the command); the caller makes the text unparseable."""
+
+
+@dataclass(frozen=True)
+class Inner:
+    """What a wrapper runs: ``prefix + argv[start:]`` as a command, or, when
+    ``script`` is set, ``argv[script]`` as a ``sh -c`` script."""
+
+    start: int = 0
+    prefix: tuple[str, ...] = ()
+    script: int | None = None
+
+
+@dataclass(frozen=True)
+class _Options:
+    """A program's own options (strict: anything else is a `WrapperError`)."""
+
+    short_value: str = ""
+    short_flags: str = ""
+    long_value: frozenset[str] = frozenset()
+    long_flags: frozenset[str] = frozenset()
+    any_long_flag: bool = False  # every ``--x`` without ``=`` is a flag (valgrind)
+    skip_any: bool = False  # every ``-…`` word is one option without value (firejail)
+    no_command: frozenset[str] = frozenset()
+    hides: frozenset[str] = frozenset()
+    script: frozenset[str] = field(default_factory=frozenset)  # option whose value is a script
+
+
+def _read_options(name: str, argv: Sequence[str], i: int, spec: _Options) -> tuple[int, int | None]:
+    """Skip ``spec``'s options from ``argv[i]``; return (index of the first other
+    word, index of a script value or None).
+
+    Raises:
+        WrapperError: an unknown option, or one in ``spec.hides``.
+        _NoCommand: an option in ``spec.no_command``.
+    """
+    script: int | None = None
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return i + 1, script
+        if not word.startswith("-") or word == "-":
+            return i, script
+        if spec.skip_any:
+            i += 1
+            continue
+        if word.startswith("--"):
+            option, eq, _ = word.partition("=")
+            if option in spec.hides:
+                raise WrapperError(f"{name} {option} runs commands this parser does not read")
+            if option in spec.no_command:
+                raise _NoCommand
+            if option in spec.script:
+                script = i + 1 if not eq else None
+                if eq:
+                    raise WrapperError(f"{name} {option}=… is read as a script elsewhere")
+                i += 2
+                continue
+            if eq:
+                i += 1
+            elif option in spec.long_value:
+                i += 2
+            elif option in spec.long_flags or spec.any_long_flag:
+                i += 1
+            else:
+                raise WrapperError(f"{name} option {option} is not in the wrapper table")
+            continue
+        i += 1
+        for offset, letter in enumerate(word[1:], start=2):
+            flag = f"-{letter}"
+            if flag in spec.hides:
+                raise WrapperError(f"{name} {flag} runs commands this parser does not read")
+            if flag in spec.no_command:
+                raise _NoCommand
+            if flag in spec.script:
+                if offset != len(word):
+                    raise WrapperError(f"{name} {flag} with its script attached")
+                script = i
+                i += 1
+                break
+            if letter in spec.short_value:
+                if offset == len(word):
+                    i += 1
+                break
+            if letter not in spec.short_flags:
+                raise WrapperError(f"{name} option {flag} is not in the wrapper table")
+    return i, script
+
+
+class _NoCommand(Exception):
+    pass
+
+
+_SSH_AGENT = _Options(short_value="aEtPO", short_flags="cDdks")
+_STRACE = _Options(
+    short_value="abeEIoOpPsSuUX",
+    short_flags="cCdDfFhikqrtTvVwxyYzZn",
+    long_value=frozenset(
+        {
+            "--output",
+            "--attach",
+            "--trace",
+            "--signal",
+            "--status",
+            "--env",
+            "--user",
+            "--string-limit",
+            "--columns",
+            "--summary-sort-by",
+            "--trace-path",
+            "--const-print-style",
+        }
+    ),
+    long_flags=frozenset(
+        {
+            "--follow-forks",
+            "--output-separately",
+            "--summary-only",
+            "--summary",
+            "--summary-wall-clock",
+            "--quiet",
+            "--syscall-times",
+            "--no-abbrev",
+            "--verbose",
+            "--decode-fds",
+            "--decode-pids",
+            "--seccomp-bpf",
+            "--kill-on-exit",
+            "--daemonize",
+            "--instruction-pointer",
+            "--stack-traces",
+            "--timestamps",
+            "--relative-timestamps",
+            "--absolute-timestamps",
+        }
+    ),
+    no_command=frozenset({"-p", "--attach"}),
+)
+_LTRACE = _Options(
+    short_value="aADeFlnopsuwx",
+    short_flags="bcCfhiLrStTV",
+    long_value=frozenset({"--output", "--library", "--config", "--indent", "--align"}),
+    long_flags=frozenset({"--demangle", "--no-signals"}),
+    no_command=frozenset({"-p"}),
+)
+_VALGRIND = _Options(short_flags="hvqd", any_long_flag=True)
+_UNSHARE = _Options(
+    short_value="SGRw",
+    short_flags="muinpUCTfrcl",
+    long_value=frozenset(
+        {
+            "--setuid",
+            "--setgid",
+            "--root",
+            "--wd",
+            "--propagation",
+            "--setgroups",
+            "--map-user",
+            "--map-group",
+            "--map-users",
+            "--map-groups",
+        }
+    ),
+    long_flags=frozenset(
+        {
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--net",
+            "--pid",
+            "--user",
+            "--cgroup",
+            "--time",
+            "--fork",
+            "--map-root-user",
+            "--map-current-user",
+            "--mount-proc",
+            "--kill-child",
+            "--keep-caps",
+            "--map-auto",
+        }
+    ),
+)
+_FLOCK = _Options(
+    short_value="wE",
+    short_flags="sxeunoFhV",
+    long_value=frozenset({"--timeout", "--wait", "--conflict-exit-code"}),
+    long_flags=frozenset(
+        {
+            "--shared",
+            "--exclusive",
+            "--unlock",
+            "--nonblock",
+            "--nb",
+            "--close",
+            "--no-fork",
+            "--verbose",
+        }
+    ),
+    script=frozenset({"-c", "--command"}),
+)
+_SCRIPT = _Options(
+    short_value="EIOBTm",
+    short_flags="aefqh",
+    long_value=frozenset(
+        {"--echo", "--log-in", "--log-out", "--log-io", "--log-timing", "--logging-format"}
+    ),
+    long_flags=frozenset({"--append", "--return", "--flush", "--force", "--quiet"}),
+    script=frozenset({"-c", "--command"}),
+)
+_FIREJAIL = _Options(skip_any=True)
+_DBUS = _Options(
+    long_value=frozenset({"--config-file"}),
+    long_flags=frozenset({"--help", "--version"}),
+    hides=frozenset({"--dbus-daemon"}),
+)
+_XVFB = _Options(
+    short_value="efnpsw",
+    short_flags="ahl",
+    long_value=frozenset(
+        {"--error-file", "--server-args", "--server-num", "--xauth-protocol", "--wait"}
+    ),
+    long_flags=frozenset({"--auto-servernum", "--auto-display", "--listen-tcp"}),
+)
+_UV_GLOBAL = _Options(
+    short_flags="qvn",
+    long_value=frozenset(
+        {"--directory", "--project", "--cache-dir", "--config-file", "--python", "--color"}
+    ),
+    long_flags=frozenset(
+        {
+            "--quiet",
+            "--verbose",
+            "--offline",
+            "--no-cache",
+            "--native-tls",
+            "--no-config",
+            "--no-progress",
+            "--preview",
+            "--no-python-downloads",
+            "--managed-python",
+            "--no-managed-python",
+        }
+    ),
+)
+_UV_RUN = _Options(
+    short_value="pf",
+    short_flags="qv",
+    long_value=_UV_GLOBAL.long_value
+    | frozenset(
+        {
+            "--with",
+            "--with-editable",
+            "--with-requirements",
+            "--package",
+            "--extra",
+            "--group",
+            "--only-group",
+            "--no-group",
+            "--env-file",
+            "--index",
+            "--default-index",
+            "--index-url",
+            "--extra-index-url",
+            "--find-links",
+            "--from",
+            "--python-platform",
+            "--index-strategy",
+            "--resolution",
+            "--prerelease",
+            "--exclude-newer",
+            "--link-mode",
+            "--refresh-package",
+            "--reinstall-package",
+            "--upgrade-package",
+        }
+    ),
+    long_flags=_UV_GLOBAL.long_flags
+    | frozenset(
+        {
+            "--no-sync",
+            "--frozen",
+            "--locked",
+            "--isolated",
+            "--all-extras",
+            "--no-dev",
+            "--dev",
+            "--all-packages",
+            "--all-groups",
+            "--no-project",
+            "--active",
+            "--no-active",
+            "--exact",
+            "--no-env-file",
+            "--no-editable",
+            "--refresh",
+            "--reinstall",
+            "--upgrade",
+            "--compile-bytecode",
+            "--no-build-isolation",
+            "--script",
+            "--gui-script",
+        }
+    ),
+    no_command=frozenset(),
+)
+_NPX = _Options(
+    short_value="p",
+    short_flags="yq",
+    long_value=frozenset({"--package", "--workspace", "--prefix", "--registry", "--cache"}),
+    long_flags=frozenset({"--yes", "--no", "--quiet", "--include-workspace-root", "--workspaces"}),
+    script=frozenset({"-c", "--call"}),
+)
+_PIPX_RUN = _Options(
+    long_value=frozenset({"--spec", "--python", "--pip-args", "--index-url", "--fetch-python"}),
+    long_flags=frozenset({"--no-cache", "--path", "--pypackages", "--verbose", "--quiet"}),
+    short_flags="vq",
+)
+_RUNNER_GLOBAL = _Options(
+    short_value="CP",
+    short_flags="qvnhV",
+    long_value=frozenset({"--directory", "--project", "--config", "-C"}),
+    long_flags=frozenset(
+        {"--quiet", "--verbose", "--no-interaction", "--no-ansi", "--ansi", "--no-plugins"}
+    ),
+)
+_RUN_OPTIONS = _Options(short_flags="v", long_flags=frozenset({"--verbose"}))
+_CONDA_RUN = _Options(
+    short_value="np",
+    long_value=frozenset({"--name", "--prefix", "--cwd"}),
+    long_flags=frozenset({"--no-capture-output", "--live-stream", "--debug-wrapper-scripts"}),
+)
+_GDB_HIDES = frozenset(
+    {
+        "-ex",
+        "--ex",
+        "-x",
+        "--x",
+        "-iex",
+        "--iex",
+        "-ix",
+        "--ix",
+        "--eval-command",
+        "--init-eval-command",
+        "--command",
+        "--init-command",
+        "-command",
+        "-eval-command",
+    }
+)
+_PERF_NO_COMMAND = frozenset(
+    {"report", "list", "annotate", "diff", "evlist", "help", "version", "archive", "buildid-list"}
+)
+
+WRAPPER_PROGRAMS = frozenset(
+    {
+        "ssh-agent",
+        "capsh",
+        "gdb",
+        "perf",
+        "strace",
+        "ltrace",
+        "valgrind",
+        "unshare",
+        "flock",
+        "script",
+        "firejail",
+        "dbus-run-session",
+        "xvfb-run",
+        "uv",
+        "uvx",
+        "npx",
+        "npm",
+        "pnpm",
+        "pipx",
+        "poetry",
+        "pipenv",
+        "pdm",
+        "hatch",
+        "rye",
+        "conda",
+        "mamba",
+        "micromamba",
+    }
+)
+"""The programs :func:`find_inner` knows (issue 13 §6)."""
+
+_SIMPLE: dict[str, _Options] = {
+    "ssh-agent": _SSH_AGENT,
+    "strace": _STRACE,
+    "ltrace": _LTRACE,
+    "valgrind": _VALGRIND,
+    "unshare": _UNSHARE,
+    "firejail": _FIREJAIL,
+    "dbus-run-session": _DBUS,
+    "xvfb-run": _XVFB,
+    "uvx": _UV_RUN,
+    "npx": _NPX,
+}
+_RUN_SUBCOMMAND: dict[str, tuple[_Options, _Options]] = {
+    "poetry": (_RUNNER_GLOBAL, _RUN_OPTIONS),
+    "pipenv": (_RUNNER_GLOBAL, _RUN_OPTIONS),
+    "pdm": (_RUNNER_GLOBAL, _RUN_OPTIONS),
+    "hatch": (_RUNNER_GLOBAL, _RUN_OPTIONS),
+    "rye": (_RUNNER_GLOBAL, _RUN_OPTIONS),
+    "pipx": (_RUNNER_GLOBAL, _PIPX_RUN),
+    "conda": (_RUNNER_GLOBAL, _CONDA_RUN),
+    "mamba": (_RUNNER_GLOBAL, _CONDA_RUN),
+    "micromamba": (_RUNNER_GLOBAL, _CONDA_RUN),
+}
+
+
+def find_inner(name: str, argv: Sequence[str]) -> Inner | None:
+    """What the wrapper program ``name`` (a basename in `WRAPPER_PROGRAMS`) runs.
+
+    Args:
+        name: the program's basename.
+        argv: the whole command, ``argv[0]`` the program word.
+
+    Returns:
+        The inner command (see :class:`Inner`), or None when these words run no
+        command (``strace -p 42``, ``uv pip list``, ``ssh-agent -k``).
+
+    Raises:
+        WrapperError: the words cannot be read with confidence.
+    """
+    try:
+        return _find_inner(name, argv)
+    except _NoCommand:
+        return None
+
+
+def _command_at(index: int, argv: Sequence[str], script: int | None) -> Inner | None:
+    if script is not None:
+        if script >= len(argv):
+            raise WrapperError("the script option has no value")
+        return Inner(script=script)
+    return Inner(start=index) if index < len(argv) else None
+
+
+def _find_inner(name: str, argv: Sequence[str]) -> Inner | None:
+    if len(argv) == 2 and argv[1] in ("--help", "--version", "-h", "-V"):
+        return None
+    spec = _SIMPLE.get(name)
+    if spec is not None:
+        index, script = _read_options(name, argv, 1, spec)
+        return _command_at(index, argv, script)
+    if name in _RUN_SUBCOMMAND:
+        outer, inner = _RUN_SUBCOMMAND[name]
+        index, _ = _read_options(name, argv, 1, outer)
+        if index >= len(argv) or argv[index] != "run":
+            return None
+        index, script = _read_options(f"{name} run", argv, index + 1, inner)
+        return _command_at(index, argv, script)
+    if name == "uv":
+        index, _ = _read_options(name, argv, 1, _UV_GLOBAL)
+        if index < len(argv) - 1 and argv[index] == "tool" and argv[index + 1] == "run":
+            index += 1
+        elif index >= len(argv) or argv[index] != "run":
+            return None
+        index, script = _read_options("uv run", argv, index + 1, _UV_RUN)
+        if index < len(argv) and argv[index - 1] in ("-m", "--module"):
+            raise WrapperError("uv run -m runs a Python module")
+        return _command_at(index, argv, script)
+    if name in ("npm", "pnpm"):
+        if len(argv) < 2 or argv[1] not in ("exec", "x", "dlx"):
+            return None
+        index, script = _read_options(f"{name} exec", argv, 2, _NPX)
+        return _command_at(index, argv, script)
+    if name == "capsh":
+        # Everything after `--` is handed to bash; `==` re-runs capsh itself and
+        # --shell= picks another shell.
+        for i, word in enumerate(argv[1:], start=1):
+            if word == "--":
+                return Inner(start=i + 1, prefix=("bash",))
+            if word == "==" or word.startswith("--shell"):
+                raise WrapperError(f"capsh {word} runs a program this parser does not read")
+        return None
+    if name == "gdb":
+        for i, word in enumerate(argv[1:], start=1):
+            if word.split("=", 1)[0] in _GDB_HIDES:
+                raise WrapperError(f"gdb {word} runs debugger commands (shell …)")
+            if word in ("--args", "-args"):
+                return Inner(start=i + 1) if i + 1 < len(argv) else None
+        return None
+    if name == "perf":
+        if len(argv) < 2 or argv[1] in _PERF_NO_COMMAND or argv[1].startswith("-"):
+            return None
+        if "--" in argv:
+            index = list(argv).index("--") + 1
+            return Inner(start=index) if index < len(argv) else None
+        raise WrapperError(f"perf {argv[1]} runs a command this parser does not find without --")
+    if name == "flock":
+        index, script = _read_options(name, argv, 1, _FLOCK)
+        if script is not None:
+            return _command_at(index, argv, script)
+        index += 1  # the lock file or descriptor
+        if index < len(argv) and argv[index] in ("-c", "--command"):
+            return _command_at(index + 1, argv, index + 1)
+        return _command_at(index, argv, None)
+    if name == "script":
+        index, script = _read_options(name, argv, 1, _SCRIPT)
+        if script is None:
+            raise WrapperError("script without -c runs a shell that reads standard input")
+        return _command_at(index, argv, script)
+    raise WrapperError(f"{name} is not in the wrapper table")  # pragma: no cover
