@@ -1170,8 +1170,6 @@ _FILE_WRITERS = frozenset(
         "csplit",
         "sort",
         "uniq",
-        "git",
-        "chmod",
     }
 )
 # A redirection target that writes no file.
@@ -1797,7 +1795,12 @@ class _Walker:
             raise UnparseableCommand(_COMPUTED_PROGRAM)
         path_qualified = "/" in program.text
         name = program.text.rpartition("/")[2]  # posixpath.basename
-        if self.aliases and not path_qualified and name in self.aliases and "alias" not in via:
+        if (
+            self.aliases
+            and not path_qualified
+            and name in self.aliases
+            and f"alias {name}" not in via  # bash does not expand an alias in itself
+        ):
             self._expand_alias(argv, assignments, dangerous, via, here)
         runtime: tuple[int, ...] = ()
         if self.runtime_seen:
