@@ -36,6 +36,7 @@ unknown, never "no match" (fail closed).
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -655,7 +656,7 @@ def read_arguments(
 def _could_be_option(word: str) -> bool:
     """Whether a word the shell expands could become one starting with ``-``
     (``$x``; a glob such as ``*`` names a file called ``-rf`` as readily as any)."""
-    return "$" in word or "{" in word or word[:1] in ("*", "?", "[", "-")
+    return "$" in word or word[:1] in ("*", "?", "[", "-", "{")
 
 
 def match_arguments(
@@ -732,11 +733,21 @@ def match_arguments(
     return True, None
 
 
+_BRACE_EXPANSION = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
 def _expandable(word: str) -> bool:
-    return "$" in word or any(char in word for char in "*?[{")
+    """Whether the shell still expands ``word`` (``$``, a glob, ``{a,b}``)."""
+    return (
+        "$" in word
+        or "*" in word
+        or "?" in word
+        or "[" in word
+        or ("{" in word and _BRACE_EXPANSION.search(word) is not None)
+    )
 
 
 def _may_produce(word: str, expected: str) -> bool:
-    if "$" in word or "{" in word:
+    if "$" in word or ("{" in word and _BRACE_EXPANSION.search(word)):
         return True
     return fnmatch.fnmatchcase(expected.lower(), word.lower())
