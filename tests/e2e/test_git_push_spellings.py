@@ -77,7 +77,7 @@ def test_no_spelling_of_git_push_is_allowed_by_the_untrusted_preset(tmp_path, co
 
 def test_explain_says_the_unparseable_setting_decided_and_blames_no_rule(tmp_path):
     report = explain("LD_PRELOAD=/x.so ls", tmp_path)
-    assert (report["decision"], report["rule"]) == ("ask", None)
+    assert (report["decision"], report["rule"], report["unparseable"]) == ("ask", None, True)
     assert report["reason"] == (
         "the command could not be parsed: LD_PRELOAD changes what 'ls' runs → policy "
         "`unparseable: ask` (managed)"

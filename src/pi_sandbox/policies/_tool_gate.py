@@ -1200,6 +1200,8 @@ class ToolCallDecision:
             ``command`` rules alone (``command_regex`` rules see the whole text, not
             one command), else by the default; empty when the command could not be
             parsed. JSON-ready.
+        unparseable: the decision is the policy's ``unparseable`` setting: the
+            command (or a matcher) could not be checked (issue 13 §6: say so).
     """
 
     decision: Decision
@@ -1208,6 +1210,7 @@ class ToolCallDecision:
     tier: str
     source: str | None = None
     commands: list[dict[str, Any]] = field(default_factory=list)
+    unparseable: bool = False
 
 
 def evaluate_tool_call(
@@ -1263,6 +1266,7 @@ def evaluate_tool_call(
         chosen.tier,
         chosen.source,
         _merge_breakdowns(breakdowns),
+        chosen.unparseable,
     )
 
 
@@ -1477,6 +1481,7 @@ def _decide_in_tier(
             chosen.reason,
             rule.tier if rule is not None else tier.tier,
             str(source) if source else None,
+            unparseable=not chosen.definite,
         ),
         breakdown,
     )
