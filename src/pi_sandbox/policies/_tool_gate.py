@@ -1385,9 +1385,9 @@ def _decide_in_tier(
                     _Candidate(
                         tier.default,
                         None,
-                        f"the command cannot be parsed with confidence ({commands.reason}); "
-                        f"commands no {tier.tier} rule covers get the {tier.tier} default "
-                        f"{tier.default!r}",
+                        f"the command could not be parsed: {commands.reason}; commands no "
+                        f"{tier.tier} rule covers get the {tier.tier} default {tier.default!r}, "
+                        f"stricter than `unparseable: {tier.unparseable}`",
                         False,
                     )
                 )
@@ -1481,7 +1481,7 @@ def _decide_in_tier(
             chosen.reason,
             rule.tier if rule is not None else tier.tier,
             str(source) if source else None,
-            unparseable=not chosen.definite,
+            unparseable=not chosen.definite and chosen.decision == tier.unparseable,
         ),
         breakdown,
     )
