@@ -156,6 +156,13 @@ def test_an_allow_rule_does_not_cover_global_options_it_does_not_name(tmp_path):
     assert decide(policy, tmp_path, "git --exec-path=/x status") == "ask"
 
 
+def test_an_allow_rule_does_not_cover_options_before_its_operands(tmp_path):
+    policy = policy_with(tmp_path, "[make, test]", decision="allow", default="ask")
+    assert decide(policy, tmp_path, "make test") == "allow"
+    assert decide(policy, tmp_path, "make test -j4") == "allow"
+    assert decide(policy, tmp_path, "make -f other.mk test") == "ask"
+
+
 def test_read_arguments_splits_clusters_and_reads_values():
     args = read_arguments("tar", ["-xzf", "a.tgz", "-C", "out", "--", "-x"])
     assert args.options == (Option("-x"), Option("-z"), Option("-f", "a.tgz"), Option("-C", "out"))

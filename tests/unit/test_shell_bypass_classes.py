@@ -167,6 +167,8 @@ XARGS = [
     "xargs -a args.txt git",
     "echo push | xargs -I{} git {}",
     "echo push | xargs --replace=W git W",
+    "find . | xargs -n 1 -I {} git {}",
+    "find . | xargs -0I% git %",
 ]
 
 
@@ -275,6 +277,7 @@ WRITTEN_SCRIPTS = [
     "for i in 1 2; do bash s.sh; echo 'git push' > s.sh; done",
     "echo 'import os; os.system(\"git push\")' > x.py; python3 x.py",
     "cp payload s.sh; bash s.sh",
+    "sed -i 's/.*/git push/' s.sh; bash s.sh",
     "echo 'git push' > \"$F\"; bash build.sh",
 ]
 
@@ -287,7 +290,14 @@ def test_a_script_file_the_same_command_writes_cannot_be_checked(untrusted, work
 
 
 @pytest.mark.parametrize(
-    "command", ["bash build.sh", "./configure > build.log", "echo hi > notes.txt; bash build.sh"]
+    "command",
+    [
+        "bash build.sh",
+        "./configure > build.log",
+        "echo hi > notes.txt; bash build.sh",
+        "sed -i 's/a/b/' README.md",  # a program that edits the file it reads
+        "perl -pi -e 's/a/b/' x.pl",
+    ],
 )
 def test_a_script_file_the_command_does_not_write_is_the_scripts_own(untrusted, workspace, command):
     assert decide(untrusted, workspace, command).decision == "allow"

@@ -108,12 +108,14 @@ class Arguments:
             option or operand.
         global_options: for a program with subcommands, the names of the options
             before the subcommand (``git -c x=y status``: ``("-c",)``).
+        options_before: per operand, how many options come before it.
     """
 
     options: tuple[Option, ...]
     operands: tuple[tuple[str, bool], ...]
     unknown: tuple[str, ...] = ()
     global_options: tuple[str, ...] = ()
+    options_before: tuple[int, ...] = ()
 
 
 def _letters(spec: str) -> frozenset[str]:
@@ -584,6 +586,7 @@ def read_arguments(
         if unknown is not None:
             unknown = [False, *unknown[1:]]
     global_options: list[str] = []
+    options_before: list[int] = []
     while i < n:
         if not chose_sub:
             global_options.extend(option.name for option in options[len(global_options) :])
@@ -598,6 +601,7 @@ def read_arguments(
                 sub = table.sub.get(word)
                 current = table.merged(sub) if sub is not None else table.merged(_GENERIC)
             operands.append((word, False))
+            options_before.append(len(options))
             i += 1
             continue
         if word == "--":
@@ -624,6 +628,7 @@ def read_arguments(
                 # Unknown arity: the next word may be its value, and stays an operand.
                 options.append(Option(canon, None, words[i + 1]))
                 operands.append((words[i + 1], True))
+                options_before.append(len(options))
                 if not chose_sub:
                     chose_sub = True
                 i += 2
@@ -650,7 +655,13 @@ def read_arguments(
             options.append(Option(name))
     if not chose_sub:
         global_options.extend(option.name for option in options[len(global_options) :])
-    return Arguments(tuple(options), tuple(operands), tuple(unknowns), tuple(global_options))
+    return Arguments(
+        tuple(options),
+        tuple(operands),
+        tuple(unknowns),
+        tuple(global_options),
+        tuple(options_before),
+    )
 
 
 def _could_be_option(word: str) -> bool:
@@ -668,9 +679,10 @@ def match_arguments(
         rule: the rule's words after its program.
         command: the command's words after its program.
         more_words: words not in the text are appended at run time (``xargs``).
-        exact_globals: options before a subcommand that the rule does not name make
-            it not match (for ``allow`` rules: ``git -c core.pager=… status`` is not
-            the ``git status`` an allow names).
+        exact_globals: for ``allow`` rules: options before a subcommand, or before
+            the last of the rule's operands, that the rule does not name make it
+            not match (``git -c core.pager=… status`` is not the ``git status`` an
+            allow names, ``make -f x.mk test`` not the ``make test``).
 
     Returns:
         ``(True, None)`` when the rule matches; ``(False, None)`` when it cannot;
@@ -697,6 +709,11 @@ def match_arguments(
                 break
             position += 1
         if position < len(ops) and ops[position][0] == expected:
+            if exact_globals and command.options_before:
+                named = {option.name for option in rule.options}
+                before = command.options[: command.options_before[position]]
+                if any(option.name not in named for option in before):
+                    return False, None
             position += 1
             continue
         if command.unknown:

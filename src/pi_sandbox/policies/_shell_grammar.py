@@ -941,16 +941,19 @@ def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word],
         i += 1
 
 
-def _xargs_replaces(argv: Sequence[_Word]) -> bool:
-    """Whether xargs is given ``-I R``, ``-i[R]`` or ``--replace[=R]``."""
-    for word in argv[1:]:
+def _xargs_replaces(options: Sequence[_Word]) -> bool:
+    """Whether xargs's own words (``options``, before its command) give ``-I R``,
+    ``-i[R]`` or ``--replace[=R]`` (also inside a cluster: ``-0I{}``)."""
+    for word in options:
         text = word.text
-        if text == "--":
-            break
-        if text.startswith(("-I", "-i", "--replace")):
+        if text.startswith("--replace"):
             return True
-        if not text.startswith("-"):
-            break
+        if text.startswith("-") and not text.startswith("--"):
+            for letter in text[1:]:
+                if letter in "Ii":
+                    return True
+                if letter in "adEeLlnPs":
+                    break  # the rest of the word is this option's value
     return False
 
 
@@ -1020,17 +1023,23 @@ def _check_make(name: str, argv: Sequence[_Word]) -> None:
 
 
 def _xargs_replace(argv: Sequence[_Word]) -> str:
-    """The replace-string of ``xargs -I R`` / ``-i`` / ``--replace`` ("{}" by default)."""
+    """The replace-string of ``xargs -I R`` / ``-i`` / ``--replace`` ("{}" by
+    default), also inside a cluster of short options (``-0I%``)."""
     for i, word in enumerate(argv[1:], start=1):
         text = word.text
-        if text == "-I" and i + 1 < len(argv):
-            return argv[i + 1].text
-        if text.startswith("-I") and len(text) > 2:
-            return text[2:]
-        if text.startswith("-i") and len(text) > 2:
-            return text[2:]
         if text.startswith("--replace="):
             return text.split("=", 1)[1]
+        if not text.startswith("-") or text.startswith("--"):
+            continue
+        for offset, letter in enumerate(text[1:], start=2):
+            if letter == "I":
+                if offset < len(text):
+                    return text[offset:]
+                return argv[i + 1].text if i + 1 < len(argv) else "{}"
+            if letter == "i":
+                return text[offset:] or "{}"
+            if letter in "adEeLlnPs":
+                break  # the rest of the word is this option's value
     return "{}"
 
 
@@ -1432,8 +1441,9 @@ class _Walker:
         # Issue 13 §6. Aliases (and `hash -p` entries) defined so far: name ->
         # the text that replaces it.
         self.aliases: dict[str, str] = {}
-        # Basenames of files the text writes (None in it: one it cannot name).
-        self.written: set[str | None] = set()
+        # Basenames of files the text writes (None: one it cannot name) -> the
+        # positions in `out` of the commands that write them (-1: a redirection).
+        self.written: dict[str | None, set[int]] = {}
         # (position in `out`, basenames of the files it runs as code).
         self.script_runs: list[tuple[int, tuple[str, ...]]] = []
         self.runtime_seen = False
@@ -1443,9 +1453,14 @@ class _Walker:
         (issue 13 §6): the order is not looked at (a loop can write after)."""
         if not self.written:
             return
+
+        def by_another(name: str | None, index: int) -> bool:
+            # `sed -i s/x/y/ f` and `perl -pi -e … f` write the file they read.
+            return bool(self.written.get(name, set()) - {index})
+
         for index, files in self.script_runs:
-            hit = next((f for f in files if f in self.written), None)
-            if hit is None and None in self.written and files:
+            hit = next((f for f in files if by_another(f, index)), None)
+            if hit is None and files and by_another(None, index):
                 hit = files[0]
             if hit is not None:
                 self.out[index] = dataclasses.replace(
@@ -1549,15 +1564,15 @@ class _Walker:
         try:
             word = _decode(target[:1], src)
         except UnparseableCommand:
-            self.written.add(None)
+            self.written.setdefault(None, set()).add(-1)
             return
         self._note_written(word)
 
-    def _note_written(self, word: _Word) -> None:
+    def _note_written(self, word: _Word, position: int = -1) -> None:
         if word.dynamic:
-            self.written.add(None)
+            self.written.setdefault(None, set()).add(position)
         elif word.text not in _NOT_FILES:
-            self.written.add(word.text.rpartition("/")[2])
+            self.written.setdefault(word.text.rpartition("/")[2], set()).add(position)
 
     def _note_assignment(self, node: Node) -> None:
         name = _assigned_name(node)
@@ -1829,7 +1844,7 @@ class _Walker:
             for word in argv[1:]:
                 text = word.text.partition("=")[2] if word.text.startswith("of=") else word.text
                 if not text.startswith("-"):
-                    self._note_written(_Word(text, word.dynamic))
+                    self._note_written(_Word(text, word.dynamic), position)
         if name not in _RUNS_OTHER_CODE:
             return
         if name in WRAPPER_PROGRAMS:
@@ -1954,7 +1969,7 @@ class _Walker:
             raise UnparseableCommand(_COMPUTED_PROGRAM)
         if not inner:
             return inner, ""  # xargs runs echo
-        if _xargs_replaces(argv):
+        if _xargs_replaces(argv[1 : len(argv) - len(inner)]):
             words = [_RuntimeWord(w.text) if replace in w.text else w for w in inner]
             self.runtime_seen |= any(isinstance(w, _RuntimeWord) for w in words)
             return words, ""
