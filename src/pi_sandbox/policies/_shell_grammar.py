@@ -21,10 +21,24 @@ What is found:
   (joined with spaces), ``trap ACTION SIGNAL...``, parsed again recursively;
 - the command run by a wrapper program (``env``, ``sudo``, ``doas``, ``timeout``,
   ``nice``, ``ionice``, ``taskset``, ``nohup``, ``setsid``, ``stdbuf``, ``time``,
-  ``command``, ``builtin``, ``exec``, ``coproc``, ``chroot``, ``busybox``, ``xargs``)
-  and by ``find -exec/-execdir/-ok/-okdir``. A wrapper yields **both** its own argv
+  ``command``, ``builtin``, ``exec``, ``coproc``, ``chroot``, ``busybox``, ``xargs``),
+  by a program of the curated wrapper table (`_wrapper_table`: ``strace``, ``gdb
+  --args``, ``uv run``, ``npx`` ...), by ``env -S STRING`` (split as env does) and
+  by ``find -exec/-execdir/-ok/-okdir``. A wrapper yields **both** its own argv
   and the argv it runs (``sudo rm x`` gives ``("sudo", "rm", "x")`` and
-  ``("rm", "x")``).
+  ``("rm", "x")``);
+- what an alias or a ``hash -p`` name runs, at each later use of the name
+  (issue 13 §6).
+
+Words filled in at run time (issue 13 §6) are reported, not guessed:
+``xargs`` appends words read from standard input
+(:attr:`SimpleCommand.more_words`), ``{}`` of ``find -exec`` and ``xargs -I`` are
+:attr:`SimpleCommand.runtime_words`. A command that runs code the text does not
+show is marked :attr:`SimpleCommand.unseen`: a bare shell reading its script from
+standard input (``echo x | sh``, ``sh < f``), and a script file the same text
+writes (``echo x > s.sh; bash s.sh``: output redirections and the operands of
+`_FILE_WRITERS` against the script files of `_SCRIPT_RUNNERS` and
+path-qualified programs, by basename, in any order).
 
 Words come out with quotes removed and escapes resolved (``r"m"`` is ``rm``,
 ``$'r\\x6d'`` is ``rm``, ``\\rm`` is ``rm``). A part the shell still expands at run
@@ -46,10 +60,14 @@ around it or gives up (each case is in ``tests/unit/test_shell_grammar.py``):
 
 Over-approximations, which only add commands or strictness: a dangerous variable
 set anywhere counts for every later command, subshell or not; a function body is
-reported where it is defined; ``cat <<EOF | sh`` is unparseable. Not modelled:
-aliases (off in non-interactive bash), ``hash -p``, ``enable -f``, and programs that
-run commands through their own syntax (``watch``, ``ssh HOST CMD``, ``parallel``,
-``python -c``): they come out as plain commands.
+reported where it is defined; an alias counts from its definition on (bash
+expands them only with ``expand_aliases`` and from the next line);
+``cat <<EOF | sh`` is unparseable. Unparseable as well: ``enable -f`` (a builtin
+from a shared object), an alias defined at run time, ``make`` with a recipe on
+its command line, and the programs in `_OPAQUE_RUNNERS` (``watch``,
+``parallel`` ...). Not modelled: inline interpreter code (``python -c``,
+``node -e``) and ``ssh HOST CMD`` come out as plain commands: rules for the
+interpreter (or ``ssh``) see them, the code is opaque.
 """
 
 from __future__ import annotations
