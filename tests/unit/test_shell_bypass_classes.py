@@ -278,6 +278,13 @@ WRITTEN_SCRIPTS = [
     "echo 'import os; os.system(\"git push\")' > x.py; python3 x.py",
     "cp payload s.sh; bash s.sh",
     "sed -i 's/.*/git push/' s.sh; bash s.sh",
+    # programs that load code they are not given: a Makefile, conftest.py, an
+    # import from the working directory, package.json scripts
+    "echo 'x:; git push' > Makefile; make x",
+    "printf 'import os\\nos.system(\"git push\")\\n' > conftest.py; pytest -q",
+    "echo 'import os' > json.py; python3 -m pytest",
+    'echo \'{"scripts":{"test":"git push"}}\' > package.json && npm test',
+    "cat > t.py <<'EOF'\nimport os\nEOF\npython3 -m pytest t.py",
     "echo 'git push' > \"$F\"; bash build.sh",
 ]
 
@@ -297,6 +304,8 @@ def test_a_script_file_the_same_command_writes_cannot_be_checked(untrusted, work
         "echo hi > notes.txt; bash build.sh",
         "sed -i 's/a/b/' README.md",  # a program that edits the file it reads
         "perl -pi -e 's/a/b/' x.pl",
+        "echo hi > notes.txt; pytest -q",
+        "python3 -m pytest -q > report.txt",
     ],
 )
 def test_a_script_file_the_command_does_not_write_is_the_scripts_own(untrusted, workspace, command):

@@ -1165,6 +1165,31 @@ _SCRIPT_RUNNERS = frozenset(
     }
 )
 _PYTHON_VERSIONED = re.compile(r"python[0-9.]*\Z")
+# Programs that load code from files they are not given (imports from the working
+# directory, conftest.py, a Makefile, package.json scripts ...): a file the same
+# text writes that matches the family's names or suffixes is code the text does
+# not show (issue 13 §6).
+_PYTHON_CODE = (
+    (".py", ".pth"),
+    frozenset({"pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "noxfile.py"}),
+)
+_NODE_CODE = ((".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".json"), frozenset())
+_IMPLICIT_CODE: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    **dict.fromkeys(
+        ("pytest", "py.test", "tox", "nox", "pip", "pip3", "uv", "uvx", "poetry", "pdm"),
+        _PYTHON_CODE,
+    ),
+    **dict.fromkeys(("hatch", "pipenv", "pipx", "coverage"), _PYTHON_CODE),
+    **dict.fromkeys(
+        ("node", "nodejs", "npm", "npx", "pnpm", "pnpx", "yarn", "bun", "bunx", "deno"),
+        _NODE_CODE,
+    ),
+    **dict.fromkeys(
+        ("make", "gmake"), ((".mk",), frozenset({"Makefile", "makefile", "GNUmakefile"}))
+    ),
+    "perl": ((".pm", ".pl"), frozenset()),
+    **dict.fromkeys(("ruby", "rake", "bundle"), ((".rb",), frozenset({"Rakefile", "Gemfile"}))),
+}
 # Programs that write the files their arguments name (besides output
 # redirections): every operand may be a file written by the command.
 _FILE_WRITERS = frozenset(
@@ -1464,6 +1489,8 @@ class _Walker:
         self.written: dict[str | None, set[int]] = {}
         # (position in `out`, basenames of the files it runs as code).
         self.script_runs: list[tuple[int, tuple[str, ...]]] = []
+        # (position in `out`, program) of programs in `_IMPLICIT_CODE` (or Python).
+        self.implicit_runs: list[tuple[int, str]] = []
         self.runtime_seen = False
 
     def finish(self) -> None:
@@ -1476,6 +1503,14 @@ class _Walker:
             # `sed -i s/x/y/ f` and `perl -pi -e … f` write the file they read.
             return bool(self.written.get(name, set()) - {index})
 
+        for index, program in self.implicit_runs:
+            suffixes, names = _IMPLICIT_CODE.get(program) or _PYTHON_CODE
+            for name in self.written:
+                if (name is None or name in names or name.endswith(suffixes)) and by_another(
+                    name, index
+                ):
+                    self.script_runs.append((index, (name or "a file named at run time",)))
+                    break
         for index, files in self.script_runs:
             hit = next((f for f in files if by_another(f, index)), None)
             if hit is None and files and by_another(None, index):
@@ -1858,6 +1893,8 @@ class _Walker:
             )
             if files:
                 self.script_runs.append((position, files))
+        if name in _IMPLICIT_CODE or _PYTHON_VERSIONED.match(name):
+            self.implicit_runs.append((position, name))
         if name in _FILE_WRITERS:
             for word in argv[1:]:
                 text = word.text.partition("=")[2] if word.text.startswith("of=") else word.text

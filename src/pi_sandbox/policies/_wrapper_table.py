@@ -32,7 +32,8 @@ program                 what it runs
 ``xvfb-run``            ``xvfb-run [opts] CMD …``
 ``uv``                  ``uv [opts] run [opts] CMD …``, ``uv tool run …``
 ``uvx``                 ``uvx [opts] CMD …``
-``npx``                 ``npx [opts] CMD …`` (``-c SCRIPT``: the script)
+``npx``/``bunx``/       ``npx [opts] CMD …`` (``-c SCRIPT``: the script)
+``pnpx``
 ``npm``                 ``npm exec|x [opts] [--] CMD …`` (``-c SCRIPT``)
 ``pipx``                ``pipx run [opts] APP …``
 ``poetry``/``pipenv``/  ``… run CMD …``
@@ -428,6 +429,8 @@ WRAPPER_PROGRAMS = frozenset(
         "uv",
         "uvx",
         "npx",
+        "bunx",
+        "pnpx",
         "npm",
         "pnpm",
         "pipx",
@@ -454,6 +457,8 @@ _SIMPLE: dict[str, _Options] = {
     "xvfb-run": _XVFB,
     "uvx": _UV_RUN,
     "npx": _NPX,
+    "bunx": _NPX,
+    "pnpx": _NPX,
 }
 _RUN_SUBCOMMAND: dict[str, tuple[_Options, _Options]] = {
     "poetry": (_RUNNER_GLOBAL, _RUN_OPTIONS),
