@@ -373,6 +373,19 @@ WRAPPED = [
     "dbus-run-session -- git push",
     "xvfb-run git push",
     "xvfb-run -a -s '-screen 0 1x1x8' git push",
+    "sshpass -p x git push",
+    "chronic git push",
+    "caffeinate -i git push",
+    "nix-shell -p git --run 'git push'",
+    "nix develop -c git push",
+    "direnv exec . git push",
+    "pyenv exec git push",
+    "bundle exec git push",
+    "mise exec node@20 -- git push",
+    "aws-vault exec prod -- git push",
+    "op run --env-file x -- git push",
+    "doppler run -- git push",
+    "bunx git push",
 ]
 
 
@@ -396,6 +409,8 @@ def test_a_rule_for_the_inner_command_applies_through_a_wrapper(untrusted, works
         "uv run -m pip list",
         "env -S 'git $X'",
         "ssh-agent -Z git push",
+        "mise exec node@20 git push",
+        "op run --env-file x git push",
     ],
 )
 def test_wrapper_words_the_table_cannot_read_are_unparseable(untrusted, workspace, command):

@@ -40,6 +40,15 @@ program                 what it runs
 ``pdm``/``hatch``/
 ``rye``
 ``conda``/``mamba``     ``conda run [-n ENV|-p PATH] CMD …``
+``sshpass``/``chronic``  ``sshpass [opts] CMD …`` (also ``ifne``, ``caffeinate``)
+``/``ifne``
+``nix-shell``/``nix``   ``nix-shell --run SCRIPT``, ``nix develop|shell … -c CMD …``
+``direnv``/``pyenv``/   ``PROGRAM exec|run [OPERAND] [--] CMD …`` (``direnv exec
+``rbenv``/``nodenv``/   DIR``, ``aws-vault exec PROFILE``; ``mise exec`` needs ``--``)
+``asdf``/``bundle``/
+``mise``/``aws-vault``/
+``op``/``doppler``/
+``dotenv``
 ======================  ====================================================
 
 Wrappers the parser has always unwrapped (``env``, ``sudo``, ``doas``, ``nohup``,
@@ -442,11 +451,55 @@ WRAPPER_PROGRAMS = frozenset(
         "conda",
         "mamba",
         "micromamba",
+        "sshpass",
+        "chronic",
+        "ifne",
+        "caffeinate",
+        "nix-shell",
+        "nix",
+        *(
+            "direnv",
+            "pyenv",
+            "rbenv",
+            "nodenv",
+            "asdf",
+            "bundle",
+            "mise",
+            "aws-vault",
+            "op",
+            "doppler",
+            "dotenv",
+        ),
     }
 )
 """The programs :func:`find_inner` knows (issue 13 §6)."""
 
+_SSHPASS = _Options(short_value="pfdP", short_flags="evhV")
+_CHRONIC = _Options(short_flags="ev")
+_IFNE = _Options(short_flags="n")
+_CAFFEINATE = _Options(short_value="tw", short_flags="dimsu")
+# `PROGRAM SUB [OPERANDS…] [--] CMD …`: the subcommands that run a command, and how
+# many operands come before it (direnv exec DIR, aws-vault exec PROFILE). An
+# option before the command makes it unparseable unless `--` marks the command.
+_EXEC_STYLE: dict[str, tuple[frozenset[str], int]] = {
+    "direnv": (frozenset({"exec"}), 1),
+    "pyenv": (frozenset({"exec"}), 0),
+    "rbenv": (frozenset({"exec"}), 0),
+    "nodenv": (frozenset({"exec"}), 0),
+    "asdf": (frozenset({"exec"}), 0),
+    "bundle": (frozenset({"exec"}), 0),
+    "mise": (frozenset({"exec", "x"}), -1),  # tool specs before a required `--`
+    "aws-vault": (frozenset({"exec"}), 1),
+    "op": (frozenset({"run"}), 0),
+    "doppler": (frozenset({"run"}), 0),
+    "dotenv": (frozenset({"run"}), 0),
+}
+
 _SIMPLE: dict[str, _Options] = {
+    "sshpass": _SSHPASS,
+    "chronic": _CHRONIC,
+    "ifne": _IFNE,
+    "caffeinate": _CAFFEINATE,
     "ssh-agent": _SSH_AGENT,
     "strace": _STRACE,
     "ltrace": _LTRACE,
@@ -530,6 +583,38 @@ def _find_inner(name: str, argv: Sequence[str]) -> Inner | None:
             return None
         index, script = _read_options(f"{name} exec", argv, 2, _NPX)
         return _command_at(index, argv, script)
+    if name in _EXEC_STYLE:
+        subcommands, operands = _EXEC_STYLE[name]
+        index = 1
+        while index < len(argv) and argv[index].startswith("-"):
+            index += 1  # the program's global options (`dotenv -f x run`)
+        if index >= len(argv) or argv[index] not in subcommands:
+            return None
+        rest = list(argv[index + 1 :])
+        if "--" in rest:
+            return _command_at(index + 1 + rest.index("--") + 1, argv, None)
+        if operands < 0:
+            raise WrapperError(f"{name} {argv[index]} without -- hides which word is the command")
+        start = index + 1
+        for _ in range(operands):
+            if start < len(argv) and argv[start].startswith("-"):
+                raise WrapperError(f"{name} {argv[index]} option {argv[start]} is not in the table")
+            start += 1
+        if start < len(argv) and argv[start].startswith("-"):
+            raise WrapperError(f"{name} {argv[index]} option {argv[start]} is not in the table")
+        return _command_at(start, argv, None)
+    if name == "nix-shell":
+        for i, word in enumerate(argv[1:], start=1):
+            if word in ("--run", "--command") and i + 1 < len(argv):
+                return Inner(script=i + 1)
+        return None
+    if name == "nix":
+        if len(argv) < 2 or argv[1] not in ("develop", "shell"):
+            return None
+        for i, word in enumerate(argv[2:], start=2):
+            if word in ("-c", "--command"):
+                return _command_at(i + 1, argv, None)
+        return None
     if name == "capsh":
         # Everything after `--` is handed to bash; `==` re-runs capsh itself and
         # --shell= picks another shell.
