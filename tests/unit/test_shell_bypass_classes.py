@@ -559,3 +559,51 @@ def test_a_command_that_cannot_be_checked_is_never_laxer_than_the_default(tmp_pa
     # Unknown (a dangerous assignment) but uncovered: the default deny, not ask.
     assert decide(policy, workspace, "PATH=/x id").decision == "deny"
     assert decide(policy, workspace, "echo ok | sh").decision == "deny"
+
+
+# -- 3b. options whose value is a command (GTFOBins-style) -----------------------
+
+OPTION_SCRIPTS = [
+    "tar -cf /dev/null x --checkpoint=1 --checkpoint-action=exec='git push'",
+    "tar -xf x.tar --to-command='git push'",
+    "tar -I 'git push' -xf x",
+    "rsync -e 'sh -c \"git push\"' x y:",
+    "rsync --rsh='git push' x y:",
+    "zip x.zip x -T -TT 'git push'",
+    "ssh -oProxyCommand='git push' x",
+    "ssh -o 'ProxyCommand git push' x",
+    "scp -S 'git push' a b:",
+    "man -P 'git push' ls",
+    "less '+!git push' x",
+]
+
+
+@pytest.mark.parametrize("command", OPTION_SCRIPTS)
+def test_an_option_whose_value_is_a_command_is_parsed_as_a_script(untrusted, workspace, command):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("deny", "git-push"), command
+
+
+@pytest.mark.parametrize(
+    ("command", "decision"),
+    [
+        ("vim -c '!git push' x", "ask"),
+        ("vim -S evil.vim", "ask"),
+        ("vim +10 file.py", "allow"),
+        ("tar -czf x.tgz src", "allow"),
+        ("rsync -e ssh src host:dst", "allow"),
+        ("ssh -o StrictHostKeyChecking=no host ls", "allow"),
+    ],
+)
+def test_editor_commands_are_unparseable_and_plain_options_stay_plain(
+    untrusted, workspace, command, decision
+):
+    assert decide(untrusted, workspace, command).decision == decision
+
+
+@pytest.mark.parametrize("command", OPTION_SCRIPTS[:3])
+def test_control_without_the_option_table_these_spellings_are_allowed(
+    untrusted, workspace, command, monkeypatch
+):
+    monkeypatch.setattr(grammar, "option_scripts", lambda name, argv: [])
+    assert decide(untrusted, workspace, command).decision == "allow"

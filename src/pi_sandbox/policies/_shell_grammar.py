@@ -81,7 +81,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pi_sandbox.policies._wrapper_table import WRAPPER_PROGRAMS, WrapperError, find_inner
+from pi_sandbox.policies._wrapper_table import (
+    SCRIPT_OPTION_PROGRAMS,
+    WRAPPER_PROGRAMS,
+    WrapperError,
+    find_inner,
+    option_scripts,
+)
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser, Tree
@@ -1236,6 +1242,7 @@ _RUNS_OTHER_CODE = frozenset(
         *_OPAQUE_RUNNERS,
         *_SETS_VARIABLES,
         *WRAPPER_PROGRAMS,
+        *SCRIPT_OPTION_PROGRAMS,
         "source",
         ".",
         "su",
@@ -1902,6 +1909,14 @@ class _Walker:
                     self._note_written(_Word(text, word.dynamic), position)
         if name not in _RUNS_OTHER_CODE:
             return
+        if name in SCRIPT_OPTION_PROGRAMS:
+            try:
+                scripts = option_scripts(name, [word.text for word in argv])
+            except WrapperError as exc:
+                raise UnparseableCommand(str(exc)) from exc
+            for index, text, label in scripts:
+                script = _Word(text, argv[index].dynamic)
+                self._run_script(script, label, assignments, dangerous, via, same_shell=False)
         if name in WRAPPER_PROGRAMS:
             self._table_wrapper(name, argv, assignments, dangerous, via, here, more)
             return

@@ -58,6 +58,7 @@ command-line recipes are handled there too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -652,3 +653,106 @@ def _find_inner(name: str, argv: Sequence[str]) -> Inner | None:
             raise WrapperError("script without -c runs a shell that reads standard input")
         return _command_at(index, argv, script)
     raise WrapperError(f"{name} is not in the wrapper table")  # pragma: no cover
+
+
+# -- options whose value is a command ----------------------------------------------
+
+# Program → option → how its value runs: "script" (a shell command line, as
+# ``sh -c``), "exec=" (a value ``exec=SCRIPT`` among other actions). GTFOBins-style
+# spellings (issue 13 §6): ``tar --to-command='git push'``, ``rsync -e 'sh -c …'``.
+_SCRIPT_OPTIONS: dict[str, dict[str, str]] = {
+    "tar": {
+        "--to-command": "script",
+        "--use-compress-program": "script",
+        "-I": "script",
+        "--checkpoint-action": "exec=",
+        "--info-script": "script",
+        "--new-volume-script": "script",
+        "-F": "script",
+    },
+    "rsync": {"-e": "script", "--rsh": "script"},
+    "zip": {"-TT": "script", "--unzip-command": "script"},
+    "scp": {"-S": "script"},
+    "man": {"-P": "script", "--pager": "script", "-H": "script", "--html": "script"},
+}
+SCRIPT_OPTION_PROGRAMS = frozenset({*_SCRIPT_OPTIONS, "ssh", "scp", "sftp", "less", "more"}) | (
+    frozenset({"vim", "vi", "nvim", "view", "ex", "vimdiff", "gvim"})
+)
+"""Programs with an option whose value runs as a command (:func:`option_scripts`)."""
+
+_SSH_COMMAND_KEYS = ("proxycommand", "localcommand", "knownhostscommand", "remotecommand")
+# ssh's `-o Key=value` and `-o "Key value"`.
+_SSH_OPTION = re.compile(r"\s*([A-Za-z]+)\s*(?:=|\s)\s*(.*)\Z", re.DOTALL)
+
+
+def option_scripts(name: str, argv: Sequence[str]) -> list[tuple[int, str, str]]:
+    """The shell scripts ``name``'s options run (issue 13 §6).
+
+    Args:
+        name: the program's basename (in `SCRIPT_OPTION_PROGRAMS`).
+        argv: the whole command.
+
+    Returns:
+        ``(index of the word holding it, script text, label)`` for each.
+
+    Raises:
+        WrapperError: the program runs commands in its own language (a vim
+            ``-c``/``+`` command that is not a line number or a search).
+    """
+    found: list[tuple[int, str, str]] = []
+    if name in ("vim", "vi", "nvim", "view", "ex", "vimdiff", "gvim"):
+        for i, word in enumerate(argv[1:], start=1):
+            value = None
+            if word in ("-c", "--cmd", "-S") and i + 1 < len(argv):
+                value = argv[i + 1] if word != "-S" else "source"
+            elif word.startswith("+") and len(word) > 1:
+                value = word[1:]
+            if value is not None and not (value.isdigit() or value.startswith(("/", "?"))):
+                raise WrapperError(f"{name} runs editor commands ({word} …)")
+        return found
+    if name in ("less", "more"):
+        for i, word in enumerate(argv[1:], start=1):
+            if word.startswith("+") and "!" in word:
+                found.append((i, word.split("!", 1)[1], f"{name} +!"))
+        return found
+    if name in ("ssh", "scp", "sftp"):
+        for i, word in enumerate(argv[1:], start=1):
+            value = None
+            if word == "-o" and i + 1 < len(argv):
+                value, index = argv[i + 1], i + 1
+            elif word.startswith("-o") and len(word) > 2:
+                value, index = word[2:], i
+            if value is None:
+                continue
+            option = _SSH_OPTION.match(value)
+            if option and option.group(1).lower() in _SSH_COMMAND_KEYS:
+                found.append((index, option.group(2), f"{name} -o {option.group(1)}"))
+        if name != "scp":
+            return found
+    table = _SCRIPT_OPTIONS.get(name, {})
+    for i, word in enumerate(argv[1:], start=1):
+        if word == "--":
+            break
+        option, eq, attached = word.partition("=")
+        kind = table.get(option)
+        value: str | None = None
+        index = i
+        if kind is not None:
+            if eq:
+                value = attached
+            elif i + 1 < len(argv):
+                value, index = argv[i + 1], i + 1
+        elif not word.startswith("--"):
+            # A short option with its value attached: `-Ifoo`, `-eCMD`.
+            for short, short_kind in table.items():
+                if len(short) == 2 and word.startswith(short) and len(word) > 2:
+                    kind, value = short_kind, word[2:]
+                    break
+        if kind is None or value is None:
+            continue
+        if kind == "exec=":
+            if value.startswith("exec="):
+                found.append((index, value[5:], f"{name} {option}"))
+            continue
+        found.append((index, value, f"{name} {option}"))
+    return found
