@@ -353,6 +353,8 @@ def policy_main(argv: Sequence[str]) -> int:
             extra += f"  via {' > '.join(command['via'])}"
         if command.get("flags"):
             extra += f"  flags {', '.join(command['flags'])}"
+        if command.get("unknown"):
+            extra += f"  unknown: {command['unknown']}"
         print(f"  {command['decision']:5}  {json.dumps(command['argv'])}{extra}")
     return EXIT_OK
 

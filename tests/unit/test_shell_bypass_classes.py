@@ -607,3 +607,15 @@ def test_control_without_the_option_table_these_spellings_are_allowed(
 ):
     monkeypatch.setattr(grammar, "option_scripts", lambda name, argv: [])
     assert decide(untrusted, workspace, command).decision == "allow"
+
+
+def test_a_long_alias_used_many_times_is_bounded():
+    text = "alias p='" + "x " * 8000 + "'\n" + "p;" * 20000
+    with pytest.raises(grammar.UnparseableCommand, match="aliases expand to too much text"):
+        parse_command(text)
+
+
+def test_the_breakdown_says_why_a_command_cannot_be_checked(untrusted, workspace):
+    decision = decide(untrusted, workspace, "echo git push | sh")
+    entry = next(c for c in decision.commands if c["argv"] == ["sh"])
+    assert entry["unknown"] == "the script of sh is read from standard input"

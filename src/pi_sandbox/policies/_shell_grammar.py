@@ -1499,6 +1499,7 @@ class _Walker:
         # (position in `out`, program) of programs in `_IMPLICIT_CODE` (or Python).
         self.implicit_runs: list[tuple[int, str]] = []
         self.runtime_seen = False
+        self.alias_bytes_left = MAX_INPUT_BYTES
 
     def finish(self) -> None:
         """Mark the commands that run a script file the same text writes
@@ -1510,12 +1511,21 @@ class _Walker:
             # `sed -i s/x/y/ f` and `perl -pi -e … f` write the file they read.
             return bool(self.written.get(name, set()) - {index})
 
+        # The written names each family loads, found once per family (a text of
+        # 64 KiB can hold thousands of commands and written names).
+        loaded: dict[int, list[str | None]] = {}
         for index, program in self.implicit_runs:
-            suffixes, names = _IMPLICIT_CODE.get(program) or _PYTHON_CODE
-            for name in self.written:
-                if (name is None or name in names or name.endswith(suffixes)) and by_another(
-                    name, index
-                ):
+            family = _IMPLICIT_CODE.get(program) or _PYTHON_CODE
+            names = loaded.get(id(family))
+            if names is None:
+                suffixes, exact = family
+                names = loaded[id(family)] = [
+                    name
+                    for name in self.written
+                    if name is None or name in exact or name.endswith(suffixes)
+                ]
+            for name in names:
+                if by_another(name, index):
                     self.script_runs.append((index, (name or "a file named at run time",)))
                     break
         for index, files in self.script_runs:
@@ -2112,6 +2122,11 @@ class _Walker:
         counts from its definition on, wherever it is used."""
         value = self.aliases[argv[0].text.rpartition("/")[2]]
         rest = " ".join(w.text if w.dynamic else shlex.quote(w.text) for w in argv[1:])
+        # Each use parses the value again: bound the work a long alias used many
+        # times can cause (fail closed).
+        self.alias_bytes_left -= len(value) + len(rest)
+        if self.alias_bytes_left < 0:
+            raise UnparseableCommand("aliases expand to too much text")
         self._run_script(
             _Word(f"{value} {rest}"),
             f"alias {argv[0].text}",

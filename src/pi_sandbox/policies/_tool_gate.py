@@ -1470,6 +1470,9 @@ def _decide_in_tier(
             entry["flags"] = list(command.dangerous)
         if command.via:
             entry["via"] = list(command.via)
+        unknown = command.unseen or command.more_words
+        if unknown:
+            entry["unknown"] = unknown  # issue 13 §6: why rules cannot check it
         breakdown.append(entry)
     chosen = _best(candidates) if candidates else default
     rule = chosen.rule
