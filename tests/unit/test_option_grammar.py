@@ -121,6 +121,8 @@ def test_an_option_value_matches_with_or_without_equals(tmp_path, command):
         ("[docker, run, --privileged]", "docker --context c run --rm --privileged img"),
         ("[docker, rm, -f]", "docker rm --force c1"),
         ("[npm, install, -g]", "npm install --global left-pad"),
+        ("[npm, install, -g]", "npm i -g left-pad"),
+        ("[npm, install]", "npm add left-pad"),
         ("[pip, install, --user]", "pip -q install --user x"),
         ("[foo, --bar=baz]", "foo --bar baz"),
         ("[foo, --bar=baz]", "foo x --bar=baz"),

@@ -62,6 +62,7 @@ class OptionTable:
         sub: tables of subcommands.
         old_style_cluster: a first word without a dash is a cluster (``tar xzf``).
         multi_letter_short: short options of two letters (``wget -nv``).
+        sub_aliases: other spellings of subcommands (``npm i`` is ``npm install``).
     """
 
     with_value: frozenset[str] = frozenset()
@@ -71,6 +72,7 @@ class OptionTable:
     sub: Mapping[str, OptionTable] = field(default_factory=dict)
     old_style_cluster: bool = False
     multi_letter_short: frozenset[str] = frozenset()
+    sub_aliases: Mapping[str, str] = field(default_factory=dict)
 
     def canon(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -490,7 +492,18 @@ _NPM = OptionTable(
         "-C=--prefix",
     ),
     subcommands=True,
-    sub={"i": OptionTable(), "install": OptionTable(), "add": OptionTable()},
+    sub_aliases={
+        **dict.fromkeys(
+            ("i", "in", "ins", "inst", "insta", "instal", "isnt", "isnta", "isntal", "isntall"),
+            "install",
+        ),
+        "add": "install",
+        **dict.fromkeys(("un", "unlink", "remove", "rm", "r"), "uninstall"),
+        **dict.fromkeys(("run-script", "rum", "urn"), "run"),
+        **dict.fromkeys(("t", "tst"), "test"),
+        "x": "exec",
+        "c": "config",
+    },
 )
 _PIP = OptionTable(
     with_value=frozenset(
@@ -598,6 +611,7 @@ def read_arguments(
         if ended or word == "-" or not word.startswith("-") or (current.atomic and word == "!"):
             if not chose_sub and not ended:
                 chose_sub = True
+                word = table.sub_aliases.get(word, word)
                 sub = table.sub.get(word)
                 current = table.merged(sub) if sub is not None else table.merged(_GENERIC)
             operands.append((word, False))

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
-from pi_sandbox.policies._option_grammar import Arguments, match_arguments, read_arguments
+from pi_sandbox.policies._option_grammar import (
+    Arguments,
+    match_arguments,
+    read_arguments,
+    table_for,
+)
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
@@ -1040,7 +1045,7 @@ class _ToolPlan:
             else:
                 by_program.setdefault(command[0], []).append(index)
         self.by_program = {
-            word: _ProgramRules(rules, tuple(found)) for word, found in by_program.items()
+            word: _ProgramRules(rules, tuple(found), word) for word, found in by_program.items()
         }
         self.by_path = {word: tuple(found) for word, found in by_path.items()}
         self.always = tuple(always)
@@ -1141,10 +1146,15 @@ class _ToolPlan:
 class _ProgramRules:
     """The ``command`` rules expecting one program, indexed by their second word."""
 
-    __slots__ = ("by_second", "every", "short")
+    __slots__ = ("aliases", "by_second", "every", "short")
 
-    def __init__(self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...]) -> None:
+    def __init__(
+        self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...], program: str = ""
+    ) -> None:
         self.every = positions
+        # Other spellings of subcommands (`npm i` is `npm install`): options-mode
+        # rules are indexed by the canonical one.
+        self.aliases = table_for(program).sub_aliases
         # Rules whose second word is not compared with the command's second word
         # (none, or an option matched anywhere: ``command: [rm, -rf]``) are
         # candidates for every command of the program.
@@ -1158,7 +1168,10 @@ class _ProgramRules:
         for i in positions:
             command = rules[i].command or ()
             if len(command) > 1 and i not in self.short:
-                by_second.setdefault(command[1], []).append(i)
+                second = command[1]
+                if rules[i].command_match == "options":
+                    second = self.aliases.get(second, second)
+                by_second.setdefault(second, []).append(i)
         self.by_second = {word: tuple(found) for word, found in by_second.items()}
 
     def candidates(self, argv: Sequence[str]) -> Sequence[int]:
@@ -1175,6 +1188,9 @@ class _ProgramRules:
             return self.every
         second = argv[1]
         same = self.by_second.get(second)
+        canonical = self.aliases.get(second)
+        if canonical is not None and canonical in self.by_second:
+            same = tuple(sorted({*(same or ()), *self.by_second[canonical]}))
         if same is None:
             return self.short
         if not self.short:
