@@ -174,12 +174,23 @@ class ToolCallRule(_Strict):
     id: RuleId
     tool: Patterns
     command: Annotated[ArgvPrefix | None, BeforeValidator(_not_null)] = None
+    # Issue 13 §6: "options" reads options as a set (docs/policy.md, "Option
+    # grammar"); "literal" compares the words as written, one by one.
+    command_match: Literal["options", "literal"] = "options"
     command_regex: Annotated[Regex | None, BeforeValidator(_not_null)] = None
     path: Annotated[Patterns | None, BeforeValidator(_not_null)] = None
     arguments: Annotated[ArgumentMatchers | None, BeforeValidator(_not_null)] = None
     decision: Decision
     reason: NonEmptyStr
     examples: Annotated[RuleExamples, BeforeValidator(_not_null)] = RuleExamples()
+
+    @model_validator(mode="after")
+    def _literal_needs_command(self) -> ToolCallRule:
+        if self.command_match == "literal" and self.command is None:
+            raise PydanticCustomError(
+                "literal_without_command", "command_match: literal needs a command matcher"
+            )
+        return self
 
 
 class ToolCallSection(_Strict):

@@ -23,6 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
+from pi_sandbox.policies._option_grammar import (
+    Arguments,
+    match_arguments,
+    read_arguments,
+    table_for,
+)
 from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
@@ -592,7 +598,11 @@ class PolicyRule:
         reason: shown to the model and the user when the rule denies or asks.
         source: the policy file that holds the rule.
         tier: the policy tier of that file (``"managed"`` for ``--policy`` files).
-        command: argv prefix matched against every simple command, or None.
+        command: the words matched against every simple command, or None.
+        command_match: how ``command`` is compared (issue 13 §6): ``"options"``
+            (the default) reads options as a set with the program's option grammar
+            (`_option_grammar`); ``"literal"`` compares the words one by one as an
+            argv prefix, exactly as written.
         command_regex: searched in the whole command text, or None.
         path_globs: the ``path`` globs as written (empty: no path matcher).
         arguments: argument name and compiled regex pairs (empty: none).
@@ -608,6 +618,9 @@ class PolicyRule:
     command_regex: regex.Pattern[str] | None = None
     path_globs: tuple[str, ...] = ()
     arguments: tuple[tuple[str, regex.Pattern[str]], ...] = ()
+    command_match: Literal["options", "literal"] = "options"
+    # The rule's words after its program, read with its option grammar.
+    _rule_arguments: Arguments | None = field(init=False, repr=False, compare=False)
     _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
     # Derived once, for the gate's fast path (none changes what matches):
     # the path globs as one alternation, literal prefilters of the regexes, and
@@ -620,6 +633,11 @@ class PolicyRule:
     _has_other_matchers: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        rule_arguments = None
+        if self.command and self.command_match == "options":
+            program = self.command[0].rpartition("/")[2]
+            rule_arguments = read_arguments(program, self.command[1:])
+        object.__setattr__(self, "_rule_arguments", rule_arguments)
         regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
         object.__setattr__(self, "_path_regexes", regexes)
         # fullmatch of an alternation is "some alternative fullmatches"; the globs
@@ -659,6 +677,7 @@ class PolicyRule:
             source=source,
             tier=tier,
             command=rule.command,
+            command_match=rule.command_match,
             command_regex=regex.compile(rule.command_regex) if rule.command_regex else None,
             path_globs=rule.path or (),
             arguments=tuple(
@@ -785,12 +804,47 @@ class PolicyRule:
             program = word if "/" in expected else basename
         if facts is not None and not facts[2] and program != expected:
             outcome = _NO
-        else:
+        elif self._rule_arguments is None:
             outcome = self._match_argv(command.argv)
-        if outcome.verdict is _Verdict.NO and command.dangerous:
-            names = ", ".join(command.dangerous)
-            return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+        else:
+            outcome = self._match_options(command)
+        if outcome.verdict is _Verdict.NO:
+            if command.dangerous:
+                names = ", ".join(command.dangerous)
+                return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+            if command.unseen:
+                return _Outcome(_Verdict.UNKNOWN, command.unseen)
         return outcome
+
+    def _match_options(self, command: SimpleCommand) -> _Outcome:
+        """Compare the rule with one simple command, options as a set (issue 13 §6,
+        `_option_grammar`). The program word is compared as in `_match_argv`."""
+        assert self.command is not None and self._rule_arguments is not None
+        argv = command.argv
+        first = self._match_argv(argv[:1], self.command[:1])
+        if first.verdict is not _Verdict.YES:
+            return first
+        program = self.command[0].rpartition("/")[2]
+        runtime = command.runtime_words
+        unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
+        arguments = read_arguments(program, argv[1:], unknown)
+        matched, word = match_arguments(
+            self._rule_arguments,
+            arguments,
+            more_words=bool(command.more_words),
+            exact_globals=self.decision == "allow",
+        )
+        if matched:
+            return _YES
+        if word is None:
+            return _NO
+        if word == "words read at run time":
+            return _Outcome(_Verdict.UNKNOWN, command.more_words)
+        if runtime and word in [argv[i] for i in runtime if i < len(argv)]:
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is filled in at run time")
+        if "$" in word or _BRACE_EXPANSION.search(word):
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is expanded by the shell")
+        return _Outcome(_Verdict.UNKNOWN, f"glob {word!r} may expand to what the rule names")
 
     def _other_matchers_hold(self, call: _Call) -> bool | None:
         """The matchers besides ``command``, which never depend on shell parsing.
@@ -862,15 +916,20 @@ class PolicyRule:
             timed_out |= found is None
         return None if timed_out else True
 
-    def _match_argv(self, argv: Sequence[str]) -> _Outcome:
-        """Compare the ``command`` prefix with one argv, word by word.
+    def _match_argv(
+        self, argv: Sequence[str], expected_words: Sequence[str] | None = None
+    ) -> _Outcome:
+        """Compare the ``command`` prefix (or ``expected_words``) with one argv,
+        word by word: ``command_match: literal``, and the program word of both forms.
 
         The first word also matches by basename (``/bin/rm`` is ``rm``). A word that
         the shell would still expand (``$X``, a glob that could produce the expected
         word, brace expansion) makes the outcome UNKNOWN rather than NO.
         """
-        assert self.command is not None
-        for index, expected in enumerate(self.command):
+        if expected_words is None:
+            assert self.command is not None
+            expected_words = self.command
+        for index, expected in enumerate(expected_words):
             if index >= len(argv):
                 return _NO
             word = argv[index]
@@ -986,7 +1045,7 @@ class _ToolPlan:
             else:
                 by_program.setdefault(command[0], []).append(index)
         self.by_program = {
-            word: _ProgramRules(rules, tuple(found)) for word, found in by_program.items()
+            word: _ProgramRules(rules, tuple(found), word) for word, found in by_program.items()
         }
         self.by_path = {word: tuple(found) for word, found in by_path.items()}
         self.always = tuple(always)
@@ -1087,16 +1146,32 @@ class _ToolPlan:
 class _ProgramRules:
     """The ``command`` rules expecting one program, indexed by their second word."""
 
-    __slots__ = ("by_second", "every", "short")
+    __slots__ = ("aliases", "by_second", "every", "short")
 
-    def __init__(self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...]) -> None:
+    def __init__(
+        self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...], program: str = ""
+    ) -> None:
         self.every = positions
-        self.short = tuple(i for i in positions if len(rules[i].command or ()) == 1)
+        # Other spellings of subcommands (`npm i` is `npm install`): options-mode
+        # rules are indexed by the canonical one.
+        self.aliases = table_for(program).sub_aliases
+        # Rules whose second word is not compared with the command's second word
+        # (none, or an option matched anywhere: ``command: [rm, -rf]``) are
+        # candidates for every command of the program.
+        self.short = tuple(
+            i
+            for i in positions
+            if len(rules[i].command or ()) == 1
+            or (rules[i].command_match == "options" and rules[i].command[1].startswith("-"))  # type: ignore[index]
+        )
         by_second: dict[str, list[int]] = {}
         for i in positions:
             command = rules[i].command or ()
-            if len(command) > 1:
-                by_second.setdefault(command[1], []).append(i)
+            if len(command) > 1 and i not in self.short:
+                second = command[1]
+                if rules[i].command_match == "options":
+                    second = self.aliases.get(second, second)
+                by_second.setdefault(second, []).append(i)
         self.by_second = {word: tuple(found) for word, found in by_second.items()}
 
     def candidates(self, argv: Sequence[str]) -> Sequence[int]:
@@ -1108,10 +1183,14 @@ class _ProgramRules:
         """
         if len(argv) < 2:
             return self.short
-        if _may_expand(argv[1]):
+        if _may_expand(argv[1]) or argv[1].startswith("-"):
+            # An option may come before the first operand (``git -C x push``).
             return self.every
         second = argv[1]
         same = self.by_second.get(second)
+        canonical = self.aliases.get(second)
+        if canonical is not None and canonical in self.by_second:
+            same = tuple(sorted({*(same or ()), *self.by_second[canonical]}))
         if same is None:
             return self.short
         if not self.short:
@@ -1137,6 +1216,8 @@ class ToolCallDecision:
             ``command`` rules alone (``command_regex`` rules see the whole text, not
             one command), else by the default; empty when the command could not be
             parsed. JSON-ready.
+        unparseable: the decision is the policy's ``unparseable`` setting: the
+            command (or a matcher) could not be checked (issue 13 §6: say so).
     """
 
     decision: Decision
@@ -1145,6 +1226,7 @@ class ToolCallDecision:
     tier: str
     source: str | None = None
     commands: list[dict[str, Any]] = field(default_factory=list)
+    unparseable: bool = False
 
 
 def evaluate_tool_call(
@@ -1200,6 +1282,7 @@ def evaluate_tool_call(
         chosen.tier,
         chosen.source,
         _merge_breakdowns(breakdowns),
+        chosen.unparseable,
     )
 
 
@@ -1306,9 +1389,10 @@ def _decide_in_tier(
     commands = call.commands if has_text else ()
     if isinstance(commands, UnparseableCommand):
         if active:
-            rule = rules[active[0]]
+            # No rule is blamed: the text could not be read, whatever the rules
+            # say (issue 13 §6).
             candidates.append(
-                _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
+                _Candidate(tier.unparseable, None, _unparsed(tier, commands.reason), False)
             )
             if not whole:
                 # The commands cannot be listed, so some may be ones no rule covers:
@@ -1317,9 +1401,9 @@ def _decide_in_tier(
                     _Candidate(
                         tier.default,
                         None,
-                        f"the command cannot be parsed with confidence ({commands.reason}); "
-                        f"commands no {tier.tier} rule covers get the {tier.tier} default "
-                        f"{tier.default!r}",
+                        f"the command could not be parsed: {commands.reason}; commands no "
+                        f"{tier.tier} rule covers get the {tier.tier} default {tier.default!r}, "
+                        f"stricter than `unparseable: {tier.unparseable}`",
                         False,
                     )
                 )
@@ -1331,7 +1415,7 @@ def _decide_in_tier(
         matched: list[_Candidate] = []
         unknown: tuple[int, str] | None = None
         if active:
-            if expandable:
+            if expandable or command.runtime_words or command.more_words:
                 tried: Sequence[int] = active
             else:
                 tried = plan.candidates(word, basename, command.argv)
@@ -1354,7 +1438,7 @@ def _decide_in_tier(
                     matched.append(plan.yes[index])
                 elif outcome.verdict is _Verdict.UNKNOWN and unknown is None:
                     unknown = (index, outcome.why)
-            if command.dangerous and not expandable:
+            if (command.dangerous or command.unseen) and not expandable:
                 # The rules not tried give UNKNOWN here; the first active rule
                 # that did not match is the first unparseable one.
                 for index in active:
@@ -1363,14 +1447,33 @@ def _decide_in_tier(
                         continue
                     if outcome.verdict is _Verdict.NO:
                         names = ", ".join(command.dangerous)
-                        why = f"{names} changes what {command.argv[0]!r} runs"
+                        why = (
+                            f"{names} changes what {command.argv[0]!r} runs"
+                            if names
+                            else command.unseen
+                        )
                     else:
                         why = outcome.why
                     unknown = (index, why)
                     break
         if unknown is not None:
             rule = rules[unknown[0]]
-            matched.append(_Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1]), False))
+            expected = rule.command[0] if rule.command else ""  # type: ignore[index]
+            related = (word if "/" in expected else basename) == expected
+            if not matched and not whole and _SEVERITY[tier.default] > _SEVERITY[tier.unparseable]:
+                # A command that cannot be checked is never laxer than one no
+                # rule covers.
+                matched.append(plan.uncovered_candidate(tier, command.argv[0]))
+            if related and not (command.dangerous or command.unseen):
+                # The rule names this program: it is the one that cannot be checked.
+                matched.append(
+                    _Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1], tier), False)
+                )
+            else:
+                # Another program's rule: it is not blamed (issue 13 §6).
+                matched.append(
+                    _Candidate(tier.unparseable, None, _unparsed(tier, unknown[1]), False)
+                )
         if matched:
             verdict = _best(matched)
         elif whole:
@@ -1383,6 +1486,9 @@ def _decide_in_tier(
             entry["flags"] = list(command.dangerous)
         if command.via:
             entry["via"] = list(command.via)
+        unknown = command.unseen or command.more_words
+        if unknown:
+            entry["unknown"] = unknown  # issue 13 §6: why rules cannot check it
         breakdown.append(entry)
     chosen = _best(candidates) if candidates else default
     rule = chosen.rule
@@ -1394,13 +1500,25 @@ def _decide_in_tier(
             chosen.reason,
             rule.tier if rule is not None else tier.tier,
             str(source) if source else None,
+            unparseable=not chosen.definite and chosen.decision == tier.unparseable,
         ),
         breakdown,
     )
 
 
-def _unchecked(rule: PolicyRule, why: str) -> str:
+def _unchecked(rule: PolicyRule, why: str, tier: PolicyTier | None = None) -> str:
+    if tier is not None:
+        return (
+            f"the command could not be parsed: {why} → policy `unparseable: "
+            f"{tier.unparseable}` ({tier.tier}); rule {rule.id!r} cannot be checked"
+        )
     return (
         f"the command cannot be parsed with confidence ({why}), so rule {rule.id!r} "
         "cannot be checked"
     )
+
+
+def _unparsed(tier: PolicyTier, why: str) -> str:
+    """The reason of a decision that the ``unparseable`` setting made (issue 13 §6:
+    say so, never blame an unrelated rule)."""
+    return f"the command could not be parsed: {why} → policy `unparseable: {tier.unparseable}` ({tier.tier})"
