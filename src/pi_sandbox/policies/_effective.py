@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pi_sandbox.policies._extension_limits import LimitRules, combine_limits
 from pi_sandbox.policies._schema import (
     AUDIT_RECORDS,
     CAPABILITIES,
@@ -145,6 +146,8 @@ class ExtensionRules:
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    # issue 13 §4: ``extensions.limits`` (`LimitRules.for_origin`).
+    limits: LimitRules = field(default_factory=LimitRules)
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -708,6 +711,15 @@ def _extensions(
                         f"extensions.capabilities[{pattern}].{capability}", value, tier, (source,)
                     )
                 )
+    limits, limit_origins, limit_diagnostics = combine_limits(
+        [
+            (loaded.tier, str(loaded.path), loaded.file.extensions.limits)
+            for loaded, allowed in usable
+            if loaded.file.extensions is not None and "extensions" in allowed
+        ]
+    )
+    diagnostics += limit_diagnostics
+    origins += [ValueOrigin(key, value, tier, (source,)) for key, value, tier, source in limit_origins]
     if project_allowed:
         said_allow = [
             (f.tier, str(f.path))
@@ -732,6 +744,7 @@ def _extensions(
         capabilities=tuple(capabilities),
         project_files=project_files,
         handler_timeout_s=handler_timeout_s,
+        limits=limits,
     )
 
 

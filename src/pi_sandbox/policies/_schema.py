@@ -66,6 +66,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pi_sandbox.policies._extension_limits import ExtensionLimitsSection
+
 __all__ = [
     "SUPPORTED_VERSION",
     "AuditSection",
@@ -377,6 +379,11 @@ class ExtensionsSection(_Strict):
         dict[Glob, Annotated[ExtensionCapabilities, BeforeValidator(_not_null)]],
         BeforeValidator(_not_null),
     ] = Field(default_factory=dict)
+    # issue 13 §4: sizes and rates of what an extension hands the supervisor
+    # (keys, defaults and tier rules in _extension_limits).
+    limits: Annotated[ExtensionLimitsSection, BeforeValidator(_not_null)] = (
+        ExtensionLimitsSection()
+    )
 
 
 def _trust_word(value: Any) -> Any:
