@@ -19,11 +19,6 @@ from pi_sandbox.policies._effective import (
     ValueOrigin,
     build_policy,
 )
-from pi_sandbox.policies._extension_limits import (
-    LIMIT_DEFAULTS,
-    ExtensionLimits,
-    LimitRules,
-)
 from pi_sandbox.policies._loading import (
     MANAGED_POLICY_DIR,
     PolicyLocations,
@@ -53,14 +48,11 @@ from pi_sandbox.policies._tool_gate import (
 __all__ = [
     "AUDIT_RECORDS",
     "CAPABILITIES",
-    "LIMIT_DEFAULTS",
     "MANAGED_POLICY_DIR",
     "SUPPORTED_VERSION",
     "AuditSettings",
     "Decision",
-    "ExtensionLimits",
     "ExtensionRules",
-    "LimitRules",
     "LoadedPolicyFile",
     "Policy",
     "PolicyFile",

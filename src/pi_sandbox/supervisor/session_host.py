@@ -38,7 +38,7 @@ from pi_sandbox.errors import (
     UsageError,
     WorkerError,
 )
-from pi_sandbox.policies import LimitRules
+from pi_sandbox.policies._extension_limits import LimitRules
 from pi_sandbox.protocol import methods
 from pi_sandbox.supervisor.agent_session import (
     AgentSession,

@@ -26,6 +26,7 @@ import pydantic
 import trio
 import yaml
 
+from pi_sandbox.bounded_yaml import index_yaml
 from pi_sandbox.errors import ProviderError
 
 from .base import AssistantTurn, TextDeltaCallback, ToolCall, ToolDefinition
@@ -94,6 +95,15 @@ def _parse_yaml(path: Path, text: str) -> tuple[Any, list[int]]:
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            # The same bounds as policy files (issue 13 §4): no alias bombs, no
+            # self-containing aliases, no nesting past MAX_DEPTH, checked before
+            # anything is constructed.
+            over = index_yaml(node).over_bounds
+            if over:
+                line, key, problem = over[0]
+                at = f" ({_format_loc(key)})" if key else ""
+                raise ProviderError(f"script {path}: line {line}{at}: {problem}")
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -126,6 +136,8 @@ def load_script(path: Path) -> list[AssistantTurn]:
 
     Raises:
         ProviderError: the file cannot be read, is not valid YAML (names the line),
+            goes past the YAML bounds of `pi_sandbox.bounded_yaml` (an alias bomb,
+            a recursive alias, nesting deeper than 64 levels: names the line),
             its top level is not a list, or a turn is malformed (names the file, the
             1-based turn and its line, and the bad field), or two tool calls share an id.
     """
