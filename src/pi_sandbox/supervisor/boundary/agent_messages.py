@@ -195,7 +195,11 @@ def _first_problem(exc: pydantic.ValidationError, prefix: str) -> str:
             continue
         where += f"[{part}]" if isinstance(part, int) else f".{part}"
     message = error["msg"]
-    if str(loc[-1]).startswith("list[") and any(str(e["loc"][-1]) == "str" for e in errors):
+    if (
+        loc
+        and str(loc[-1]).startswith("list[")
+        and any(e["loc"] and str(e["loc"][-1]) == "str" for e in errors)
+    ):
         message = "expected a string or a list of content blocks"
     return f"{where}: {message}"
 
