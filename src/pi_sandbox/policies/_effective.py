@@ -719,7 +719,9 @@ def _extensions(
         ]
     )
     diagnostics += limit_diagnostics
-    origins += [ValueOrigin(key, value, tier, (source,)) for key, value, tier, source in limit_origins]
+    origins += [
+        ValueOrigin(key, value, tier, (source,)) for key, value, tier, source in limit_origins
+    ]
     if project_allowed:
         said_allow = [
             (f.tier, str(f.path))

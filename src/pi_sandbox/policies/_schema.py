@@ -381,9 +381,7 @@ class ExtensionsSection(_Strict):
     ] = Field(default_factory=dict)
     # issue 13 §4: sizes and rates of what an extension hands the supervisor
     # (keys, defaults and tier rules in _extension_limits).
-    limits: Annotated[ExtensionLimitsSection, BeforeValidator(_not_null)] = (
-        ExtensionLimitsSection()
-    )
+    limits: Annotated[ExtensionLimitsSection, BeforeValidator(_not_null)] = ExtensionLimitsSection()
 
 
 def _trust_word(value: Any) -> Any:

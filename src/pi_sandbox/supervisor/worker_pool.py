@@ -594,6 +594,8 @@ class WorkerPool:
         if self._closing or self.generation != generation:
             return  # stopped on purpose: the session ends, or its generation did
         path = str(worker.spec.init_params.get("path") or worker.name)
+        if Path(path) in self.disabled:
+            return  # disabled and stopped on purpose (its limits, issue 13 §4): said already
         how = f"exit status {worker.returncode}" if worker.returncode is not None else "it stopped"
         if worker.returncode is not None and worker.returncode < 0:
             import signal as _signal

@@ -174,10 +174,10 @@ def check_entry(custom_type: Any, data: Any, limits: ExtensionLimits) -> int:
         MessageRefusedError: ``custom_type`` not a non-empty string of at most
             `IDENTIFIER_CHARS`, or ``data`` over ``limits.entry_bytes``.
     """
-    check_text("append_entry: custom_type", custom_type, IDENTIFIER_CHARS, key="")
+    check_text("custom_type", custom_type, IDENTIFIER_CHARS, key="")
     if not custom_type:
-        raise MessageRefusedError("append_entry: custom_type must not be empty")
-    return _check_size("append_entry: data", data, limits.entry_bytes, "entry_bytes")
+        raise MessageRefusedError("custom_type must not be empty")
+    return _check_size("data", data, limits.entry_bytes, "entry_bytes")
 
 
 def check_bus_message(data: Any, limits: ExtensionLimits) -> int:
@@ -186,7 +186,7 @@ def check_bus_message(data: Any, limits: ExtensionLimits) -> int:
     Raises:
         MessageRefusedError: over ``limits.bus_bytes``.
     """
-    return _check_size("pi.events.emit: data", data, limits.bus_bytes, "bus_bytes")
+    return _check_size("data", data, limits.bus_bytes, "bus_bytes")
 
 
 def check_ui_call(kind: str, args: dict[str, Any], limits: ExtensionLimits) -> dict[str, Any]:
