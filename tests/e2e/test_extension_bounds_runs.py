@@ -114,12 +114,20 @@ def test_send_message_with_a_numeric_content_is_refused_and_a_good_one_reaches_t
         + """
 def extension(pi):
     def on_start(event, ctx):
-        try:
-            pi.send_message({"custom_type": "x", "content": 5}, deliver_as="next_turn")
-            outcome = "ACCEPTED"
-        except Exception as exc:
-            outcome = type(exc).__name__ + ": " + str(exc)
-        report(pi, outcome)
+        bad = {"custom_type": "x", "content": 5}
+        outcomes = []
+        for attempt in (
+            lambda: pi.send_message(bad, deliver_as="next_turn"),
+            # Past the worker's own check, as code writing its own frames would be:
+            lambda: pi._call("pi.send_message", "send_message", message=bad,
+                             deliver_as="next_turn", trigger_turn=False),
+        ):
+            try:
+                attempt()
+                outcomes.append("ACCEPTED")
+            except Exception as exc:
+                outcomes.append(type(exc).__name__ + ": " + str(exc))
+        report(pi, " | ".join(outcomes))
     pi.on("session_start", on_start)
 """,
     )
@@ -128,7 +136,11 @@ def extension(pi):
         [request] = server.requests
     no_crash(run)
     assert run.returncode == 0, run.stderr
-    expected = "REPORT ValueError: send_message: message.content: expected a string or a list of content blocks"
+    expected = (
+        "REPORT TypeError: send_message: content must be a string or a list of text/image "
+        "blocks | ValueError: send_message: message.content: expected a string or a list of "
+        "content blocks"
+    )
     # The control: the well-formed message reached the model...
     assert expected in json.dumps(request.body)
     # ...and the session file; the refused one is nowhere, and the file loads.
