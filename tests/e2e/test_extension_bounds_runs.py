@@ -94,9 +94,14 @@ def scripted(tmp_path: Path) -> list[str]:
     return ["--model", "scripted", "--script", str(script)]
 
 
-def no_crash(run: Run) -> None:
-    for word in ("Traceback", "TypeError", "AttributeError", "RecursionError", "internal error"):
-        assert word not in run.stderr, run.stderr[-3000:]
+def no_crash(run: Run, *, extension_tracebacks: bool = False) -> None:
+    """The supervisor did not fail: no internal error and no traceback through its
+    code (``extension_tracebacks``: the extension's own errors are shown, expected)."""
+    assert "internal error" not in run.stderr, run.stderr[-3000:]
+    assert "pi_sandbox/supervisor" not in run.stderr, run.stderr[-3000:]
+    if not extension_tracebacks:
+        for word in ("Traceback", "TypeError", "AttributeError", "RecursionError"):
+            assert word not in run.stderr, run.stderr[-3000:]
 
 
 REPORTING = """
@@ -319,3 +324,32 @@ def extension(pi):
     refused = run.audit("value_refused")
     assert {r["op"] for r in refused} == {"set_session_name", "set_label", "events.emit"}
     assert any("extensions.limits.bus_bytes" in r["reason"] for r in refused)
+
+
+def test_a_flood_of_log_lines_is_rate_limited_and_the_extension_disabled(tmp_path, proj):
+    """Each thread that dies sends a ``log`` notification: 3000 of them in a row."""
+    extension = plant(
+        proj,
+        """
+import threading
+
+def extension(pi):
+    def on_start(event, ctx):
+        def boom():
+            raise RuntimeError("LOG-FLOOD")
+        for _ in range(3000):
+            thread = threading.Thread(target=boom)
+            thread.start()
+            thread.join()
+    pi.on("session_start", on_start)
+""",
+    )
+    run = Run(tmp_path, proj, scripted(tmp_path))
+    no_crash(run, extension_tracebacks=True)
+    assert run.returncode == 0, run.stderr
+    assert f"extension {extension} is disabled for this session" in run.stderr
+    exceeded = run.audit("limit_exceeded")
+    assert exceeded and {r["op"] for r in exceeded} == {"log"}
+    assert "extensions.limits.logs_per_s" in exceeded[0]["reason"]
+    # At most the existing cap of shown errors (20) plus the notices: no flood on stderr.
+    assert run.stderr.count("LOG-FLOOD") <= 21

@@ -656,6 +656,7 @@ class SessionHost:
         extension once it reaches ``extensions.limits.strikes``."""
         if source.path in self.pool.disabled:
             return  # its worker is being stopped; its last frames change nothing
+        self.budgets.begin_session(self.session.writer.header.id)
         limit = isinstance(exc, LimitExceededError)
         self.audit(
             {
