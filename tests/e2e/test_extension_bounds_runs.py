@@ -353,3 +353,28 @@ def extension(pi):
     assert "extensions.limits.logs_per_s" in exceeded[0]["reason"]
     # At most the existing cap of shown errors (20) plus the notices: no flood on stderr.
     assert run.stderr.count("LOG-FLOOD") <= 21
+
+
+def test_a_notification_flood_from_a_trusted_extension_meets_the_ui_rate(tmp_path, proj):
+    """``ctx.ui`` needs a capability a sandboxed project extension lacks, so the
+    flood comes from a command-line extension (``-e``): every origin is bounded."""
+    flooder = tmp_path / "notifier.py"
+    flooder.write_text(
+        """
+def extension(pi):
+    def on_start(event, ctx):
+        for index in range(5000):
+            try:
+                ctx.ui.notify(f"NOTE-{index}", "info")
+            except Exception:
+                pass
+    pi.on("session_start", on_start)
+"""
+    )
+    run = Run(tmp_path, proj, scripted(tmp_path), "-e", str(flooder))
+    no_crash(run)
+    assert run.returncode == 0, run.stderr
+    shown = run.stderr.count("NOTE-")
+    assert 200 <= shown < 1000, shown  # the burst and a little refill, not 5000 lines
+    assert f"extension {flooder} is disabled for this session" in run.stderr
+    assert "ui_per_s" in run.audit("limit_exceeded")[0]["reason"]
