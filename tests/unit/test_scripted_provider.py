@@ -263,7 +263,7 @@ ALIAS_BOMB = "".join(
     [
         (ALIAS_BOMB, "more than 100000 YAML nodes"),
         ("- &a [*a]\n", "recursive YAML alias"),
-        ("- text: " + "[" * 70 + "]" * 70 + "\n", "nested deeper than 64 levels"),
+        ("- text: " + "[" * 300 + "]" * 300 + "\n", "nested deeper than 256 levels"),
     ],
     ids=["alias bomb", "recursive alias", "deep nesting"],
 )
