@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pi_sandbox.policies._extension_limits import LimitRules, combine_limits
 from pi_sandbox.policies._schema import (
     AUDIT_RECORDS,
     CAPABILITIES,
@@ -161,6 +162,8 @@ class ExtensionRules:
         return self._may_grant(pattern, origin) and self._any_form(
             pattern, self._forms(name, path, discovered)
         )
+    # issue 13 §4: ``extensions.limits`` (`LimitRules.for_origin`).
+    limits: LimitRules = field(default_factory=LimitRules)
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -725,6 +728,17 @@ def _extensions(
                     )
                 )
     required, on_load_error = _extension_requirements(usable, origins, diagnostics)
+    limits, limit_origins, limit_diagnostics = combine_limits(
+        [
+            (loaded.tier, str(loaded.path), loaded.file.extensions.limits)
+            for loaded, allowed in usable
+            if loaded.file.extensions is not None and "extensions" in allowed
+        ]
+    )
+    diagnostics += limit_diagnostics
+    origins += [
+        ValueOrigin(key, value, tier, (source,)) for key, value, tier, source in limit_origins
+    ]
     if project_allowed:
         said_allow = [
             (f.tier, str(f.path))
@@ -751,6 +765,7 @@ def _extensions(
         handler_timeout_s=handler_timeout_s,
         required=required,
         on_load_error=on_load_error,
+        limits=limits,
     )
 
 

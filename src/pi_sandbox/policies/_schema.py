@@ -66,6 +66,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pi_sandbox.policies._extension_limits import ExtensionLimitsSection
+
 __all__ = [
     "SUPPORTED_VERSION",
     "AuditSection",
@@ -391,6 +393,9 @@ class ExtensionsSection(_Strict):
     # issue 13 §2: guards that must be active; honoured from managed/user tiers only.
     required: Globs = ()
     on_load_error: Literal["stop", "continue"] | None = None
+    # issue 13 §4: sizes and rates of what an extension hands the supervisor
+    # (keys, defaults and tier rules in _extension_limits).
+    limits: Annotated[ExtensionLimitsSection, BeforeValidator(_not_null)] = ExtensionLimitsSection()
 
 
 def _trust_word(value: Any) -> Any:

@@ -37,6 +37,7 @@ from pi_sandbox.sandbox.device_guard import DeviceGuard
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
+from pi_sandbox.supervisor.boundary.extension_values import check_handler_result
 from pi_sandbox.supervisor.extension_discovery import (
     ExtensionSource,
     discover_extensions,
@@ -542,6 +543,10 @@ class WorkerPool:
         worker.host_call = self._host_call
         worker.extension_notifications = self._extension_notification
         worker.error_logs = self._error_log
+        worker.admit_log = self._admit_log
+
+    def _admit_log(self, worker: WorkerProcess) -> bool:
+        return self.host is None or self.host.admit_log(worker)
 
     async def _host_call(self, worker: WorkerProcess, request: Any) -> Any:
         if self.host is None:
@@ -602,6 +607,8 @@ class WorkerPool:
         if self._closing or self.generation != generation:
             return  # stopped on purpose: the session ends, or its generation did
         path = str(worker.spec.init_params.get("path") or worker.name)
+        if Path(path) in self.disabled:
+            return  # disabled and stopped on purpose (its limits, issue 13 §4): said already
         how = f"exit status {worker.returncode}" if worker.returncode is not None else "it stopped"
         if worker.returncode is not None and worker.returncode < 0:
             import signal as _signal
@@ -921,6 +928,9 @@ class WorkerPool:
                 # A worker may not undo what earlier workers decided (a role change,
                 # dropped messages or paths): the transition is checked, not just the shape.
                 hook_kinds.check_transition(event, state, result.state)
+                # ...and what becomes a message is checked against pi's schemas and
+                # the extension's limits (issue 13 §4): a bad one counts as a failure.
+                check_handler_result(self, source, event, result.state)
             except trio.Cancelled:
                 self._settle(worker)
                 raise
