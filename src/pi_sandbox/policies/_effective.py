@@ -15,10 +15,16 @@ Combination rules, section by section:
   intersect across the files that set them; limits take the smallest value. The
   project tier cannot grant what no higher tier granted: before it is applied,
   every grant nobody set becomes its default (nothing), every limit nobody set
-  becomes its default.
+  becomes its default. A project file governs only the project's own code (the
+  tool worker, project extensions): the workers of managed, user and ``-e``
+  extensions get `Policy.higher_tier_sandbox`, combined without the project tier,
+  so a repository cannot starve the user's guard of memory, processes or time
+  (issue 13 §3). The network stays run-wide (one egress proxy per run).
 - ``extensions``: ``project: deny`` wins; ``deny`` patterns accumulate; ``allow``
   lists intersect (an extension must match every file's list); per capability
-  ``false`` wins, and a project file can only withhold capabilities.
+  ``false`` wins, and a project file can only withhold capabilities. Entries of a
+  project file govern project extensions only; ``handler_timeout_s`` takes the
+  smallest value, a project file's only for project extensions (issue 13 §3).
 - ``trust``: the strictest ``default`` (yes < sandboxed < ask < no) and the
   strictest ``users_may_trust`` (yes < sandboxed < no); a project file's ``trust``
   section is ignored (trust is decided before the project policy is read).
@@ -32,6 +38,7 @@ Every value of the result remembers which file and tier it came from
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -133,9 +140,12 @@ class ExtensionRules:
         project_files: project-tier policy files; their entries govern project
             extensions only (a repository must not switch off the user's own
             guard extensions).
-        handler_timeout_s: the deadline of each extension handler call, seconds:
-            the smallest any tier set (a tighter deadline only fails hooks sooner;
-            ``tool_call`` fails closed).
+        handler_timeout_s: the deadline of each handler call of a managed, user or
+            command-line (``-e``) extension, seconds: the smallest the managed and
+            user tiers set. A project file cannot shorten it: a deadline of 0.1 s
+            would make the user's redaction hook fail on every call (issue 13 §3).
+        project_handler_timeout_s: the deadline for project extensions: the
+            smallest any tier set, the project tier included.
     """
 
     project_allowed: bool = True
@@ -145,6 +155,13 @@ class ExtensionRules:
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    project_handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+
+    def handler_timeout_for(self, origin: str) -> float:
+        """The handler deadline (seconds) of an extension of ``origin`` (``"project"``,
+        ``"user"``, ``"cli"`` …): a project's policy governs only the project's own
+        extensions (issue 13 §3)."""
+        return self.project_handler_timeout_s if origin == "project" else self.handler_timeout_s
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -319,6 +336,10 @@ class Policy:
             run is sandboxed whatever the options say), or None.
         has_sandbox_section: some file in force has a ``sandbox`` section (which
             binds only sandboxed runs).
+        higher_tier_sandbox: the ``sandbox`` sections of the managed and user tiers
+            alone, with the run-wide network of ``sandbox``: the settings of the
+            workers of managed, user and command-line extensions, which a project
+            file must not govern (issue 13 §3). None: the same as ``sandbox``.
     """
 
     tiers: tuple[PolicyTier, ...] = ()
@@ -332,6 +353,7 @@ class Policy:
     workspace_write_granted: bool = False
     sandbox_required_by: str | None = None
     has_sandbox_section: bool = False
+    higher_tier_sandbox: SandboxSettings | None = None
 
     @property
     def rules(self) -> tuple[PolicyRule, ...]:
@@ -406,6 +428,16 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
 
     tiers = _tool_call_tiers(usable, origins)
     sandbox, workspace_write_granted = _sandbox(usable, origins, diagnostics)
+    higher = [(f, allowed) for f, allowed in usable if f.tier != "project"]
+    higher_tier_sandbox = None
+    if len(higher) != len(usable):
+        # Issue 13 §3: the project tier governs only the project's code.
+        higher_tier_sandbox = dataclasses.replace(
+            _sandbox(higher, [], [])[0],
+            network=sandbox.network,
+            network_allow=sandbox.network_allow,
+            network_deny=sandbox.network_deny,
+        )
     extensions = _extensions(usable, origins, diagnostics)
     trust = _trust(usable, origins, diagnostics)
     audit = _audit(usable, origins, diagnostics)
@@ -430,6 +462,7 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
         provenance=tuple(origins),
         diagnostics=tuple(diagnostics),
         workspace_write_granted=workspace_write_granted,
+        higher_tier_sandbox=higher_tier_sandbox,
     )
 
 
@@ -672,13 +705,19 @@ def _extensions(
     deny: list[tuple[str, str]] = []
     capabilities: list[tuple[str, str, bool, str]] = []
     handler_timeout_s = DEFAULT_HANDLER_TIMEOUT_S
+    project_timeout: tuple[float, str] | None = None  # the project tier's tightest, and its file
     for loaded, allowed in usable:
         section = loaded.file.extensions
         if section is None or "extensions" not in allowed:
             continue
         source, tier = str(loaded.path), loaded.tier
-        if section.handler_timeout_s is not None and section.handler_timeout_s < handler_timeout_s:
-            handler_timeout_s = section.handler_timeout_s
+        timeout = section.handler_timeout_s
+        if timeout is not None and tier == "project":
+            # Issue 13 §3: the project's own extensions only, never the user's guards.
+            if project_timeout is None or timeout < project_timeout[0]:
+                project_timeout = (timeout, source)
+        elif timeout is not None and timeout < handler_timeout_s:
+            handler_timeout_s = timeout
             origins.append(
                 ValueOrigin("extensions.handler_timeout_s", handler_timeout_s, tier, (source,))
             )
@@ -724,6 +763,17 @@ def _extensions(
                 tuple(path for _, path in said_allow),
             )
         )
+    project_handler_timeout_s = handler_timeout_s
+    if project_timeout is not None and project_timeout[0] < handler_timeout_s:
+        project_handler_timeout_s = project_timeout[0]
+        origins.append(
+            ValueOrigin(
+                "extensions.handler_timeout_s[project extensions]",
+                project_handler_timeout_s,
+                "project",
+                (project_timeout[1],),
+            )
+        )
     return ExtensionRules(
         project_allowed=project_allowed,
         project_denied_by=denied_by,
@@ -732,6 +782,7 @@ def _extensions(
         capabilities=tuple(capabilities),
         project_files=project_files,
         handler_timeout_s=handler_timeout_s,
+        project_handler_timeout_s=project_handler_timeout_s,
     )
 
 
