@@ -9,6 +9,7 @@ built without starting a process (its deadline and profile choices are pure).
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def files(tmp_path: Path) -> Files:
 
 def _pool(policy: Policy, workspace: Path) -> WorkerPool:
     """A pool configured the way ``pi`` configures it (supervisor/run.py), unstarted."""
-    return WorkerPool(
+    pool = WorkerPool(
         PoolConfig(
             cwd=workspace,
             agent_dir=workspace.parent / "agent",
@@ -77,6 +78,8 @@ def _pool(policy: Policy, workspace: Path) -> WorkerPool:
             extension_settings=policy.higher_tier_sandbox,
         )
     )
+    shutil.rmtree(pool._log_dir, ignore_errors=True)  # no worker starts: no logs
+    return pool
 
 
 USER_EXTENSION = ExtensionSource(Path("/home/u/.pi/agent/extensions/redact.py"), "user")

@@ -10,7 +10,8 @@ Combination rules, section by section:
   section (ignored, with a diagnostic); files of the same tier are peers.
 - ``tool_call``: each tier keeps its own rules and defaults and decides on its own;
   the strictest tier decision wins (`evaluate_tool_call`).
-- ``sandbox``: deny lists and read-only paths accumulate; ``workspace: read`` beats
+- ``sandbox``: deny lists, read-only paths and ``sockets`` (managed and user
+  tiers only) accumulate; ``workspace: read`` beats
   ``write``; writable roots, the network allowlist and the environment allowlist
   intersect across the files that set them; limits take the smallest value. The
   project tier cannot grant what no higher tier granted: before it is applied,
@@ -568,6 +569,7 @@ def _sandbox(
         "deny_read": {},
         "deny_write": {},
         "network_deny": {},
+        "sockets": {},
     }
     workspace_read: list[tuple[str, str]] = []
     workspace_write_granted = False
@@ -601,8 +603,14 @@ def _sandbox(
                 f"{source}: sandbox.filesystem.read_only {list(fs.read_only)} ignored: a "
                 "project policy cannot expose host paths to the sandbox"
             )
+        if section.sockets and tier == "project":
+            diagnostics.append(
+                f"{source}: sandbox.sockets {list(section.sockets)} ignored: a project "
+                "policy cannot bind host sockets into the sandbox"
+            )
         for key, values in (
             ("read_only", fs.read_only if tier != "project" else ()),
+            ("sockets", section.sockets if tier != "project" else ()),
             ("deny_read", fs.deny_read),
             ("deny_write", fs.deny_write),
             ("network_deny", net.deny),
@@ -639,6 +647,7 @@ def _sandbox(
         network_deny=tuple(union["network_deny"]),
         environment_allow=env_allow.values(),
         limits=SandboxLimits(**{name: value for name, (value, _, _) in limits.items()}),
+        sockets=tuple(union["sockets"]),
     )
 
     def origin(key: str, value: Any, entries: Sequence[tuple[str, str]]) -> None:
@@ -667,6 +676,7 @@ def _sandbox(
     for key, values in union.items():
         full = {
             "network_deny": "sandbox.network.deny",
+            "sockets": "sandbox.sockets",
         }.get(key, f"sandbox.filesystem.{key}")
         for value, sources in values.items():
             origins.append(ValueOrigin(full, value, _tier_of(sources, usable), tuple(sources)))

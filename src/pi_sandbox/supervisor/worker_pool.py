@@ -266,6 +266,8 @@ class WorkerPool:
                     "writable": list(profile.rw_binds),
                     "protected": [p for p, _ in profile.protect_mounts],
                     "network": profile.network,
+                    # Host sockets bound in (sandbox.sockets, issue 13 §5).
+                    "sockets": [inside for _, inside in profile.sockets],
                     "seccomp": profile.seccomp,
                     "cgroups": list(self.cgroups.controllers) if self.cgroups else [],
                     "limits": dataclasses.asdict(profile.limits),
