@@ -199,3 +199,45 @@ def test_a_bind_mount_of_the_secret_directory_is_denied_and_is_a_real_alias(work
         assert SENTINEL not in output
     finally:
         subprocess.run(["umount", str(alias)], check=True)
+
+
+# -- the sandbox's deny_read and hard links -------------------------------------------------------
+
+
+@pytest.mark.usefixtures("require_bwrap")
+def test_a_deny_read_file_with_a_second_hard_link_is_refused_and_the_link_is_a_real_escape(
+    tmp_path, require_bwrap
+):
+    from pi_sandbox.errors import SandboxError
+    from pi_sandbox.sandbox import build_bwrap_argv, worker_profile
+    from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
+    from pi_sandbox.sandbox.settings import SandboxSettings
+
+    root = Path(os.path.realpath(tmp_path))
+    ws, home = root / "ws", root / "home"
+    (ws / "server").mkdir(parents=True)
+    (home / ".pi" / "agent").mkdir(parents=True)
+    secret = ws / "server" / ".env"
+    secret.write_text(SENTINEL)
+    settings = SandboxSettings(deny_read=("server/.env",))
+
+    def build():
+        return worker_profile(
+            "tool", workspace=ws, home=home, agent_dir=home / ".pi" / "agent", settings=settings
+        )
+
+    # Control: a profile built while the file had one name, then a second name.
+    built = build()
+    os.link(secret, ws / "notes.txt")
+    fd = seccomp_memfd()
+    try:
+        argv = build_bwrap_argv(
+            built, ["cat", str(ws / "notes.txt"), str(secret)], bwrap=require_bwrap, seccomp_fd=fd
+        )
+        done = subprocess.run(argv, pass_fds=(fd,), capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert done.stdout.count(SENTINEL) == 1  # the mask hid .env, the hard link did not
+    # The protection: with the second name present the profile is refused.
+    with pytest.raises(SandboxError, match=r"deny_read: 'server/.env' has 2 hard links"):
+        build()

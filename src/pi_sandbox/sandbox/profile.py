@@ -803,9 +803,10 @@ def worker_profile(
 
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
     deny += [os.path.join(os.path.abspath(agent_dir), rel) for rel in _DENY_IN_AGENT_DIR]
-    deny += [
-        resolve_policy_path(p, workspace=workspace_str, home=home_str) for p in settings.deny_read
-    ]
+    for entry in settings.deny_read:
+        masked = resolve_policy_path(entry, workspace=workspace_str, home=home_str)
+        _refuse_other_names(masked, entry)
+        deny.append(masked)
     deny += [os.path.abspath(p) for p in hide]
 
     if env is None:
@@ -1163,6 +1164,26 @@ def _refuse_hard_links(path: str, what: str) -> None:
         raise SandboxError(
             f"{what} has {info.st_nlink} hard links; through another name a tool could "
             "still change it. Replace the extra links with copies"
+        )
+
+
+def _refuse_other_names(path: str, entry: str) -> None:
+    """A mask hides one name of a file; a hard link elsewhere would still show its
+    content (issue 13 §5: deny_read matches the file, not a spelling): refuse.
+
+    Raises:
+        SandboxError: ``path`` (symlinks followed) is a regular file with more than
+            one link; the message names the ``deny_read`` entry.
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise SandboxError(
+            f"sandbox.filesystem.deny_read: {entry!r} has {info.st_nlink} hard links; the "
+            "sandbox masks one name and another would still show the file. Replace the "
+            "extra links with copies (find / -samefile PATH lists them)"
         )
 
 
