@@ -10,10 +10,12 @@ sentinel must appear nowhere — stdout (the JSON events), stderr, the session
 files. The control runs the same spellings without the deny rule and shows that
 the sentinel does come back, so the assertions are able to fail.
 
-The runs are unsandboxed on purpose: the gate is the layer under test (the
-sandbox's ``deny_read`` is a separate boundary, tested in test_escape_suite.py).
-``pi`` runs with the workspace as its working directory, so the read tool's own
-``/proc/self/cwd`` is the workspace (the alias really reaches the file).
+The policy has no ``deny_read``: the gate is the layer under test (the sandbox's
+``deny_read`` is a separate boundary). The runs use ``--sandbox`` so that every
+tool's working directory is the workspace, while ``pi`` itself starts elsewhere
+(``-C ws``): the supervisor's ``/proc/self/cwd`` is not the tool's — the gap the
+issue's example went through. The bind-mount run is unsandboxed (the alias lies
+outside the workspace, where the sandbox would not show it anyway).
 """
 
 from __future__ import annotations
@@ -65,9 +67,13 @@ class Workspace:
     def deny(self) -> None:
         (self.managed / "50-env.yaml").write_text(DENY_ENV)
 
-    def run(self, *calls: dict[str, Any]) -> str:
+    def run(self, *calls: dict[str, Any], sandbox: bool = True) -> str:
         """One ``pi -p --mode json`` run whose model makes ``calls`` in one turn;
-        returns everything it wrote (stdout, stderr, session files)."""
+        returns everything it wrote (stdout, stderr, session files).
+
+        ``pi`` starts in another directory with ``-C ws``, as a user would: its own
+        ``/proc/self/cwd`` is not the workspace, the tools' is (under ``--sandbox``
+        every tool runs in the workspace)."""
         shutil.rmtree(self.agent / "sessions", ignore_errors=True)  # this run's files only
         script = self.root / "script.yaml"
         turn = {"tool_calls": [{"id": f"c{i}", **call} for i, call in enumerate(calls)]}
@@ -81,6 +87,9 @@ class Workspace:
                 "scripted",
                 "--script",
                 str(script),
+                "--sandbox" if sandbox else "--no-sandbox",
+                "-C",
+                str(self.ws),
                 "--tools",
                 "read,bash",
                 "-p",
@@ -94,7 +103,7 @@ class Workspace:
                 "PI_CODING_AGENT_DIR": str(self.agent),
                 "PI_MANAGED_POLICY_DIR": str(self.managed),
             },
-            cwd=self.ws,
+            cwd=self.root,
             capture_output=True,
             text=True,
             timeout=180,
@@ -193,9 +202,9 @@ def test_a_bind_mount_of_the_secret_directory_is_denied_and_is_a_real_alias(work
     subprocess.run(["mount", "--bind", str(workspace.ws / "server"), str(alias)], check=True)
     try:
         # Control first: without the rule the bind mount reaches the sentinel.
-        assert SENTINEL in workspace.run(read(f"{alias}/.env"))
+        assert SENTINEL in workspace.run(read(f"{alias}/.env"), sandbox=False)
         workspace.deny()
-        output = workspace.run(read(f"{alias}/.env"), bash(f"cat {alias}/.env"))
+        output = workspace.run(read(f"{alias}/.env"), bash(f"cat {alias}/.env"), sandbox=False)
         assert SENTINEL not in output
     finally:
         subprocess.run(["umount", str(alias)], check=True)
