@@ -31,7 +31,13 @@ from dataclasses import dataclass
 
 from pi_sandbox.policies._path_resolution import UnresolvablePath, canonical_targets
 
-__all__ = ["ResolvedPath", "candidate_paths", "compile_path_glob", "resolve_candidates"]
+__all__ = [
+    "ResolvedPath",
+    "candidate_paths",
+    "compile_path_glob",
+    "resolve_candidates",
+    "tool_cwds",
+]
 
 _ANY_DEPTH = "(?:.*/)?"
 _OR_BELOW = "(?:/.*)?"
@@ -142,7 +148,21 @@ class ResolvedPath:
     unresolved: str | None = None
 
 
-def resolve_candidates(raw: str, workspace: str) -> ResolvedPath:
+def tool_cwds(workspace: str) -> tuple[str, ...]:
+    """What ``/proc/self/cwd`` may be for a tool: the canonical workspace (where
+    tools run), then the supervisor's own directory when it differs (which an
+    unsandboxed worker inherits)."""
+    real_workspace = _normalise(os.path.realpath(workspace))
+    try:
+        here = _normalise(os.path.realpath(os.getcwd()))
+    except OSError:  # the supervisor's directory was removed: nothing to add
+        return (real_workspace,)
+    return (real_workspace,) if here == real_workspace else (real_workspace, here)
+
+
+def resolve_candidates(
+    raw: str, workspace: str, *, cwds: tuple[str, ...] | None = None
+) -> ResolvedPath:
     """Resolve a tool's path argument on the real filesystem, through aliases.
 
     Args:
@@ -151,27 +171,23 @@ def resolve_candidates(raw: str, workspace: str) -> ResolvedPath:
             ``/proc/self/cwd`` resolve against it (and ``/proc/self/cwd`` also
             against the supervisor's working directory, which an unsandboxed
             worker inherits).
+        cwds: `tool_cwds` of ``workspace``, when the caller computed it already.
 
     Never raises: an unresolvable path is reported in ``unresolved``.
     """
     joined = os.path.join(workspace, os.path.expanduser(raw))
-    real_workspace = _normalise(os.path.realpath(workspace))
-    lexical = _relative_to(_normalise(joined), _normalise(workspace))
+    cwds = tool_cwds(workspace) if cwds is None else cwds
+    real_workspace = cwds[0]
+    normalised = _normalise(joined)
+    lexical = _relative_to(normalised, _normalise(workspace))
     if "\0" in joined:
         return ResolvedPath((lexical,), (), f"{raw!r} contains a NUL byte")
-    cwds = [real_workspace]
     try:
-        here = os.path.realpath(os.getcwd())
-    except OSError:  # the supervisor's directory was removed: nothing to add
-        here = real_workspace
-    if here != real_workspace:
-        cwds.append(here)
-    try:
-        # Both readings of "..": the kernel's (after symlinks, as bash opens it) and
-        # the lexical one (the worker's file tools normalise before opening).
-        targets = canonical_targets(joined, cwds=cwds) + canonical_targets(
-            _normalise(joined), cwds=cwds
-        )
+        targets = canonical_targets(joined, cwds=cwds)
+        if normalised != joined:
+            # Both readings of "..": the kernel's (after symlinks, as bash opens it)
+            # and the lexical one (the worker's file tools normalise before opening).
+            targets += canonical_targets(normalised, cwds=cwds)
     except UnresolvablePath as exc:
         return ResolvedPath((lexical,), (), f"path cannot be resolved safely: {exc}")
     targets = tuple(dict.fromkeys(targets))

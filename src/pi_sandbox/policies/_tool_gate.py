@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
-from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob, resolve_candidates
+from pi_sandbox.policies._path_glob import (
+    candidate_paths,
+    compile_path_glob,
+    resolve_candidates,
+    tool_cwds,
+)
 from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
@@ -515,11 +520,15 @@ class _Call:
             # Only words naming a path reach here with "$" (see `_file_words`).
             self._unresolved(f"path {raw!r} depends on a run-time expansion")
             return candidate_paths(raw, self._workspace, resolve_symlinks=False)
-        resolved = resolve_candidates(raw, self._workspace)
+        resolved = resolve_candidates(raw, self._workspace, cwds=self._cwds)
         if resolved.unresolved is not None:
             self._unresolved(resolved.unresolved)
         self._targets.extend(resolved.targets)
         return resolved.forms
+
+    @cached_property
+    def _cwds(self) -> tuple[str, ...]:
+        return tool_cwds(self._workspace)
 
     def _unresolved(self, why: str) -> None:
         if self.paths_unknown is None:
