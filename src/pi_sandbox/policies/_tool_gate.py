@@ -570,9 +570,10 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
     ``--opt=value``; a glob relative to the workspace is expanded against it like
     the shell would (bounded: `_MAX_GLOB_PARTS`, `_MAX_GLOB_SCAN`), and kept as
     written too. Words with run-time expansions (``$x``) cannot be known here: one
-    that visibly spells a path (it has a ``/``: ``/proc/$$/cwd/x``) is kept and
-    is unresolvable (issue 13 §5); others are skipped, and the sandbox's
-    ``deny_read`` is the boundary for those (``cat $f``).
+    that visibly spells a path (`_spells_a_path`: ``/proc/$$/cwd/x``,
+    ``$PWD/.env``) is kept and is unresolvable (issue 13 §5); others are skipped
+    (``cat $f``, ``sed 's/a$/b/'``), and the sandbox's ``deny_read`` is the
+    boundary for those.
     ``workspace`` None (checking examples): globs are not expanded.
 
     Raises:
@@ -593,12 +594,19 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
                 word = word.split("=", 1)[1]
             if not word or "\0" in word:
                 continue
-            if "$" in word and ("/" not in word or workspace is None):
+            if "$" in word and (workspace is None or not _spells_a_path(word)):
                 continue  # not visibly a path: the sandbox's ``deny_read`` is the boundary
             words.append(word)
             if workspace is not None and _GLOB_CHARS.search(word):
                 words.extend(_expand_glob(word, workspace, scan))
     return words
+
+
+def _spells_a_path(word: str) -> bool:
+    """Whether a word with a ``$`` is visibly a path: it has a ``/`` and starts like
+    one (``/``, ``~``, ``./``, ``../``) or with the expansion (``$PWD/x``). A
+    ``$`` quoted literally looks the same here, so ``sed 's/a$/b/'`` must not count."""
+    return "/" in word and word.startswith(("/", "~", "$", "./", "../"))
 
 
 def _expand_glob(pattern: str, workspace: str, scan: list[int]) -> list[str]:
