@@ -665,6 +665,10 @@ def worker_profile(
         trust. Workspace read-only; no network, no environment pass-through, no
         extra read-only paths, whatever the policy says.
 
+    Trusted roles also get the policy's ``sockets`` (`_socket_binds`). A
+    ``read_only`` entry must be a regular file or a directory without sockets or
+    FIFOs below it, and a ``deny_read`` file must have a single name (issue 13 §5).
+
     Credentials under ``home`` (``_DENY_IN_HOME``), the agent's ``auth.json``,
     ``trust.json``, ``policy.yaml``, ``settings.json`` and ``sessions``, and the
     policy's ``deny_read`` paths are masked wherever a bound path exposes them.
@@ -701,7 +705,10 @@ def worker_profile(
         SandboxError: the workspace is writable and is itself a symlink; a
             writable grant is a symlink, resolves outside the workspace or does not
             exist; a persistence path in a writable root is a symlink (its link
-            could be replaced, and mounts follow links).
+            could be replaced, and mounts follow links); a ``read_only`` entry is
+            or holds a socket, FIFO or device node; a ``sockets`` entry is not a
+            socket or lies under a ``deny_read`` path; a ``deny_read`` file has
+            another hard link (issue 13 §5).
     """
     settings = settings or SandboxSettings()
     trusted = role != "sandboxed-extension"
