@@ -834,7 +834,10 @@ def test_a_symlink_is_matched_by_where_it_points(tmp_path, workspace):
     )
     assert decide(policy, "read", workspace, path="notes.txt").rule == "env-files"
     assert decide(policy, "read", workspace, path="keys/id_rsa").rule == "ssh"
-    assert decide(policy, "read", workspace, path="keys/../notes.txt").decision == "allow"
+    # The read tool normalises "keys/.." away and opens notes.txt, the link to .env
+    # (issue 13 §5: both readings of ".." are matched); bash would open
+    # ~/notes.txt, which does not exist.
+    assert decide(policy, "read", workspace, path="keys/../notes.txt").decision == "deny"
 
 
 def test_a_symlink_named_like_a_protected_file_is_matched_by_its_name(tmp_path, workspace):

@@ -10,6 +10,7 @@ at the mapping that lacks it).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,6 +263,7 @@ def _parse(text: str, path: Path) -> PolicyFile:
             problems.append((_line_of(lines, key), key, _describe(error)))
         raise _error(path, problems) from exc
     problems.extend(_check_rules(policy_file, path, lines))
+    problems.extend(_check_bound_files(policy_file, lines))
     if problems:
         raise _error(path, problems)
     policy_file._source = path
@@ -292,6 +294,42 @@ def _check_rules(policy_file: PolicyFile, path: Path, lines: dict[_KeyPath, int]
                     key = ("tool_call", "rules", index, "examples", kind, number)
                     message = f"rule {rule.id!r}: {kind} example {example!r} {failure}"
                     problems.append((_line_of(lines, key), key, message))
+    return problems
+
+
+def _check_bound_files(policy_file: PolicyFile, lines: dict[_KeyPath, int]) -> list[_Problem]:
+    """Issue 13 §5: ``read_only``/``writable_roots`` entries that are Unix sockets,
+    FIFOs or device nodes (also through a symlink), or directories holding sockets
+    or FIFOs, and ``sockets`` entries that are not sockets. Only absolute and
+    ``~/`` paths can be checked here (the workspace is not known yet); the sandbox
+    profile checks every entry again when a worker starts."""
+    from pi_sandbox.sandbox.special_files import check_bindable
+
+    problems: list[_Problem] = []
+    section = policy_file.sandbox
+    if section is None:
+        return problems
+    for name in ("read_only", "writable_roots"):
+        for index, entry in enumerate(getattr(section.filesystem, name)):
+            if not entry.startswith(("/", "~/")):
+                continue
+            refusal = check_bindable(os.path.expanduser(entry), scan=name == "read_only")
+            if refusal is not None:
+                key: _KeyPath = ("sandbox", "filesystem", name, index)
+                message = (
+                    f"{refusal}; only regular files and directories can be bound "
+                    "(exposing a socket, FIFO or device is a sandbox escape; a socket "
+                    "you need goes in sandbox.sockets)"
+                )
+                problems.append((_line_of(lines, key), key, message))
+    for index, entry in enumerate(section.sockets):
+        try:
+            mode = os.stat(os.path.expanduser(entry)).st_mode
+        except OSError:
+            continue  # not there now (the daemon is not running): skipped at start
+        if not stat.S_ISSOCK(mode):
+            key = ("sandbox", "sockets", index)
+            problems.append((_line_of(lines, key), key, f"{entry} is not a Unix socket"))
     return problems
 
 

@@ -29,6 +29,7 @@ Sections implemented: ``tool_call`` and ``sandbox``::
                open_files: 4096, file_size_mb: 4096, cpu_seconds: 600,
                tmp_size_mb: 512, tool_timeout_s: 600}
       environment: {allow: []}
+      sockets: [/run/docker.sock]   # Unix sockets bound in (managed/user tiers only)
     extensions:
       project: allow        # allow | deny: whether project extensions may load at all
       allow: []             # names or path globs; when given, only matching extensions load
@@ -310,12 +311,33 @@ class EnvironmentSection(_Strict):
     allow: Annotated[tuple[EnvName, ...], BeforeValidator(_not_null)] = ()
 
 
+def _valid_socket_path(path: str) -> str:
+    if not (path.startswith("/") or path.startswith("~/")):
+        raise PydanticCustomError(
+            "socket_path",
+            "a socket path must be absolute or start with ~/, got {path}",
+            {"path": repr(path)},
+        )
+    return path
+
+
+SocketPaths = Annotated[
+    tuple[Annotated[PolicyPath, AfterValidator(_valid_socket_path)], ...],
+    BeforeValidator(_not_null),
+]
+
+
 class SandboxSection(_Strict):
     """The ``sandbox`` section: the input to every worker's sandbox profile.
 
     ``required: true`` makes every run under this policy sandboxed, as if
     ``--sandbox`` were given (a run that cannot sandbox then stops); without it the
     rest of the section only applies to runs with ``--sandbox``.
+
+    ``sockets``: host Unix sockets (docker, an ssh-agent) bound into trusted
+    workers, each listed in the audit log's ``sandbox_profile`` records. Only
+    managed and user files may set it; ``filesystem.read_only`` refuses sockets,
+    devices and FIFOs (issue 13 §5).
     """
 
     required: StrictBool = False
@@ -324,6 +346,7 @@ class SandboxSection(_Strict):
     network: Annotated[NetworkSection, BeforeValidator(_not_null)] = NetworkSection()
     limits: Annotated[LimitsSection, BeforeValidator(_not_null)] = LimitsSection()
     environment: Annotated[EnvironmentSection, BeforeValidator(_not_null)] = EnvironmentSection()
+    sockets: SocketPaths = ()
 
 
 Glob = Annotated[NonEmptyStr, AfterValidator(lambda value: _valid_glob(value))]

@@ -29,7 +29,13 @@ from pi_sandbox.policies._option_grammar import (
     read_arguments,
     table_for,
 )
-from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
+from pi_sandbox.policies._path_glob import (
+    candidate_paths,
+    compile_path_glob,
+    resolve_candidates,
+    tool_cwds,
+)
+from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
 
@@ -438,6 +444,11 @@ class _Call:
         self.regex_budget = REGEX_BUDGET_S  # seconds left for regex searches (`_search`)
         # Why the files a shell command names cannot be listed (set by `paths`).
         self.paths_unknown: str | None = None
+        # Whether `paths_unknown` is a path that cannot be resolved (issue 13 §5),
+        # rather than a command that cannot be parsed.
+        self.paths_unresolved = False
+        # The absolute canonical targets of the paths (for bind mounts, hard links).
+        self._targets: list[str] = []
         self._workspace = workspace
         self._resolve_symlinks = resolve_symlinks
         # id(rule) -> the rule's outcome for each simple command (one matching pass
@@ -488,7 +499,7 @@ class _Call:
         catches ``cat .env`` and ``cat link-to-env``). None when there is nothing."""
         path = self.arguments.get("path")
         if isinstance(path, str) and path:
-            return candidate_paths(path, self._workspace, resolve_symlinks=self._resolve_symlinks)
+            return self._forms(path)
         if self.command_text is None:
             return None
         commands = self.commands
@@ -503,10 +514,51 @@ class _Call:
             self.paths_unknown = str(exc)
             return None
         for word in words:
-            forms.extend(
-                candidate_paths(word, self._workspace, resolve_symlinks=self._resolve_symlinks)
-            )
+            forms.extend(self._forms(word))
         return tuple(dict.fromkeys(forms)) or None
+
+    def _forms(self, raw: str) -> tuple[str, ...]:
+        """The forms of one path (`resolve_candidates`); an unresolvable one is
+        recorded in `paths_unknown` (its rules yield ``unparseable``)."""
+        if not self._resolve_symlinks:
+            return candidate_paths(raw, self._workspace, resolve_symlinks=False)
+        if "$" in raw:
+            # Only words naming a path reach here with "$" (see `_file_words`).
+            self._unresolved(f"path {raw!r} depends on a run-time expansion")
+            return candidate_paths(raw, self._workspace, resolve_symlinks=False)
+        resolved = resolve_candidates(raw, self._workspace, cwds=self._cwds)
+        if resolved.unresolved is not None:
+            self._unresolved(resolved.unresolved)
+        self._targets.extend(resolved.targets)
+        return resolved.forms
+
+    @cached_property
+    def _cwds(self) -> tuple[str, ...]:
+        return tool_cwds(self._workspace)
+
+    def _unresolved(self, why: str) -> None:
+        if self.paths_unknown is None:
+            self.paths_unknown = why
+            self.paths_unresolved = True
+
+    @cached_property
+    def identities(self) -> frozenset[tuple[int, int]]:
+        """``(st_dev, st_ino)`` of the paths' canonical targets and their parents
+        (up to the workspace): a bind mount or a hard link of a file a rule names
+        has no other trace (issue 13 §5)."""
+        _ = self.paths
+        return file_identities(self._targets, stop_at=(os.path.realpath(self._workspace),))
+
+    def identity_of(self, literal: str) -> tuple[int, int] | None:
+        """The identity of a rule's literal path (relative: to the workspace)."""
+        cache: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_literal_ids", {})
+        if literal not in cache:
+            try:
+                info = os.stat(os.path.join(self._workspace, os.path.expanduser(literal)))
+                cache[literal] = (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                cache[literal] = None
+        return cache[literal]
 
 
 _MAX_FILE_WORDS = 256  # words per call checked against path globs
@@ -523,8 +575,11 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
     """The words of ``commands`` that may name files: arguments, and the value of
     ``--opt=value``; a glob relative to the workspace is expanded against it like
     the shell would (bounded: `_MAX_GLOB_PARTS`, `_MAX_GLOB_SCAN`), and kept as
-    written too. Words with run-time expansions (``$x``) cannot be known here and
-    are skipped: the sandbox's ``deny_read`` is the boundary for those.
+    written too. Words with run-time expansions (``$x``) cannot be known here: one
+    that visibly spells a path (`_spells_a_path`: ``/proc/$$/cwd/x``,
+    ``$PWD/.env``) is kept and is unresolvable (issue 13 §5); others are skipped
+    (``cat $f``, ``sed 's/a$/b/'``), and the sandbox's ``deny_read`` is the
+    boundary for those.
     ``workspace`` None (checking examples): globs are not expanded.
 
     Raises:
@@ -543,12 +598,21 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
                 if "=" not in word:
                     continue
                 word = word.split("=", 1)[1]
-            if not word or "$" in word or "\0" in word:
+            if not word or "\0" in word:
                 continue
+            if "$" in word and (workspace is None or not _spells_a_path(word)):
+                continue  # not visibly a path: the sandbox's ``deny_read`` is the boundary
             words.append(word)
             if workspace is not None and _GLOB_CHARS.search(word):
                 words.extend(_expand_glob(word, workspace, scan))
     return words
+
+
+def _spells_a_path(word: str) -> bool:
+    """Whether a word with a ``$`` is visibly a path: it has a ``/`` and starts like
+    one (``/``, ``~``, ``./``, ``../``) or with the expansion (``$PWD/x``). A
+    ``$`` quoted literally looks the same here, so ``sed 's/a$/b/'`` must not count."""
+    return "/" in word and word.startswith(("/", "~", "$", "./", "../"))
 
 
 def _expand_glob(pattern: str, workspace: str, scan: list[int]) -> list[str]:
@@ -631,6 +695,9 @@ class PolicyRule:
         init=False, repr=False, compare=False
     )
     _has_other_matchers: bool = field(init=False, repr=False, compare=False)
+    # The path globs without wildcards: files whose identity (device, inode) a
+    # bind mount or a hard link keeps under another name (issue 13 §5).
+    _literal_paths: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rule_arguments = None
@@ -640,6 +707,11 @@ class PolicyRule:
         object.__setattr__(self, "_rule_arguments", rule_arguments)
         regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
         object.__setattr__(self, "_path_regexes", regexes)
+        object.__setattr__(
+            self,
+            "_literal_paths",
+            tuple(glob for glob in self.path_globs if not _GLOB_CHARS.search(glob)),
+        )
         # fullmatch of an alternation is "some alternative fullmatches"; the globs
         # compile to flag-free DOTALL regexes without groups that could collide.
         combined = (
@@ -882,6 +954,12 @@ class PolicyRule:
                 else:
                     matched = any(
                         pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
+                    )
+                if not matched and self._literal_paths and call.identities:
+                    # Another name of the same file or directory (bind mount, hard link).
+                    matched = any(
+                        call.identity_of(literal) in call.identities
+                        for literal in self._literal_paths
                     )
                 if not matched:
                     if call.paths_unknown is None:
@@ -1374,7 +1452,12 @@ def _decide_in_tier(
             continue
         if held is None:
             why = call.paths_unknown or _REGEX_OUT_OF_TIME
-            whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
+            reason = (
+                _unresolved(rule, why, tier.unparseable)
+                if call.paths_unresolved
+                else _unchecked(rule, why)
+            )
+            whole.append(_Candidate(tier.unparseable, rule, reason, False))
         elif rule.command is None:
             whole.append(plan.yes[index])
     if has_text:
@@ -1522,3 +1605,10 @@ def _unparsed(tier: PolicyTier, why: str) -> str:
     """The reason of a decision that the ``unparseable`` setting made (issue 13 §6:
     say so, never blame an unrelated rule)."""
     return f"the command could not be parsed: {why} → policy `unparseable: {tier.unparseable}` ({tier.tier})"
+
+
+def _unresolved(rule: PolicyRule, why: str, decision: str) -> str:
+    return (
+        f"the {why} (issue 13 §5), so path rule {rule.id!r} cannot be checked; "
+        f"the policy's unparseable: {decision} decides"
+    )

@@ -427,9 +427,15 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     def make_config() -> PoolConfig:
         policy = start.policy
         settings = policy.sandbox
+        # Issue 13 §3: the project tier does not govern non-project extensions' workers.
+        extension_settings = policy.higher_tier_sandbox
         if options.ci and not policy.workspace_write_granted:
             # CI mode: a read-only workspace unless a managed or user policy grants it.
             settings = dataclasses.replace(settings, workspace_writable=False)
+            if extension_settings is not None:
+                extension_settings = dataclasses.replace(
+                    extension_settings, workspace_writable=False
+                )
         return PoolConfig(
             cwd=options.cwd,
             agent_dir=options.agent_dir,
@@ -447,6 +453,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             audit_logs=tuple(start.audit_paths),
             extension_rules=policy.extensions,
             hook_timeout_s=policy.extensions.handler_timeout_s,
+            extension_settings=extension_settings,
         )
 
     config = make_config()

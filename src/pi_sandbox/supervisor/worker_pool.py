@@ -133,7 +133,11 @@ class PoolConfig:
         audit_logs: further audit log files (the policy's ``audit.file``), treated
             like ``audit_log``.
         extension_rules: the policy's ``extensions`` section (capabilities); None:
-            the defaults of `ExtensionRules`.
+            the defaults of `ExtensionRules`. Its ``handler_timeout_for`` replaces
+            ``hook_timeout_s`` per extension (issue 13 §3).
+        extension_settings: the sandbox settings of managed, user and command-line
+            extensions' workers (`Policy.higher_tier_sandbox`: without the project
+            tier, issue 13 §3); None: ``settings``.
     """
 
     cwd: Path
@@ -151,6 +155,7 @@ class PoolConfig:
     audit_log: Path | None = None
     audit_logs: tuple[Path, ...] = ()
     extension_rules: ExtensionRules | None = None
+    extension_settings: SandboxSettings | None = None
 
 
 class WorkerPool:
@@ -242,6 +247,7 @@ class WorkerPool:
         sandboxed: bool,
         extra_ro: Sequence[Path] = (),
         network: bool = True,
+        settings: SandboxSettings | None = None,
     ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
@@ -254,7 +260,7 @@ class WorkerPool:
                 home=self.config.home,
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
-                settings=self.config.settings,
+                settings=self.config.settings if settings is None else settings,
                 proxy_socket=self._proxy_socket if network else None,
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
@@ -272,6 +278,8 @@ class WorkerPool:
                     "writable": list(profile.rw_binds),
                     "protected": [p for p, _ in profile.protect_mounts],
                     "network": profile.network,
+                    # Host sockets bound in (sandbox.sockets, issue 13 §5).
+                    "sockets": [inside for _, inside in profile.sockets],
                     "seccomp": profile.seccomp,
                     "cgroups": list(self.cgroups.controllers) if self.cgroups else [],
                     "limits": dataclasses.asdict(profile.limits),
@@ -499,6 +507,9 @@ class WorkerPool:
                 # The policy's network allowlist reaches an extension only with the
                 # ``network`` capability (issue 4; off by default).
                 network=capabilities["network"],
+                # A project's policy governs only the project's own extensions
+                # (issue 13 §3): the user's guard keeps the user's limits.
+                settings=None if source.origin == "project" else self.config.extension_settings,
             )
             worker = WorkerProcess(spec, generation=self.generation)
             worker.tool_updates = on_tool_update
@@ -890,7 +901,6 @@ class WorkerPool:
         """
         state = hook_kinds.initial_state(event, payload)
         outcome = DispatchOutcome(state)
-        deadline = self.config.hook_timeout_s if timeout_s is None else timeout_s
         # tool_call fails closed on the first failing handler (error, deadline, crash,
         # malformed result), but the handlers after it still run and see the call
         # (issue 5 case 4): the block, with the first failure's reason, is applied
@@ -908,6 +918,7 @@ class WorkerPool:
             if index >= len(self.extensions):
                 break
             source = self.extensions[index][0]
+            deadline = self._deadline(source, timeout_s)
             worker = await self.ensure_extension_worker(index)
             if worker is None:
                 message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
@@ -1019,6 +1030,18 @@ class WorkerPool:
                 why = "no extension matching it was found (is it installed, or given with -e?)"
             return f"required extension {pattern!r} (policy {policy_file}) is not active: {why}"
         return None
+
+    def _deadline(self, source: ExtensionSource, timeout_s: float | None) -> float:
+        """One handler call's deadline (seconds) for ``source``: the policy's for its
+        origin (issue 13 §3: a project's ``handler_timeout_s`` binds only project
+        extensions), never longer than a caller's ``timeout_s``."""
+        rules = self.config.extension_rules
+        deadline = (
+            self.config.hook_timeout_s
+            if rules is None
+            else rules.handler_timeout_for(source.origin)
+        )
+        return deadline if timeout_s is None else min(deadline, timeout_s)
 
     def _settle(self, worker: WorkerProcess) -> None:
         if self._nursery is not None:
