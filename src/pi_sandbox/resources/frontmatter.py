@@ -12,10 +12,10 @@ the second ``: `` ("mapping values are not allowed here"). When the line YAML po
 at is a top-level ``key: value`` line whose value is a plain (unquoted, non-block,
 non-flow) scalar, that one line is retried with the rest of the line as a
 double-quoted string; this repeats for each such line, up to `MAX_LENIENT_RETRIES`
-lines when the block needs the parser (the parser-free path has no such limit). Anything else (indented
-continuations, broken quotes, tabs, …) stays an error, reported with its 1-based line
-number in the file, and callers decide what an error costs (a ``SKILL.md`` is
-skipped with a diagnostic; other skills are unaffected).
+lines when the block needs the parser (the parser-free path has no such limit).
+Anything else (indented continuations, broken quotes, tabs, …) stays an error,
+reported with its 1-based line number in the file, and callers decide what an error
+costs (a ``SKILL.md`` is skipped with a diagnostic; other skills are unaffected).
 
 Speed (issue 6 bench (j)): most frontmatter is a few ``key: value`` lines. A block is
 read without a parser when every line is blank or such a pair whose value is a plain
@@ -33,11 +33,10 @@ composes the block; `pi_sandbox.bounded_yaml.index_yaml` then walks the node gra
 and the block is refused — before anything is constructed — when it has more than
 `MAX_NODES` node visits (an alias counts each time it is used: no "billion laughs"),
 nesting deeper than `MAX_DEPTH`, or an alias inside itself; a block longer than
-`MAX_BLOCK_CHARS` is refused before parsing. The parser-free path
-reads at most one level of nesting and at most `_FAST_MAX_LINES` lines, so it cannot
-exceed those bounds either. A value YAML's resolver accepts but cannot construct
-(``2024-13-45``, an integer of more than 4,300 digits) is an error too, never a
-crash.
+`MAX_BLOCK_CHARS` is refused before parsing. The parser-free path reads at most one
+level of nesting and at most `_FAST_MAX_LINES` lines, so it cannot exceed those
+bounds either. A value YAML's resolver accepts but cannot construct (``2024-13-45``,
+an integer of more than 4,300 digits) is an error too, never a crash.
 """
 
 from __future__ import annotations
@@ -81,9 +80,10 @@ MAX_BLOCK_CHARS = 64 * 1024
 a few hundred (a skill's description is at most 1,024, seed 000 §3.6); a longer
 block is refused before it is parsed, which bounds what parsing one file costs."""
 
-# The parser-free path gives at most 1 + 2 nodes per line, so blocks this short stay
-# within MAX_NODES without counting; longer ones go to the parser and are counted.
-_FAST_MAX_LINES = (MAX_NODES - 1) // 2
+# The parser-free path gives at most one value node per line plus the root (the
+# walker counts values, not keys), so blocks this short stay within MAX_NODES without
+# counting; longer ones go to the parser and are counted.
+_FAST_MAX_LINES = MAX_NODES - 1
 
 _FENCE = re.compile(r"^---[ \t]*$")
 _PLAIN_KEY_LINE = re.compile(r"^(?P<key>[A-Za-z0-9_][A-Za-z0-9_.-]*)[ \t]*:[ \t]+(?P<value>\S.*)$")
