@@ -392,10 +392,14 @@ def test_a_block_longer_than_the_cap_is_refused_before_parsing():
         ("2024-13-45", "month must be in 1..12"),
         ("2024-01-01 25:00:00", "hour must be in 0..23"),
         ("1" * 5_000, "integer string conversion"),
+        ("!!bool maybe", "'maybe' is not a valid bool"),
+        ("!!timestamp soon", "'soon' is not a valid timestamp"),
+        ("!!int", "'' is not a valid int"),
+        ("!!float x", "could not convert string to float"),
     ],
 )
-def test_a_value_the_resolver_cannot_construct_is_an_error_with_its_line(value, message):
-    # The resolver tags it a date or an int; the constructor raises ValueError, which
+def test_a_value_that_does_not_fit_its_tag_is_an_error_with_its_line(value, message):
+    # The constructors raise ValueError, KeyError, AttributeError, IndexError…, which
     # used to escape parse_frontmatter (and load_skills).
     error = refused(fenced(f"name: x\nmetadata:\n  a: 1\n  when: {value}\n"))
     assert error.message.startswith("invalid YAML value: ") and message in error.message

@@ -472,6 +472,7 @@ HOSTILE_FRONTMATTER = {
     "too-deep": ("description: Deep.\nx: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
     "too-many-nodes": ("description: Many.\ntags: [" + "x, " * 20_000 + "x]\n", "YAML nodes"),
     "bad-date": ("description: Date.\nmetadata:\n  when: 2024-13-45\n", "month must be"),
+    "bad-tag": ("description: Tag.\nflag: !!bool maybe\n", "'maybe' is not a valid bool"),
 }
 
 

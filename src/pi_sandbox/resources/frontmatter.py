@@ -35,8 +35,9 @@ and the block is refused — before anything is constructed — when it has more
 nesting deeper than `MAX_DEPTH`, or an alias inside itself; a block longer than
 `MAX_BLOCK_CHARS` is refused before parsing. The parser-free path reads at most one
 level of nesting and at most `_FAST_MAX_LINES` lines, so it cannot exceed those
-bounds either. A value YAML's resolver accepts but cannot construct (``2024-13-45``,
-an integer of more than 4,300 digits) is an error too, never a crash.
+bounds either. A value that does not fit its tag, implicit or explicit
+(``2024-13-45``, an integer of more than 4,300 digits, ``!!bool maybe``), is an
+error with its line too, never an exception out of `parse_frontmatter`.
 """
 
 from __future__ import annotations
@@ -300,20 +301,27 @@ def _load_bounded(text: str, loader_class: Any) -> tuple[Any, FrontmatterError |
             return None, FrontmatterError(f"invalid YAML: {problem}{at}", line + 1)
         try:
             return loader.construct_document(node), None
-        except (ValueError, OverflowError) as exc:
-            # The resolver took a value for a date or a number that cannot be one
-            # ("2024-13-45", more digits than int() reads): the file's fault, not ours.
-            return None, FrontmatterError(f"invalid YAML value: {exc}", _bad_value_line(node) + 2)
+        except yaml.YAMLError:
+            raise  # marked with its line; the caller reports it (or retries leniently)
+        except Exception as exc:
+            # PyYAML's constructors raise whatever Python raises on a value that does
+            # not fit its tag: ValueError for "2024-13-45" (resolved as a date) or an
+            # int of more digits than int() reads, KeyError for "!!bool maybe",
+            # AttributeError for "!!timestamp soon". The file's fault: an error, never
+            # an exception out of load_skills.
+            line, detail = _bad_value(node, exc)
+            return None, FrontmatterError(f"invalid YAML value: {detail}", line + 2)
     finally:
         loader.dispose()
 
 
-def _bad_value_line(root: yaml.Node) -> int:
-    """0-based line (in the block) of the first scalar under ``root`` that its tag's
-    constructor refuses with a ValueError; ``root``'s line if none alone does. Only
-    called on a graph `index_yaml` accepted, and each node is tried once."""
+def _bad_value(root: yaml.Node, exc: Exception) -> tuple[int, str]:
+    """0-based line (in the block) and description of the first scalar under ``root``
+    that its tag's constructor refuses; ``root``'s line and ``exc`` when no scalar
+    alone is refused. Only called on a graph `index_yaml` accepted (bounded), and
+    each node is tried once."""
     constructor = yaml.constructor.SafeConstructor()
-    lines: list[int] = []
+    found: list[tuple[int, int, str]] = []
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -324,15 +332,27 @@ def _bad_value_line(root: yaml.Node) -> int:
         if isinstance(node, yaml.ScalarNode):
             try:
                 constructor.construct_object(node)
-            except (ValueError, OverflowError):
-                lines.append(node.start_mark.line)
             except yaml.YAMLError:
-                pass  # not this node's kind of problem
+                pass  # not what failed: construction raised something else
+            except Exception as error:
+                found.append((node.start_mark.line, node.start_mark.column, _describe(node, error)))
         elif isinstance(node, yaml.MappingNode):
             stack.extend(part for pair in node.value for part in pair)
         else:
             stack.extend(node.value)
-    return min(lines, default=root.start_mark.line)
+    if not found:
+        return root.start_mark.line, _describe(root, exc)
+    line, _column, detail = min(found)
+    return line, detail
+
+
+def _describe(node: yaml.Node, exc: Exception) -> str:
+    if isinstance(exc, (ValueError, OverflowError)):
+        return str(exc)  # Python's own words ("month must be in 1..12") are clear
+    tag = node.tag.rsplit(":", 1)[-1] if node.tag.startswith("tag:yaml.org,2002:") else node.tag
+    value = node.value if isinstance(node.value, str) else ""
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    return f"{shown!r} is not a valid {tag}"
 
 
 def _parse(lines: list[str], *, lenient: bool, loader: Any) -> tuple[Any, FrontmatterError | None]:
