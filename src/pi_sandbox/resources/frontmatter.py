@@ -361,7 +361,7 @@ def _parse(lines: list[str], *, lenient: bool, loader: Any) -> tuple[Any, Frontm
     # Each retry quotes a different line and parses the whole block again, so the
     # retries are capped, in number and in characters parsed: one per line would
     # make a block of many such lines cost the square of its size (a hang).
-    size = sum(len(line) + 1 for line in lines)
+    size = sum(map(len, lines)) + len(lines)
     retries = min(len(lines), MAX_LENIENT_RETRIES, _LENIENT_BUDGET_CHARS // max(size, 1))
     for _ in range(retries + 1):
         try:
@@ -413,7 +413,7 @@ def parse_frontmatter(
     if split is None:
         return None, text, None
     lines, body = split
-    size = sum(len(line) + 1 for line in lines)
+    size = sum(map(len, lines)) + len(lines)
     if size > MAX_BLOCK_CHARS:
         message = f"frontmatter is {size} characters long, more than {MAX_BLOCK_CHARS}"
         return None, body, FrontmatterError(message, 2)
