@@ -299,3 +299,22 @@ def test_a_non_string_description_warns_and_falls_back_to_the_first_line(tmp_pat
 
     assert n.description == "First line"
     assert [d.type for d in diagnostics] == ["warning"]
+
+
+def test_a_template_with_an_alias_bomb_is_skipped_with_a_diagnostic(tmp_path):
+    # Issue 13 §4: frontmatter goes through the bounded YAML walker; other templates load.
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    prompts = tmp_path / "prompts"
+    bad = write(prompts / "bomb.md", f"---\ndescription: Bomb.\n{bomb}---\nBody\n")
+    write(prompts / "ok.md", "---\ndescription: Fine.\nalias: &x [a]\nagain: *x\n---\nBody\n")
+
+    templates, diagnostics = load_prompt_templates([(prompts, "project")])
+
+    assert names(templates) == ["ok"]
+    [diagnostic] = diagnostics
+    assert diagnostic.type == "error" and diagnostic.path == bad
+    assert diagnostic.message.startswith(f"{bad}: line ")
+    assert "YAML nodes (alias expansion?)" in diagnostic.message

@@ -458,3 +458,47 @@ def test_many_costly_ignore_patterns_are_bounded_with_a_warning(tmp_path):
     assert time.monotonic() - started < 10
     assert [s.name for s in skills] == ["ok"]
     assert any("ignore files are too costly" in d.message for d in diagnostics)
+
+
+# --- bounded frontmatter (issue 13 §4) -------------------------------------------------
+
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n"
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+HOSTILE_FRONTMATTER = {
+    "alias-bomb": ("description: Bomb.\n" + _BOMB, "YAML nodes (alias expansion?)"),
+    "recursive-alias": ("description: Loop.\nself: &self [*self]\n", "recursive YAML alias"),
+    "too-deep": ("description: Deep.\nx: " + "[" * 100 + "]" * 100 + "\n", "nested deeper"),
+    "too-many-nodes": ("description: Many.\ntags: [" + "x, " * 20_000 + "x]\n", "YAML nodes"),
+    "bad-date": ("description: Date.\nmetadata:\n  when: 2024-13-45\n", "month must be"),
+    "bad-tag": ("description: Tag.\nflag: !!bool maybe\n", "'maybe' is not a valid bool"),
+}
+
+
+def test_hostile_skill_frontmatter_is_skipped_with_a_diagnostic_and_good_skills_load(tmp_path):
+    import time
+
+    root = tmp_path / "skills"
+    paths = {
+        name: write(root / name / "SKILL.md", f"---\nname: {name}\n{block}---\n# body\n")
+        for name, (block, _) in HOSTILE_FRONTMATTER.items()
+    }
+    # Control: anchors and aliases as authors use them still load.
+    aliases = "defaults: &d {shell: bash}\nmetadata:\n  build: *d\n  lint: *d\n"
+    write(root / "aliases" / "SKILL.md", skill_md("aliases", extra=aliases))
+    write(root / "good" / "SKILL.md", skill_md("good"))
+
+    started = time.monotonic()
+    skills, diagnostics = load_skills([SkillSource(root, "project")])
+    assert time.monotonic() - started < 30  # a safety net only; the errors are the test
+
+    assert sorted(s.name for s in skills) == ["aliases", "good"]
+    messages = {d.path: d.message for d in diagnostics if d.type == "error"}
+    assert set(messages) == set(paths.values())
+    for name, (_, expected) in HOSTILE_FRONTMATTER.items():
+        message = messages[paths[name]]
+        assert message.startswith(f"{paths[name]}:") and "skill skipped: invalid YAML" in message
+        assert expected in message
+        line = int(message.split(":")[1])  # the file's line, after the path
+        assert 3 <= line <= 14, message
