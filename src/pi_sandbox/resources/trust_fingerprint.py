@@ -519,7 +519,7 @@ def digest_resource(
         digest.update(f"{rel}\0{entries[rel]}\n".encode("utf-8", "surrogateescape"))
     files = (
         {
-            rel: hashlib.sha256(kind.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            rel: "d" if kind == "d" else _short(kind)
             for rel, kind in entries.items()
             if not rel.startswith("\0")
         }
@@ -527,6 +527,10 @@ def digest_resource(
         else {}
     )
     return ResourceDigest(digest.hexdigest(), files, problem is None, problem)
+
+
+def _short(kind: str) -> str:
+    return hashlib.sha256(kind.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _push_children(
@@ -639,10 +643,16 @@ def _file_changes(
     def full(rel: str) -> str:
         return f"{root}/{rel}" if rel else root
 
+    def without_parents(rels: list[str], side: Mapping[str, str]) -> list[str]:
+        # A new directory is shown by what is in it: list it only when it is empty.
+        return [
+            full(r) for r in rels if side[r] != "d" or not any(o.startswith(f"{r}/") for o in rels)
+        ]
+
     if not before or not now:
         return [], [], []
-    added = [full(r) for r in now if r not in before]
-    removed = [full(r) for r in before if r not in now]
+    added = without_parents([r for r in now if r not in before], now)
+    removed = without_parents([r for r in before if r not in now], before)
     modified = [full(r) for r in now if r in before and before[r] != now[r] and r != ""]
     if not modified and before.get("") != now.get("") and not (added or removed):
         modified.append(root)
