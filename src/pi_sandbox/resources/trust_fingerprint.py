@@ -102,6 +102,7 @@ _PI_RESOURCES = (
 _TOP_RESOURCES = (".mcp.json", ".claude")
 _SETTINGS_KEYS = ("extensions", "skills", "prompts")
 _NOT_SEARCHED = frozenset({".git", ".pi", ".agents", ".claude"})
+_MARKERS = frozenset({".pi", ".agents", *_TOP_RESOURCES})
 
 
 # --- value types --------------------------------------------------------------------------
@@ -354,7 +355,7 @@ def resources_below(
     top = Path(os.path.abspath(top))
     home_skills = Path(os.path.abspath(home)) / ".agents" / "skills" if home is not None else None
     found: list[Path] = []
-    pending: deque[Path] = deque([top])
+    pending: deque[str] = deque([os.fspath(top)])  # strings: a Path per directory is slow
     visited = 0
     unreadable: list[str] = []
     while pending:
@@ -365,21 +366,21 @@ def resources_below(
                 "resources deeper are not covered"
             )
         visited += 1
+        names: set[str] = set()
         try:
             with os.scandir(directory) as entries:
-                children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for entry in entries:
+                    names.add(entry.name)
+                    # The resources' own trees are measured as a whole, not searched.
+                    if entry.name not in _NOT_SEARCHED and entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
         except OSError as exc:
-            if directory == top:
+            if visited == 1:
                 return found, f"{top}: cannot be read ({exc.strerror or exc})"
-            unreadable.append(str(directory))
+            unreadable.append(directory)
             continue
-        names = {name for name, _ in children}
-        here = _resources_in(directory, names, home_skills)
-        found += here
-        for name, is_dir in sorted(children):
-            # The resources' own trees are measured as a whole, not searched.
-            if is_dir and name not in _NOT_SEARCHED:
-                pending.append(directory / name)
+        if names & _MARKERS:
+            found += _resources_in(Path(directory), names, home_skills)
     note = None
     if unreadable:
         note = f"{len(unreadable)} directories could not be read (e.g. {unreadable[0]})"
@@ -432,47 +433,59 @@ def digest_resource(
     entries: dict[str, str] = {}
     problem: str | None = None
     seen_dirs: set[tuple[int, int]] = set()
-    # (host path, relative path); the relative path is where the loaders see it.
-    pending: list[tuple[str, str]] = [(os.fspath(path), "")]
+    # (host path, relative path, kind from the directory listing or None); the
+    # relative path is where the loaders see it. The listing's kind spares an lstat
+    # per entry; reading re-checks it on the open descriptor anyway.
+    pending: list[tuple[str, str, str | None]] = [(os.fspath(path), "", None)]
 
-    def content(host: str, info: os.stat_result) -> str:
+    def content(host: str) -> str:
         nonlocal problem
-        if info.st_size > min(budget.bytes_left, MAX_FILE_BYTES):
+        limit = min(budget.bytes_left, MAX_FILE_BYTES)
+        try:
+            data = read_regular_file(host, limit, follow_symlinks=False)
+        except FileRefusedError as exc:
+            if "not a regular file" in str(exc):
+                # It changed kind since it was listed: not a stable file.
+                problem = problem or f"{host}: changed while it was measured"
+                return "f:unstable"
             problem = problem or (
-                f"{host}: {info.st_size} bytes: past the bound of {MAX_FILE_BYTES} bytes per "
-                f"file and {MAX_FINGERPRINT_BYTES} bytes per fingerprint"
+                f"{exc}: past the bound of {MAX_FILE_BYTES} bytes per file and "
+                f"{MAX_FINGERPRINT_BYTES} bytes per fingerprint"
             )
             return "f:unmeasured"
-        try:
-            data = read_regular_file(host, min(budget.bytes_left, MAX_FILE_BYTES))
-        except FileRefusedError:
-            # It changed kind or grew between lstat and open: not a stable file.
-            problem = problem or f"{host}: changed while it was measured"
-            return "f:unstable"
         except OSError as exc:
             return f"f:unreadable:{exc.errno}"
         budget.bytes_left -= len(data)
         return "f:" + hashlib.sha256(data).hexdigest()
 
     while pending:
-        host, rel = pending.pop()
+        host, rel, kind = pending.pop()
         if len(entries) >= max_entries:
             problem = problem or (
                 f"{path}: more than {max_entries} entries (the loaders' scan budget)"
             )
             break
-        try:
-            info = os.lstat(host)
-        except FileNotFoundError:
-            if rel == "":
-                return None
-            entries[rel] = "gone"
-            continue
-        except OSError as exc:
-            entries[rel] = f"unreadable:{exc.errno}"
-            continue
-        mode = info.st_mode
-        if stat.S_ISLNK(mode):
+        if kind is None:
+            try:
+                mode = os.lstat(host).st_mode
+            except FileNotFoundError:
+                if rel == "":
+                    return None
+                entries[rel] = "gone"
+                continue
+            except OSError as exc:
+                entries[rel] = f"unreadable:{exc.errno}"
+                continue
+            kind = (
+                "link"
+                if stat.S_ISLNK(mode)
+                else "dir"
+                if stat.S_ISDIR(mode)
+                else "file"
+                if stat.S_ISREG(mode)
+                else _kind_of(mode)
+            )
+        if kind == "link":
             try:
                 target = os.readlink(host)
             except OSError as exc:
@@ -489,27 +502,23 @@ def digest_resource(
                 continue
             if stat.S_ISDIR(followed.st_mode):
                 entries[rel] = f"l:{target}→d"
+                # Only a followed link can lead back up: each real directory once.
                 key = (followed.st_dev, followed.st_ino)
                 if key in seen_dirs:
                     continue
                 seen_dirs.add(key)
                 _push_children(real, rel, pending, entries)
             elif stat.S_ISREG(followed.st_mode):
-                entries[rel] = f"l:{target}→" + content(real, followed)
+                entries[rel] = f"l:{target}→" + content(real)
             else:
                 entries[rel] = f"l:{target}→{_kind_of(followed.st_mode)}"
-        elif stat.S_ISDIR(mode):
-            key = (info.st_dev, info.st_ino)
-            if key in seen_dirs:
-                entries[rel] = "d:again"
-                continue
-            seen_dirs.add(key)
+        elif kind == "dir":
             entries[rel] = "d"
             _push_children(host, rel, pending, entries)
-        elif stat.S_ISREG(mode):
-            entries[rel] = content(host, info)
+        elif kind == "file":
+            entries[rel] = content(host)
         else:
-            entries[rel] = _kind_of(mode)
+            entries[rel] = kind
     if entries == {"": "d"}:
         return None  # an empty directory loads nothing
     if problem is not None:
@@ -533,17 +542,32 @@ def _short(kind: str) -> str:
     return hashlib.sha256(kind.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+def _listed_kind(entry: os.DirEntry[str]) -> str | None:
+    """``link``/``dir``/``file`` from the directory listing (no system call where
+    the filesystem reports types), None when only an lstat can tell."""
+    try:
+        if entry.is_symlink():
+            return "link"
+        if entry.is_dir(follow_symlinks=False):
+            return "dir"
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+    except OSError:
+        pass
+    return None
+
+
 def _push_children(
-    host: str, rel: str, pending: list[tuple[str, str]], entries: dict[str, str]
+    host: str, rel: str, pending: list[tuple[str, str, str | None]], entries: dict[str, str]
 ) -> None:
     try:
         with os.scandir(host) as children:
-            names = sorted(child.name for child in children)
+            listed = sorted((child.name, _listed_kind(child)) for child in children)
     except OSError as exc:
         entries[rel] = f"d:unreadable:{exc.errno}"
         return
-    for name in reversed(names):
-        pending.append((os.path.join(host, name), f"{rel}/{name}" if rel else name))
+    for name, kind in reversed(listed):
+        pending.append((os.path.join(host, name), f"{rel}/{name}" if rel else name, kind))
 
 
 def _fingerprint(paths: Iterable[Path], confine: Path) -> Fingerprint:
