@@ -286,3 +286,14 @@ def test_changes_render_as_a_line_and_a_dict():
     assert changes.summary(limit=2) == "added: /a0, /a1 (and 8 more); modified: /m"
     assert changes.as_dict()["modified"] == ["/m"]
     assert not ResourceChanges()
+
+
+def test_binding_at_first_use_covers_the_binding_runs_resources_beyond_the_walk(tmp_path, repo):
+    home = tmp_path / "home"
+    for i in range(20):
+        (repo / f"d{i}").mkdir()
+    deep = repo / "d9" / "deep"
+    write(deep / ".pi/skills/x.md")
+    saved = decision_fingerprint(repo, home=home, max_directories=5, also_for=(deep,))
+    current, candidates = run_fingerprint(deep, home=home)
+    assert not compare(saved, current, candidates)

@@ -300,7 +300,7 @@ def _content_check(
                 "content; the next run binds it to the resources it finds then"
             )
             return True, None
-        fingerprint = decision_fingerprint(saved.path, home=home)
+        fingerprint = decision_fingerprint(saved.path, home=home, also_for=(cwd,))
         try:
             bound = TrustStore.update(store, lambda s: s.bind(saved, fingerprint))
         except (TrustStoreError, OSError) as exc:

@@ -597,7 +597,11 @@ def run_fingerprint(cwd: Path, *, home: Path | None = None) -> tuple[Fingerprint
 
 
 def decision_fingerprint(
-    directory: Path, *, home: Path | None = None, max_directories: int = MAX_WALK_DIRECTORIES
+    directory: Path,
+    *,
+    home: Path | None = None,
+    max_directories: int = MAX_WALK_DIRECTORIES,
+    also_for: Iterable[Path] = (),
 ) -> Fingerprint:
     """What a decision saved for ``directory`` approves: the resources a run there
     would load (`candidate_resources`, including ancestors' ``.agents/skills`` up to
@@ -606,9 +610,17 @@ def decision_fingerprint(
 
     A run in a subdirectory is covered only for resources recorded here: a new
     ``.pi/…`` or ``.agents/skills`` below ``directory`` is a new resource (issue 14 §4).
+
+    ``also_for``: working directories whose run's resources are recorded too, even
+    beyond the walk's bound (the run that binds a decision at first use).
     """
     directory = Path(os.path.abspath(directory))
-    paths = [p for p in candidate_resources(directory, home=home) if os.path.lexists(p)]
+    paths = [
+        p
+        for cwd in (directory, *also_for)
+        for p in candidate_resources(cwd, home=home)
+        if os.path.lexists(p)
+    ]
     below, note = resources_below(directory, home=home, max_directories=max_directories)
     for resource in below:
         paths.append(resource)
