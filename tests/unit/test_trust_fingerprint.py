@@ -297,3 +297,10 @@ def test_binding_at_first_use_covers_the_binding_runs_resources_beyond_the_walk(
     saved = decision_fingerprint(repo, home=home, max_directories=5, also_for=(deep,))
     current, candidates = run_fingerprint(deep, home=home)
     assert not compare(saved, current, candidates)
+
+
+def test_a_snapshot_covers_code_that_project_settings_name_outside_pi(tmp_path, repo):
+    before = workspace_snapshot([repo])
+    write(repo / "tools/ext.py", "import os\n")
+    changes = snapshot_changes(before, workspace_snapshot([repo]))
+    assert changes.modified == (str(repo / "tools/ext.py"),)

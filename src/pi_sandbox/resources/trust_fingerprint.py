@@ -753,8 +753,9 @@ def workspace_snapshot(
     home: Path | None = None,
     max_directories: int = MAX_WALK_DIRECTORIES,
 ) -> WorkspaceSnapshot:
-    """Every trust-requiring resource below ``roots`` (`resources_below`) with the
-    metadata of each entry in it; an empty directory counts as absent.
+    """Every trust-requiring resource below ``roots`` (`resources_below`, and the
+    paths each ``.pi/settings.json`` names) with the metadata of each entry in it;
+    an empty directory counts as absent.
 
     Bounded: ``max_directories`` per root, `MAX_ENTRIES_PER_RESOURCE` per resource
     (the snapshot then says it is incomplete). Never opens a file.
@@ -765,7 +766,10 @@ def workspace_snapshot(
         found, note = resources_below(Path(root), home=home, max_directories=max_directories)
         if note:
             problems.append(note)
-        for path in found:
+        for settings in [p for p in found if p.name == "settings.json" and p.parent.name == ".pi"]:
+            # Code a trusted run loads from outside .pi/ (issue 14 §4).
+            found += _settings_named_paths(settings, settings.parent.parent)
+        for path in dict.fromkeys(found):
             entries, complete = _metadata(path, MAX_ENTRIES_PER_RESOURCE)
             if not complete:
                 problems.append(f"{path}: more than {MAX_ENTRIES_PER_RESOURCE} entries")
