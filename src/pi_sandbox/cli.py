@@ -410,14 +410,19 @@ def trust_main(argv: Sequence[str]) -> int:
     """``pi trust [yes|no|sandboxed|forget|show] [PATH] [--json]`` (issue 6).
 
     ``yes``/``no``/``sandboxed`` record the decision for PATH (default: the current
-    directory) in ``<agent dir>/trust.json`` (atomic write, mode 0600); it applies to
-    PATH and every directory below it without a nearer decision. A decision the
+    directory) in ``<agent dir>/trust.json`` (pi 1.6.0's format; ``sandboxed`` is
+    ``false`` there) and ``<agent dir>/pi-sandbox-trust.json`` (atomic writes, mode
+    0600, under pi's lock directory), with a fingerprint of the trust-requiring
+    resources it approves: those of PATH and of every directory below it (issue 14
+    §4). It applies to PATH and every directory below it without a nearer decision,
+    as long as those resources do not change. ``--follow-changes`` (``sandboxed``
+    only) keeps it applying, sandboxed, when they change. A decision the
     organisation policy forbids (``trust.users_may_trust``) is refused (exit 2).
     ``forget`` drops the decision recorded for exactly PATH. ``show`` (the default)
     prints the decision a run in PATH would get without ``--trust`` (extensions'
     ``project_trust`` answers aside), where it comes from, the project's
-    trust-requiring resources, and every stored decision. Exit 0, 2 on bad usage, an
-    unreadable store or a bad policy file.
+    trust-requiring resources, what changed since the stored decision, and every
+    stored decision. Exit 0, 2 on bad usage, an unreadable store or a bad policy file.
     """
     parser = argparse.ArgumentParser(
         prog="pi trust", description="Manage saved project trust decisions."
@@ -434,12 +439,20 @@ def trust_main(argv: Sequence[str]) -> int:
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy file"
     )
     parser.add_argument("--json", action="store_true", help="show: print one JSON object")
+    parser.add_argument(
+        "--follow-changes",
+        action="store_true",
+        help="sandboxed: keep loading the project sandboxed when its resources change",
+    )
     args = parser.parse_intermixed_args(argv)
+    if args.follow_changes and args.action != "sandboxed":
+        parser.error("argument --follow-changes: only with sandboxed")
     import json
 
     from pi_sandbox.errors import PolicyError
     from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
     from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
+    from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
 
     given = Path(os.path.abspath(os.path.expanduser(args.path or ".")))
     # Runs look decisions up by the resolved working directory: a decision saved
@@ -475,15 +488,35 @@ def trust_main(argv: Sequence[str]) -> int:
         if refusal is not None:
             print(f"pi trust: {args.action!r} is not allowed: {refusal}", file=sys.stderr)
             return EXIT_USAGE
+        # Measured before the lock is taken: pi gives up on a lock held over 200 ms.
+        fingerprint = (
+            decision_fingerprint(target, home=Path.home()) if args.action != "no" else None
+        )
         try:
-            TrustStore.update(store_path, lambda store: store.set(target, args.action))
+            TrustStore.update(
+                store_path,
+                lambda store: store.set(
+                    target,
+                    args.action,
+                    fingerprint=fingerprint,
+                    follow_changes=args.follow_changes,
+                ),
+            )
         except (TrustStoreError, OSError) as exc:
             print(f"pi: cannot update {store_path}: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        covered = ""
+        if fingerprint is not None:
+            _warn_unmeasured(fingerprint)
+            covered = (
+                f"; bound to the content of {len(fingerprint.resources)} trust-requiring "
+                "resource(s)" + (", and follows their changes" if args.follow_changes else "")
+            )
         return done(
-            f"{target}: {args.action} (saved in {store_path}; applies below it too)",
+            f"{target}: {args.action} (saved in {store_path}; applies below it too{covered})",
             action="saved",
             decision=args.action,
+            resources=sorted(fingerprint.resources) if fingerprint is not None else [],
         )
     if args.action == "forget":
         candidates = list(dict.fromkeys([target, given]))
@@ -515,12 +548,38 @@ def trust_main(argv: Sequence[str]) -> int:
         print(f"  project resource: {resource}")
     if not info.resources:
         print("  no trust-requiring project resources")
+    if info.changes:
+        for label, paths in info.changes.as_dict().items():
+            for path in paths or ():
+                print(f"  changed since the stored decision: {label}: {path}")
+    for line in info.change_notices():
+        print(f"  {line}")
     print(f"stored decisions ({store_path}):")
     for path, decision in sorted(store.decisions.items()):
-        print(f"  {decision:9} {path}")
+        saved = store.saved(path)
+        how = ""
+        if saved is not None and decision != "no":
+            how = "  (content-bound)" if saved.fingerprint is not None else "  (not content-bound)"
+            if saved.follow_changes:
+                how += " (follows changes)"
+        print(f"  {decision:9} {path}{how}")
     if not store.decisions:
         print("  none")
     return EXIT_OK
+
+
+def _warn_unmeasured(fingerprint: Any) -> None:
+    """Say on stderr which resources a new decision could not pin (issue 14 §4):
+    they never match, so the decision does not apply where they are loaded."""
+    if not fingerprint.complete:
+        print(f"pi trust: warning: {fingerprint.note}", file=sys.stderr)
+    for path, digest in sorted(fingerprint.resources.items()):
+        if not digest.complete:
+            print(
+                f"pi trust: warning: {path} is too large to fingerprint ({digest.problem}); "
+                "the decision will not apply where it is loaded",
+                file=sys.stderr,
+            )
 
 
 def resources_main(argv: Sequence[str]) -> int:

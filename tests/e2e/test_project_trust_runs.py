@@ -233,7 +233,10 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         assert [s["name"] for s in after["skills"]] == ["deploy"]
         assert any(path.endswith("evil.py") for path in after["extensions"])
         stored = json.loads((tmp_path / "agent" / "trust.json").read_text())
-        assert stored["decisions"] == {str(proj): "yes"}
+        assert stored == {str(proj): True}  # pi 1.6.0's format (issue 17 §4)
+        records = json.loads((tmp_path / "agent" / "pi-sandbox-trust.json").read_text())
+        record = records["decisions"][str(proj)]
+        assert record["decision"] == "yes" and record["fingerprint"]["resources"]  # issue 14 §4
         # And back: untrusting unloads the project's extensions and skills.
         command({"type": "set_trust", "id": 5, "decision": "no"})
         last = command({"type": "get_state", "id": 6})["data"]

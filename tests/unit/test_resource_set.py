@@ -425,6 +425,7 @@ def test_as_dict_shape(env):
         "project_resources": [str(env[0] / ".pi" / "prompts")],
         "stored": {"decision": "sandboxed", "path": str(env[0])},
         "store_error": None,
+        "changes": None,
     }
     json.dumps(decision.as_dict())  # serialisable as is
 
@@ -436,7 +437,14 @@ def test_as_dict_of_an_undecided_project_with_a_broken_store(env):
     assert data["decision"] == "undecided"
     assert data["stored"] is None
     assert isinstance(data["store_error"], str) and data["store_error"]
-    assert set(data) == {"decision", "source", "project_resources", "stored", "store_error"}
+    assert set(data) == {
+        "decision",
+        "source",
+        "project_resources",
+        "stored",
+        "store_error",
+        "changes",
+    }
 
 
 # --- load_resources: what trust admits ----------------------------------------------------

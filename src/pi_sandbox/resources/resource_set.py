@@ -45,6 +45,7 @@ from pi_sandbox.resources.context_files import (
 )
 from pi_sandbox.resources.project_trust import (
     TRUST_DECISIONS,
+    SavedDecision,
     TrustStore,
     TrustStoreError,
     _git_root,
@@ -52,6 +53,12 @@ from pi_sandbox.resources.project_trust import (
 )
 from pi_sandbox.resources.prompt_templates import PromptTemplate, load_prompt_templates
 from pi_sandbox.resources.skills import Skill, SkillSource, load_skills
+from pi_sandbox.resources.trust_fingerprint import (
+    ResourceChanges,
+    compare,
+    decision_fingerprint,
+    run_fingerprint,
+)
 
 __all__ = [
     "ExtensionResourcePaths",
@@ -100,6 +107,13 @@ class TrustDecision:
         stored: the trust store's entry for the cwd, ``(decision, directory)``, if any
             (shown even when another input won).
         store_error: why the trust store could not be read (it is then ignored).
+        changes: how the resources this run would load differ from those the stored
+            decision approved (issue 14 §4), when they do: the stored ``yes`` or
+            ``sandboxed`` then did not apply (unless a ``sandboxed`` decision
+            follows changes).
+        notes: what the user should know about the stored decision (it was bound
+            to the current content at first use, or could not be).
+        saved: the stored decision with its record (fingerprint, origin), if any.
     """
 
     decision: str | None
@@ -107,6 +121,9 @@ class TrustDecision:
     resources: tuple[Path, ...] = ()
     stored: tuple[str, Path] | None = None
     store_error: str | None = None
+    changes: ResourceChanges | None = None
+    notes: tuple[str, ...] = ()
+    saved: SavedDecision | None = None
 
     @property
     def trusted(self) -> bool:
@@ -125,7 +142,32 @@ class TrustDecision:
                 else None
             ),
             "store_error": self.store_error,
+            "changes": self.changes.as_dict() if self.changes else None,
         }
+
+    def change_notices(self) -> list[str]:
+        """The notices a run shows about the stored decision: what changed since it
+        was saved, and how to approve the current content (issue 14 §4)."""
+        lines = list(self.notes)
+        if self.changes and self.saved is not None:
+            import shlex
+
+            where = shlex.quote(str(self.saved.path))
+            what = self.changes.summary()
+            if self.decision == "sandboxed" and self.saved.follow_changes:
+                lines.append(
+                    f"The project's resources changed since `{self.saved.decision}` was saved "
+                    f"for {self.saved.path} ({what}); it follows changes, so they load "
+                    "sandboxed"
+                )
+            else:
+                again = f"pi trust {self.saved.decision} {where}"
+                lines.append(
+                    f"The saved `{self.saved.decision}` for {self.saved.path} does not apply: "
+                    f"the project's trust-requiring resources changed since it was saved "
+                    f"({what}). Review them, then trust the project again (`{again}`)"
+                )
+        return lines
 
 
 def _limited(decision: str, source: str, rules: Any) -> tuple[str, str]:
@@ -159,8 +201,17 @@ def resolve_trust(
     rules: Any = None,
     extension_answer: str | None = None,
     has_ui: bool = False,
+    bind_unbound: bool = False,
 ) -> TrustDecision:
     """Decide the project's trust (module docstring, seed 000 §2.4, issue 6).
+
+    A stored ``yes`` or ``sandboxed`` applies only while the resources this run
+    would load are those it approved (issue 14 §4): otherwise the project is
+    undecided (the policy's and the settings' defaults apply as if nothing were
+    stored) and ``changes`` says what changed — unless a ``sandboxed`` decision
+    follows changes. A stored decision without a fingerprint (saved by pi 1.6.0 or
+    our previous store format) applies, and with ``bind_unbound`` is bound to the
+    current content now (trust on first use).
 
     Args:
         cwd: the session's working directory (absolute).
@@ -172,6 +223,8 @@ def resolve_trust(
         extension_answer: the first decisive ``project_trust`` answer of a user-level
             or ``-e`` extension (``yes``/``no``/``sandboxed``), if any.
         has_ui: whether the user can be asked now (``ask`` stays ``ask``).
+        bind_unbound: record a fingerprint for an applying decision that has none
+            (a run's start does; ``pi trust show`` and ``pi resources`` do not write).
 
     Returns:
         The `TrustDecision`. A decision the policy forbids (from an extension, the
@@ -182,15 +235,20 @@ def resolve_trust(
     """
     resources = tuple(project_resources(cwd, home=home))
     store_error: str | None = None
-    stored: tuple[str, Path] | None = None
+    saved: SavedDecision | None = None
     store = trust_store_path(agent_dir)
     try:
-        stored = TrustStore.load(store).decision_for(cwd)
+        saved = TrustStore.load(store).saved_for(cwd)
     except TrustStoreError as exc:
         store_error = str(exc)
+    stored = (saved.decision, saved.path) if saved is not None else None
+    changes: ResourceChanges | None = None
+    notes: list[str] = []
 
     def made(decision: str | None, source: str) -> TrustDecision:
-        return TrustDecision(decision, source, resources, stored, store_error)
+        return TrustDecision(
+            decision, source, resources, stored, store_error, changes, tuple(notes), saved
+        )
 
     if requested is not None:
         if rules is not None:
@@ -206,8 +264,10 @@ def resolve_trust(
         return made(*_limited("yes", "no project resources", rules))
     if extension_answer in TRUST_DECISIONS:
         return made(*_limited(extension_answer, "extension project_trust", rules))
-    if stored is not None:
-        return made(*_limited(stored[0], f"trust store {store} ({stored[1]})", rules))
+    if saved is not None:
+        applies, changes = _content_check(saved, cwd, home, store, bind_unbound, notes)
+        if applies:
+            return made(*_limited(saved.decision, f"trust store {store} ({saved.path})", rules))
     if rules is not None and rules.default_source:
         decision, source = rules.decide(None, has_ui=has_ui)
         return made(decision, source)
@@ -218,6 +278,50 @@ def resolve_trust(
         decision, source = rules.decide(None, has_ui=has_ui)
         return made(decision, source)
     return made("ask" if has_ui else None, "default")
+
+
+def _content_check(
+    saved: SavedDecision,
+    cwd: Path,
+    home: Path,
+    store: Path,
+    bind_unbound: bool,
+    notes: list[str],
+) -> tuple[bool, ResourceChanges | None]:
+    """Whether ``saved`` applies to the resources a run in ``cwd`` would load now,
+    and what changed since it was saved (issue 14 §4). ``no`` always applies."""
+    if saved.decision == "no":
+        return True, None
+    if saved.fingerprint is None:
+        who = "pi 1.6.0" if saved.origin == "pi" else "an older pi-sandbox"
+        if not bind_unbound:
+            notes.append(
+                f"The saved `{saved.decision}` for {saved.path} (saved by {who}) records no "
+                "content; the next run binds it to the resources it finds then"
+            )
+            return True, None
+        fingerprint = decision_fingerprint(saved.path, home=home, also_for=(cwd,))
+        try:
+            bound = TrustStore.update(store, lambda s: s.bind(saved, fingerprint))
+        except (TrustStoreError, OSError) as exc:
+            notes.append(
+                f"The saved `{saved.decision}` for {saved.path} (saved by {who}) records no "
+                f"content and could not be bound to it now: {exc}"
+            )
+            return True, None
+        if bound:
+            notes.append(
+                f"The saved `{saved.decision}` for {saved.path} (saved by {who}) is now bound "
+                f"to the content of its {len(fingerprint.resources)} trust-requiring "
+                "resource(s): a later change makes the project undecided until you trust "
+                "it again"
+            )
+        return True, None
+    current, candidates = run_fingerprint(cwd, home=home)
+    changes = compare(saved.fingerprint, current, candidates)
+    if not changes:
+        return True, None
+    return saved.decision == "sandboxed" and saved.follow_changes, changes
 
 
 @dataclass(frozen=True)

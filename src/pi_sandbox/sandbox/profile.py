@@ -167,6 +167,7 @@ _DENY_IN_AGENT_DIR = (
     "auth.json",
     "trust.json",
     "trust.json.lock",
+    "pi-sandbox-trust.json",  # our trust records beside pi's trust.json (issue 17 §4)
     "policy.yaml",
     "settings.json",
     "sessions",

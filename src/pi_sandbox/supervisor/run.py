@@ -248,6 +248,7 @@ def _load_policy(options: RunOptions) -> _Start:
             home=options.home,
             requested=options.trust,
             rules=policy.trust,
+            bind_unbound=True,  # a decision pi saved gets bound to today's content
         )
     except ValueError as exc:
         raise UsageError(f"argument --trust: {exc}") from exc
@@ -553,6 +554,9 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     # Repositories under the tool worker's writable roots at start (sandboxed runs):
     # a new one at the end is something a later `git` would execute config from.
     repositories_at_start: dict[str, Any] = {}
+    # Trust-requiring resources under the writable roots at start (sandboxed runs):
+    # what the run created or changed is reported at the end (issue 14 §4).
+    resource_watch: Any = None
     # The SIGHUP receiver starts first: a reload requested while workers start is
     # applied (the pipeline picks up the store's policy when it is created).
     reload_target: dict[str, Any] = {"pipeline": None}
@@ -592,6 +596,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     *options.notices,
                     *trust_notices,
                     *(f"Policy: {line}" for line in start.policy.diagnostics),
+                    *start.trust_info.change_notices(),
                     *_untrusted_notice(start.trust_info, options.cwd, start.base_policy.trust),
                     *notices,
                 ]
@@ -603,6 +608,15 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         repositories_at_start[root] = await trio.to_thread.run_sync(
                             find_repositories, root
                         )
+                    from pi_sandbox.supervisor.resource_changes import (
+                        ResourceWatch,
+                        watched_roots,
+                    )
+
+                    resource_watch = ResourceWatch(
+                        watched_roots(options.cwd, tool_profile.rw_binds), options.home
+                    )
+                    await resource_watch.start()
                 try:
                     writer = (
                         SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
@@ -813,6 +827,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                                 "git run there would use its config and hooks: review or delete it",
                             }
                         )
+                if resource_watch is not None:
+                    await resource_watch.report(output, audit.record)
                 if keep_logs:
                     print(f"pi: worker logs kept in {pool.log_dir}", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()
@@ -1063,9 +1079,21 @@ async def _change_trust(
         {"event": "trust", "action": "changed", "project": str(options.cwd), **info.as_dict()}
     )
     if save:
+        from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
+
         path = trust_store_path(options.agent_dir)
+        # What the saved decision approves (issue 14 §4), measured outside the lock.
+        fingerprint = (
+            await trio.to_thread.run_sync(
+                lambda: decision_fingerprint(options.cwd, home=options.home)
+            )
+            if decision != "no"
+            else None
+        )
         try:
-            TrustStore.update(path, lambda store: store.set(options.cwd, decision))
+            TrustStore.update(
+                path, lambda store: store.set(options.cwd, decision, fingerprint=fingerprint)
+            )
         except (TrustStoreError, OSError) as exc:
             raise UsageError(f"/trust --save: cannot update the trust store: {exc}") from exc
         info = dc.replace(info, stored=(decision, options.cwd), store_error=None)
