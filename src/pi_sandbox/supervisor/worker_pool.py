@@ -34,6 +34,12 @@ from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
 from pi_sandbox.sandbox.device_guard import DeviceGuard
+from pi_sandbox.sandbox.identity import (
+    UserNamespace,
+    refuse_unreachable,
+    unreachable_sources,
+    workspace_identity,
+)
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
@@ -190,6 +196,11 @@ class WorkerPool:
         self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
+        # Root on a workspace another uid owns: the namespace every sandbox joins to
+        # run as that owner (issue 14 §3), and the directory of the proxy socket it
+        # may reach (the log directory stays root's).
+        self._userns: UserNamespace | None = None
+        self._proxy_dir: str | None = None
         self._watched: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     def is_placeholder(self, path: str) -> bool:
@@ -247,6 +258,20 @@ class WorkerPool:
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
             )
+            if self._userns is not None:
+                blocked = unreachable_sources(
+                    [
+                        *profile.ro_binds,
+                        *profile.rw_binds,
+                        *(p for p, kind in profile.protect_mounts if kind == "bind"),
+                        *([profile.proxy_socket] if profile.proxy_socket else []),
+                    ],
+                    self._userns.identity,
+                )
+                if blocked:
+                    raise refuse_unreachable(
+                        os.path.realpath(self.config.cwd), self._userns.identity, blocked
+                    )
             self.placeholders.update(profile.placeholders)
             if self._lease is not None:
                 # Listed before bwrap creates them: after a run killed with SIGKILL
@@ -274,6 +299,7 @@ class WorkerPool:
             sandbox=profile,
             bwrap=self._bwrap,
             cgroups=self.cgroups,
+            userns=self._userns if sandboxed else None,
         )
 
     def _audit_paths(self) -> tuple[Path, ...]:
@@ -333,6 +359,11 @@ class WorkerPool:
         await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
         self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
+        identity = workspace_identity(workspace)
+        if identity is not None:
+            self._userns = await trio.to_thread.run_sync(
+                lambda: UserNamespace.open(identity, workspace=workspace)
+            )
         self._lease = PlaceholderLease.acquire()
         self._devices = DeviceGuard()
         settings = self.config.settings
@@ -341,12 +372,21 @@ class WorkerPool:
             from pi_sandbox.supervisor.egress_proxy import EgressProxy
 
             socket_path = self._log_dir / "egress.sock"
+            if self._userns is not None:
+                # The sandbox's uid must reach the socket: a directory of its own,
+                # named like the log directory so a killed run's is removed too.
+                self._proxy_dir = tempfile.mkdtemp(prefix=f"pi-workers-{os.getpid()}-net-")
+                owner = self._userns.identity
+                os.chown(self._proxy_dir, owner.uid, owner.gid)
+                socket_path = Path(self._proxy_dir) / "egress.sock"
             proxy = EgressProxy(
                 NetworkRules(allow=settings.network_allow, deny=settings.network_deny),
                 socket_path,
                 audit=self.audit,
             )
             await nursery.start(proxy.serve)
+            if self._userns is not None:
+                os.chown(socket_path, self._userns.identity.uid, self._userns.identity.gid)
             self._proxy_socket = str(socket_path)
 
     def _needs_bwrap(self, sources: Sequence[ExtensionSource]) -> bool:
@@ -999,6 +1039,10 @@ class WorkerPool:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.close)
             self.cgroups = None
+        if self._userns is not None:
+            self._userns.close()
+        if self._proxy_dir is not None:
+            shutil.rmtree(self._proxy_dir, ignore_errors=True)
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
 
