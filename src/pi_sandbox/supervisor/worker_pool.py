@@ -8,6 +8,7 @@ the workers that subscribed to them, combining results with ``protocol.hook_kind
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -71,6 +72,15 @@ worker is killed and restarted (issue 5)."""
 
 RESTART_BACKOFF_S = (0.1, 0.5, 2.0)
 """Delay before the 1st, 2nd, 3rd … restart of a crashed extension worker."""
+
+KEPT_LOGS_FILE = "pi-run.txt"
+"""Written into a worker-log directory the run keeps (`WorkerPool.aclose`): what
+failed, with tracebacks, and each worker's log and exit. Its presence tells later
+runs not to remove the directory (issue 14 §3)."""
+
+KEPT_LOGS_MAX_AGE_S = 7 * 24 * 3600
+"""A kept worker-log directory of a run that ended is removed by a later run once
+its `KEPT_LOGS_FILE` is older than this (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,10 @@ class WorkerPool:
         self._userns: UserNamespace | None = None
         self._proxy_dir: str | None = None
         self._watched: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        # Every worker ever created, so that `aclose` and `kill_all` reach one whose
+        # start was interrupted (a stop signal during its handshake) before it was
+        # filed in `extensions`/`tool_worker` (issue 14 §3).
+        self._spawned: list[WorkerProcess] = []
 
     def is_placeholder(self, path: str) -> bool:
         """Whether ``path`` is a placeholder of this run or, per the shared list,
@@ -452,6 +466,7 @@ class WorkerPool:
             sandboxed=self._needs_bwrap(sources),
         )
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
+        self._spawned.append(self.tool_worker)
         self.tool_worker.tool_updates = on_tool_update
         tool_worker_failure: list[WorkerError] = []
 
@@ -529,6 +544,7 @@ class WorkerPool:
                 network=capabilities["network"],
             )
             worker = WorkerProcess(spec, generation=self.generation)
+            self._spawned.append(worker)
             worker.tool_updates = on_tool_update
             self._connect(worker)
             try:
@@ -729,6 +745,7 @@ class WorkerPool:
         assert self._nursery is not None
         await old.aclose()
         replacement = WorkerProcess(old.spec, generation=old.generation + 1)
+        self._spawned.append(replacement)
         replacement.tool_updates = old.tool_updates
         if old is not self.tool_worker:
             self._connect(replacement)
@@ -1013,6 +1030,24 @@ class WorkerPool:
         await self._start_extensions(sources)
         self._build_registry()
 
+    def kill_all(self) -> None:
+        """Kill every worker now, without the shutdown request (a second stop signal,
+        issue 14 §3). A sandboxed worker's bwrap takes its PID namespace down with
+        it; an unsandboxed worker gets SIGTERM, on which it kills its commands' process
+        groups (they are not in its own) before exiting, and `aclose`'s escalation
+        follows with SIGKILL. Reaping stays with `aclose`."""
+        import signal
+
+        self._closing = True
+        for worker in self._spawned:
+            if worker.pid is None or worker.exited.is_set():
+                continue
+            if worker.spec.sandbox is not None:
+                worker.kill()
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(worker.pid, signal.SIGTERM)
+
     async def aclose(self, *, keep_logs: bool = False) -> None:
         """Stop every worker (escalating shutdown, always reaped).
 
@@ -1028,6 +1063,12 @@ class WorkerPool:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
+                filed = {id(w) for w in (*self.retired, self.tool_worker)}
+                filed |= {id(w) for _, w in self.extensions}
+                for worker in self._spawned:
+                    # Started but never filed (an interrupted start): reaped too.
+                    if id(worker) not in filed and not worker.exited.is_set():
+                        nursery.start_soon(worker.aclose)
         self.repaired_devices += self.repair_host_devices()
         if self._lease is not None:
             # Every sandbox of this run is gone: placeholders may go unless another
@@ -1045,23 +1086,67 @@ class WorkerPool:
             shutil.rmtree(self._proxy_dir, ignore_errors=True)
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
+        else:
+            self._write_kept_summary()
+
+    def _write_kept_summary(self) -> None:
+        """Write `KEPT_LOGS_FILE`: a kept directory is never empty (a load failure's
+        traceback travels on the channel, not in the worker's log) and later runs
+        leave it alone (`_remove_stale_log_dirs`)."""
+        import time
+
+        lines = [
+            f"pi (pid {os.getpid()}) kept these worker logs on "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %z')}; workspace {self.config.cwd}",
+            f"Later runs remove this directory {KEPT_LOGS_MAX_AGE_S // 86400} days after "
+            "this file was written.",
+            "",
+        ]
+        for error in self.load_errors:
+            lines.append(error.get("message", ""))
+            if error.get("traceback"):
+                lines.append(error["traceback"].rstrip())
+            lines.append("")
+        for path, why in self.disabled.items():
+            lines += [f"extension {path} was disabled: {why}", ""]
+        for worker in self._spawned:
+            code = worker.returncode
+            lines.append(
+                f"{worker.spec.log_path.name}: {worker.name} (generation {worker.generation}), "
+                + ("not started" if worker.pid is None else f"exit {code}")
+                + (f", {worker.failure}" if worker.failure else "")
+            )
+        with contextlib.suppress(OSError):
+            (self._log_dir / KEPT_LOGS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _remove_stale_log_dirs() -> None:
     """Remove worker-log directories of ``pi`` processes that no longer exist.
 
-    A run killed by a signal cannot clean up after itself; the next run does.
+    A run killed by a signal cannot clean up after itself; the next run does. A
+    directory the run kept (it said "worker logs kept in DIR" and wrote
+    `KEPT_LOGS_FILE`) stays for `KEPT_LOGS_MAX_AGE_S` (issue 14 §3).
     """
+    import time
+
     for entry in Path(tempfile.gettempdir()).glob("pi-workers-*-*"):
         pid = entry.name.split("-")[2]
         if not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
+            continue  # still running
         except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
+            pass
         except PermissionError:
-            pass  # another user's pi: alive, and not ours
+            continue  # another user's pi: alive, and not ours
+        try:
+            kept_at = (entry / KEPT_LOGS_FILE).stat().st_mtime
+        except OSError:
+            kept_at = None
+        if kept_at is not None and time.time() - kept_at < KEPT_LOGS_MAX_AGE_S:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def unsandboxed_env(home: Path) -> dict[str, str]:

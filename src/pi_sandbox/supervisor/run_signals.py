@@ -1,0 +1,155 @@
+"""Signals during a run: SIGTERM and SIGINT stop it cleanly, SIGHUP reloads the
+policy (issue 14 §3; issue 4 case 8 for the reload).
+
+One receiver (`RunStop.serve`) holds all three signals from the first moment of
+the run to the last: the run's own tear-down included, so no signal ever meets
+Python's default action while workers, sandboxes or the session file are open.
+
+- The first ``SIGTERM`` or ``SIGINT`` stops the run: every guarded wait
+  (`RunStop.guard`: worker start, the trust question, ``session_start``, the agent
+  run, the RPC loop) is cancelled, the running prompt is aborted (its tool calls
+  get ``$/cancel``), and the run then takes its ordinary way out — the session
+  file gets no further entry and is closed, ``session_shutdown`` reaches the
+  extensions, every worker is stopped and reaped (shutdown request, SIGTERM,
+  SIGKILL; bash commands go with their worker; a sandbox's whole PID namespace
+  goes with bwrap), and the run's temporary files, cgroups and placeholders are
+  removed. Exit status: 128 + the signal, 143 for ``SIGTERM``, 130 for ``SIGINT``.
+- A second ``SIGTERM`` or ``SIGINT`` during that tear-down does not interrupt it;
+  it kills every worker at once instead of waiting for them
+  (`RunStop.on_hurry`), so the tear-down ends within moments.
+- ``SIGHUP`` reloads the policy while the run works (`RunStop.reload`); once a
+  stop began it is ignored (said once on stderr): neither a reload nor death by
+  the default action may cut a tear-down short.
+
+pi 1.6.0 (rpc.md) ends on ``SIGHUP`` too; here ``SIGHUP`` is the policy reload
+(docs/policy.md), so only ``SIGTERM`` and ``SIGINT`` stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import trio
+
+__all__ = ["HANDLED_SIGNALS", "RunStop", "RunStopped"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+HANDLED_SIGNALS = (*STOP_SIGNALS, signal.SIGHUP)
+"""Every signal `RunStop.serve` receives for the whole run."""
+
+
+class RunStopped(Exception):
+    """A stop signal ended the run (raised by `RunStop.guard` when it cancelled the
+    guarded wait, or when the signal came before it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class RunStop:
+    """What a run does on ``SIGTERM``/``SIGINT``/``SIGHUP`` (see the module docstring).
+
+    Attributes:
+        signum: the first stop signal received, or None.
+        on_stop: called once, synchronously, with the first stop signal (abort the
+            running prompt).
+        on_hurry: called for every further stop signal (kill workers now).
+        reload: awaited for each ``SIGHUP`` before any stop (the policy reload).
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.on_stop: list[Callable[[], Any]] = []
+        self.on_hurry: list[Callable[[], Any]] = []
+        self.reload: Callable[[], Awaitable[None]] | None = None
+        self._scopes: set[trio.CancelScope] = set()
+        self._told_hup = False
+
+    @property
+    def exit_status(self) -> int | None:
+        """128 + the stop signal's number (143 for SIGTERM, 130 for SIGINT), or None."""
+        return None if self.signum is None else 128 + self.signum
+
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[Any]:
+        """`trio.open_signal_receiver` for `HANDLED_SIGNALS`, with no gap before or
+        after it: a signal that comes just before the receiver opens is acted on
+        once it is open, and one still pending when it closes (trio then raises it
+        again under the previous handler) is dropped instead of killing ``pi`` with
+        the default action after the tear-down already ran. Main thread only.
+        """
+        early: list[int] = []
+
+        def record(signum: int, frame: object) -> None:
+            early.append(signum)
+
+        previous = {signum: signal.signal(signum, record) for signum in HANDLED_SIGNALS}
+        try:
+            with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+                for signum in early:
+                    if signum in STOP_SIGNALS:
+                        self.stop(signum)
+                yield signals
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """A scope the first stop signal cancels; raises `RunStopped` when it was
+        cancelled (or when a stop signal came before it was entered).
+
+        Raises:
+            RunStopped: on leaving, if a stop signal cancelled the scope.
+        """
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            if self.signum is not None:
+                scope.cancel()
+            try:
+                yield
+            finally:
+                self._scopes.discard(scope)
+        if scope.cancelled_caught and self.signum is not None:
+            raise RunStopped(self.signum)
+
+    def stop(self, signum: int) -> None:
+        """Act on one stop signal (``serve`` calls it; tests may too)."""
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            _say(f"{name} again: stopping every worker now")
+            for hurry in self.on_hurry:
+                with contextlib.suppress(Exception):
+                    hurry()
+            return
+        self.signum = signum
+        _say(
+            f"{name} received: stopping (tool calls cancelled, workers stopped, exit {128 + signum})"
+        )
+        for scope in list(self._scopes):
+            scope.cancel()
+        for callback in self.on_stop:
+            with contextlib.suppress(Exception):  # a stop must go on whatever fails
+                callback()
+
+    async def serve(self, signals: Any) -> None:
+        """Handle the signals from ``signals`` (a `trio.open_signal_receiver` of
+        `HANDLED_SIGNALS`) until cancelled."""
+        async for signum in signals:
+            if signum in STOP_SIGNALS:
+                self.stop(signum)
+            elif self.signum is None and self.reload is not None:
+                await self.reload()
+            elif not self._told_hup:
+                self._told_hup = True
+                _say("SIGHUP ignored: the run is stopping")
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        print(f"pi: {text}", file=sys.stderr, flush=True)
