@@ -398,12 +398,23 @@ async def _run_stoppable(
 
     stop = RunStop()
     with stop.receiving() as signals:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop.serve, signals)
-            try:
-                return await _run(options, provider, start, output, audit, stop)
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop.serve, signals)
+                try:
+                    return await _run(options, provider, start, output, audit, stop)
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # `serve` never raises: the group holds what `_run` raised (itself
+            # grouped when it came from an ``except*``), which the caller maps to an
+            # exit status by its type.
+            single: BaseException = group
+            while isinstance(single, BaseExceptionGroup) and len(single.exceptions) == 1:
+                single = single.exceptions[0]
+            if single is group:
+                raise
+            raise single from None
 
 
 async def _run(
