@@ -75,9 +75,13 @@ def new_entries(workspace: Path, before: set[str]) -> list[str]:
     extra = []
     for name in sorted(set(os.listdir(workspace)) - before):
         path = workspace / name
-        if name in placeholder_names and path.is_dir() and not any(path.iterdir()):
-            continue
-        extra.append(name)
+        try:
+            if name in placeholder_names and path.is_dir() and not any(path.iterdir()):
+                continue
+        except FileNotFoundError:
+            continue  # a placeholder another run's end just removed
+        if os.path.lexists(path):
+            extra.append(name)
     return extra
 
 
@@ -107,7 +111,9 @@ def extension(pi):
 class Run:
     """One ``pi --sandbox -p`` run in a marked workspace, started in the background."""
 
-    def __init__(self, tmp_path: Path, *, slow_shutdown: bool = False) -> None:
+    def __init__(
+        self, tmp_path: Path, *, slow_shutdown: bool = False, hanging_factory: bool = False
+    ) -> None:
         self.marker = f"sig{uuid.uuid4().hex[:12]}"
         self.workspace = tmp_path / f"ws-{self.marker}"
         self.workspace.mkdir()
@@ -129,6 +135,10 @@ class Run:
             (package / "__init__.py").write_text(SLOW_SHUTDOWN)
             self.release = package / "RELEASE"
             extensions.append(package)
+        if hanging_factory:
+            path = tmp_path / "hanging_factory.py"
+            path.write_text("import time\n\ndef extension(pi):\n    time.sleep(300)\n")
+            extensions.append(path)
         script = tmp_path / "script.yaml"
         script.write_text(
             yaml.safe_dump(
@@ -250,6 +260,43 @@ def test_a_second_sigterm_kills_the_workers_instead_of_waiting_for_a_slow_shutdo
     assert time.monotonic() - started < 8, run.stderr()
     assert "SIGTERM again: stopping every worker now" in run.stderr()
     run.assert_left_nothing()
+
+
+def test_a_sigterm_while_an_extension_worker_still_starts_reaps_that_worker_too(
+    tmp_path: Path,
+):
+    run = Run(tmp_path, hanging_factory=True)
+
+    def workers_started():
+        found = marked_processes(run.marker)
+        workers = [c for c in found.values() if "pi_sandbox.worker" in c and "bwrap" not in c]
+        return len(workers) >= 5  # the tool worker and four extension workers
+
+    wait_for(workers_started, "every worker process to be spawned")
+    assert run.process.poll() is None  # the hanging factory holds the start up
+    run.process.send_signal(signal.SIGTERM)
+    assert run.wait() == 143, run.stderr()
+    assert "handshake failed" not in run.stderr()
+    survivors = wait_for(
+        lambda: not marked_processes(run.marker) or None, "every process to be gone", timeout=10
+    )
+    assert survivors
+    assert new_entries(run.workspace, run.before) == []
+    assert os.listdir(run.tmpdir) == []
+
+
+def test_control_a_supervisor_killed_with_sigkill_leaves_its_temporary_files_behind(
+    tmp_path: Path,
+):
+    """The checks above can fail: SIGKILL allows no clean-up, and the run's worker
+    logs stay in its temporary directory (the next run removes them)."""
+    run = Run(tmp_path)
+    run.wait_for_sleep()
+    run.process.kill()
+    assert run.wait() == -signal.SIGKILL
+    assert os.listdir(run.tmpdir) != []
+    # bwrap --die-with-parent still takes every sandbox down.
+    wait_for(lambda: not marked_processes(run.marker) or None, "the sandboxes to go", timeout=30)
 
 
 def test_worker_logs_a_run_kept_survive_a_later_run_and_name_the_failure(tmp_path: Path):
