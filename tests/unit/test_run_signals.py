@@ -80,13 +80,16 @@ def test_a_signal_still_pending_when_the_receiver_closes_does_not_kill_the_proce
 import os, signal, trio
 from pi_sandbox.supervisor.run_signals import RunStop
 
+stop = RunStop()
+
 async def main():
-    with RunStop().receiving():
+    with stop.receiving():
         os.kill(os.getpid(), signal.SIGHUP)
         await trio.sleep(0)  # delivered to trio's handler, never consumed
 
 before = signal.getsignal(signal.SIGHUP)
-trio.run(main)
+with stop.holding():
+    trio.run(main)
 assert signal.getsignal(signal.SIGHUP) == before  # handlers restored
 print("alive")
 """

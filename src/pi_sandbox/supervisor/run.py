@@ -172,8 +172,12 @@ def run_print_session(options: RunOptions) -> int:
     except AuditLogError as exc:
         audit.close()
         return fail(str(exc), 2)
+    from pi_sandbox.supervisor.run_signals import RunStop
+
+    stop = RunStop()
     try:
-        return trio.run(_run_stoppable, options, provider, start, output, audit)
+        with stop.holding():
+            return trio.run(_run_stoppable, options, provider, start, output, audit, stop)
     except UsageError as exc:
         return fail(str(exc), 2)
     except AuditLogError as exc:
@@ -390,13 +394,10 @@ def _forbid_ptrace_and_proc_reads() -> None:
 
 
 async def _run_stoppable(
-    options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any
+    options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any, stop: Any
 ) -> int:
     """`_run` with ``SIGTERM``/``SIGINT``/``SIGHUP`` received for its whole length,
     its tear-down included (`pi_sandbox.supervisor.run_signals`, issue 14 §3)."""
-    from pi_sandbox.supervisor.run_signals import RunStop
-
-    stop = RunStop()
     with stop.receiving() as signals:
         try:
             async with trio.open_nursery() as nursery:

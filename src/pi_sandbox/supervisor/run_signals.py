@@ -69,6 +69,7 @@ class RunStop:
         self.reload: Callable[[], Awaitable[None]] | None = None
         self._scopes: set[trio.CancelScope] = set()
         self._told_hup = False
+        self._early: list[int] = []
 
     @property
     def exit_status(self) -> int | None:
@@ -76,28 +77,36 @@ class RunStop:
         return None if self.signum is None else 128 + self.signum
 
     @contextlib.contextmanager
-    def receiving(self) -> Iterator[Any]:
-        """`trio.open_signal_receiver` for `HANDLED_SIGNALS`, with no gap before or
-        after it: a signal that comes just before the receiver opens is acted on
-        once it is open, and one still pending when it closes (trio then raises it
-        again under the previous handler) is dropped instead of killing ``pi`` with
-        the default action after the tear-down already ran. Main thread only.
+    def holding(self) -> Iterator[None]:
+        """Around ``trio.run`` (main thread): `HANDLED_SIGNALS` are recorded, not
+        acted on by their default action, whenever `receiving` is not open.
+
+        A signal that comes just before the receiver opens is acted on once it is
+        open; one that trio raises again after its receiver closed (trio does so
+        for signals still pending then, possibly from a callback that runs after
+        the receiver's own clean-up) is dropped instead of killing ``pi`` with the
+        default action after the tear-down already ran.
         """
-        early: list[int] = []
-
-        def record(signum: int, frame: object) -> None:
-            early.append(signum)
-
-        previous = {signum: signal.signal(signum, record) for signum in HANDLED_SIGNALS}
+        previous = {signum: signal.signal(signum, self._record) for signum in HANDLED_SIGNALS}
         try:
-            with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
-                for signum in early:
-                    if signum in STOP_SIGNALS:
-                        self.stop(signum)
-                yield signals
+            yield
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def _record(self, signum: int, frame: object) -> None:
+        self._early.append(signum)
+
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[Any]:
+        """`trio.open_signal_receiver` for `HANDLED_SIGNALS` (inside `holding`); a stop
+        signal recorded before it opened is acted on at once."""
+        with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+            early, self._early = self._early, []
+            for signum in early:
+                if signum in STOP_SIGNALS:
+                    self.stop(signum)
+            yield signals
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
