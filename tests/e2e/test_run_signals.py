@@ -112,7 +112,12 @@ class Run:
     """One ``pi --sandbox -p`` run in a marked workspace, started in the background."""
 
     def __init__(
-        self, tmp_path: Path, *, slow_shutdown: bool = False, hanging_factory: bool = False
+        self,
+        tmp_path: Path,
+        *,
+        slow_shutdown: bool = False,
+        hanging_factory: bool = False,
+        mode: tuple[str, ...] = ("--sandbox", "-p"),
     ) -> None:
         self.marker = f"sig{uuid.uuid4().hex[:12]}"
         self.workspace = tmp_path / f"ws-{self.marker}"
@@ -157,7 +162,7 @@ class Run:
             )
         )
         self.stderr_path = tmp_path / "stderr.txt"
-        argv = [sys.executable, "-m", "pi_sandbox.cli", "--sandbox", "-p"]
+        argv = [sys.executable, "-m", "pi_sandbox.cli", *mode]
         argv += ["--model", "scripted", "--script", str(script), "-C", str(self.workspace)]
         for path in extensions:
             argv += ["-e", str(path)]
@@ -188,7 +193,7 @@ class Run:
 
     def wait(self) -> int:
         try:
-            self.process.communicate(timeout=DEADLINE_S)
+            self.stdout, _ = self.process.communicate(timeout=DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.communicate()
@@ -226,6 +231,30 @@ def test_a_stop_signal_during_a_long_bash_call_kills_every_sandboxed_process_and
     assert run.wait() == status, run.stderr()
     assert f"{signal.Signals(signum).name} received: stopping" in run.stderr()
     assert "handshake failed" not in run.stderr()
+    run.assert_left_nothing()
+
+
+def test_sigterm_in_json_mode_ends_the_event_stream_with_an_error_event_and_exits_143(
+    tmp_path: Path,
+):
+    run = Run(tmp_path, mode=("--sandbox", "--mode", "json"))
+    run.wait_for_sleep()
+    run.process.send_signal(signal.SIGTERM)
+    assert run.wait() == 143, run.stderr()
+    events = [json.loads(line) for line in run.stdout.decode().splitlines()]
+    assert {"type": "error", "error": "stopped by SIGTERM (exit 143)"} in events
+    run.assert_left_nothing()
+
+
+def test_sigterm_without_the_sandbox_still_kills_the_bash_command_in_its_own_session(
+    tmp_path: Path,
+):
+    """Unsandboxed, a bash command runs in a session of its own, outside its worker's
+    process group: the worker must take it down when it is stopped."""
+    run = Run(tmp_path, mode=("-p",))
+    run.wait_for_sleep()
+    run.process.send_signal(signal.SIGTERM)
+    assert run.wait() == 143, run.stderr()
     run.assert_left_nothing()
 
 
