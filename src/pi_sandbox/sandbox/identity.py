@@ -76,7 +76,8 @@ def workspace_identity(workspace: str) -> SandboxIdentity | None:
 
 
 def foreign_owner_hint(workspace: str, identity: SandboxIdentity) -> str:
-    """The shared start of every refusal: who owns what, and the three fixes."""
+    """The shared start of every refusal: who owns the workspace, and whom the
+    sandbox therefore runs as."""
     return (
         f"the workspace {workspace} is owned by uid {identity.uid}, not by root who runs pi, "
         f"so the sandbox runs as uid {identity.uid}"
