@@ -272,20 +272,14 @@ class WorkerPool:
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
             )
-            if self._userns is not None:
-                blocked = unreachable_sources(
-                    [
-                        *profile.ro_binds,
-                        *profile.rw_binds,
-                        *(p for p, kind in profile.protect_mounts if kind == "bind"),
-                        *([profile.proxy_socket] if profile.proxy_socket else []),
-                    ],
-                    self._userns.identity,
-                )
-                if blocked:
-                    raise refuse_unreachable(
-                        os.path.realpath(self.config.cwd), self._userns.identity, blocked
-                    )
+            self._check_reachable(
+                [
+                    *profile.ro_binds,
+                    *profile.rw_binds,
+                    *(p for p, kind in profile.protect_mounts if kind == "bind"),
+                    *([profile.proxy_socket] if profile.proxy_socket else []),
+                ]
+            )
             self.placeholders.update(profile.placeholders)
             if self._lease is not None:
                 # Listed before bwrap creates them: after a run killed with SIGKILL
@@ -315,6 +309,21 @@ class WorkerPool:
             cgroups=self.cgroups,
             userns=self._userns if sandboxed else None,
         )
+
+    def _check_reachable(self, paths: Sequence[str]) -> None:
+        """Refuse (one line, exit 2) when the workspace owner's uid, which the
+        sandboxes run as, cannot reach a path bwrap must bind (issue 14 §3).
+
+        Raises:
+            SandboxError: such a path (`pi_sandbox.sandbox.identity`).
+        """
+        if self._userns is None:
+            return
+        blocked = unreachable_sources(paths, self._userns.identity)
+        if blocked:
+            raise refuse_unreachable(
+                os.path.realpath(self.config.cwd), self._userns.identity, blocked
+            )
 
     def _audit_paths(self) -> tuple[Path, ...]:
         single = (self.config.audit_log,) if self.config.audit_log is not None else ()
@@ -426,6 +435,7 @@ class WorkerPool:
         self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
+        self._check_reachable([str(source.path) for source in sources])
         # No registry yet (it needs the tool worker): dispatch needs only each
         # worker's subscriptions.
         await self._start_extensions(sources)
@@ -457,6 +467,9 @@ class WorkerPool:
         self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
+        # Before any worker starts (its bwrap may create mount points in the
+        # workspace): every extension must be reachable by a foreign owner's uid.
+        self._check_reachable([str(source.path) for source in sources])
         tool_spec = self._spec(
             "tool worker",
             {"kind": "tools", "ctx": self._ctx()},
