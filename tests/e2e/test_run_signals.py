@@ -28,15 +28,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("require_bwrap")]
 DEADLINE_S = 60.0
 
 
-def wait_for(condition, what: str, timeout: float = DEADLINE_S):
-    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+def wait_for(condition, what: str, timeout: float = DEADLINE_S, detail=None):
+    """Poll ``condition`` until it returns something truthy; fail naming ``what``
+    (and ``detail()``, if given)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            more = f": {detail()}" if detail is not None else ""
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{more}")
         time.sleep(0.05)
 
 
@@ -180,6 +182,10 @@ class Run:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    def state(self) -> str:
+        """For failure messages: the exit status so far and stderr."""
+        return f"exit status {self.process.poll()}; stderr:\n{self.stderr()}"
+
     def wait_for_sleep(self) -> dict[int, str]:
         """Wait until the bash call's ``sleep 300`` runs; returns the marked processes."""
 
@@ -264,10 +270,12 @@ def test_sighup_during_the_tear_down_after_sigterm_is_ignored_and_the_run_still_
     run = Run(tmp_path, slow_shutdown=True)
     run.wait_for_sleep()
     run.process.send_signal(signal.SIGTERM)
-    wait_for(lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM")
+    wait_for(
+        lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM", detail=run.state
+    )
     # The slow extension's session_shutdown handler holds the tear-down open.
     run.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: "SIGHUP ignored" in run.stderr(), "pi to ignore SIGHUP")
+    wait_for(lambda: "SIGHUP ignored" in run.stderr(), "pi to ignore SIGHUP", detail=run.state)
     assert run.process.poll() is None  # neither a reload nor death by SIGHUP
     run.release.write_text("")
     assert run.wait() == 143, run.stderr()
@@ -280,7 +288,9 @@ def test_a_second_sigterm_kills_the_workers_instead_of_waiting_for_a_slow_shutdo
     run = Run(tmp_path, slow_shutdown=True)
     run.wait_for_sleep()
     run.process.send_signal(signal.SIGTERM)
-    wait_for(lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM")
+    wait_for(
+        lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM", detail=run.state
+    )
     run.process.send_signal(signal.SIGTERM)
     # The handler never returns (RELEASE is never created): only the second
     # signal's kill ends the tear-down before the 10 s session_shutdown bound.

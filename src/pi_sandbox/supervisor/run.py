@@ -175,9 +175,9 @@ def run_print_session(options: RunOptions) -> int:
     from pi_sandbox.supervisor.run_signals import RunStop
 
     stop = RunStop()
+    stop.hold()  # released after the last audit record (the finally below)
     try:
-        with stop.holding():
-            return trio.run(_run_stoppable, options, provider, start, output, audit, stop)
+        return trio.run(_run_stoppable, options, provider, start, output, audit, stop)
     except UsageError as exc:
         return fail(str(exc), 2)
     except AuditLogError as exc:
@@ -214,6 +214,7 @@ def run_print_session(options: RunOptions) -> int:
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
     finally:
         audit.close()
+        stop.release()
 
 
 def _load_policy(options: RunOptions) -> _Start:
@@ -755,7 +756,11 @@ async def _run(
                         raise host.errors[0]
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(10):
-                        await session.notify("session_shutdown", {"reason": "quit"})
+                        # Not abortable: after a stop signal aborted the prompt, the
+                        # extensions still hear that the session ends (pi 1.6.0 does).
+                        await session.notify(
+                            "session_shutdown", {"reason": "quit"}, abortable=False
+                        )
                     writer = session.writer
                 if final_text is not None and options.mode != "json":
                     try:

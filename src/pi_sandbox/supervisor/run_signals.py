@@ -70,29 +70,44 @@ class RunStop:
         self._scopes: set[trio.CancelScope] = set()
         self._told_hup = False
         self._early: list[int] = []
+        self._previous: dict[int, Any] = {}
 
     @property
     def exit_status(self) -> int | None:
         """128 + the stop signal's number (143 for SIGTERM, 130 for SIGINT), or None."""
         return None if self.signum is None else 128 + self.signum
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """Around ``trio.run`` (main thread): `HANDLED_SIGNALS` are recorded, not
-        acted on by their default action, whenever `receiving` is not open.
+    def hold(self) -> None:
+        """Before ``trio.run`` (main thread): from now until `release`,
+        `HANDLED_SIGNALS` are recorded, never left to their default action, whenever
+        `receiving` is not open.
 
         A signal that comes just before the receiver opens is acted on once it is
         open; one that trio raises again after its receiver closed (trio does so
         for signals still pending then, possibly from a callback that runs after
-        the receiver's own clean-up) is dropped instead of killing ``pi`` with the
-        default action after the tear-down already ran.
+        the receiver's own clean-up), or one that comes while the run's last
+        records are written, is dropped instead of killing ``pi`` by the default
+        action after the tear-down already ran.
         """
-        previous = {signum: signal.signal(signum, self._record) for signum in HANDLED_SIGNALS}
+        if not self._previous:
+            self._previous = {
+                signum: signal.signal(signum, self._record) for signum in HANDLED_SIGNALS
+            }
+
+    def release(self) -> None:
+        """Put back the handlers `hold` replaced (idempotent)."""
+        previous, self._previous = self._previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """`hold` … `release` as a context manager."""
+        self.hold()
         try:
             yield
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            self.release()
 
     def _record(self, signum: int, frame: object) -> None:
         self._early.append(signum)
