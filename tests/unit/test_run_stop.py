@@ -111,3 +111,22 @@ print("alive")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == -signal.SIGHUP and "alive" not in result.stdout
+
+
+def test_a_stop_signal_the_parent_ignores_stays_ignored_but_sighup_is_always_handled():
+    code = """
+import signal
+from pi_sandbox.supervisor.run_signals import RunStop
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+stop = RunStop()
+with stop.holding():
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
+    assert signal.SIGTERM in stop.signals() and signal.SIGINT not in stop.signals()
+assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr

@@ -71,6 +71,7 @@ class RunStop:
         self._told_hup = False
         self._early: list[int] = []
         self._previous: dict[int, Any] = {}
+        self._handled: tuple[int, ...] | None = None
 
     @property
     def exit_status(self) -> int | None:
@@ -91,8 +92,21 @@ class RunStop:
         """
         if not self._previous:
             self._previous = {
-                signum: signal.signal(signum, self._record) for signum in HANDLED_SIGNALS
+                signum: signal.signal(signum, self._record) for signum in self.signals()
             }
+
+    def signals(self) -> tuple[int, ...]:
+        """The `HANDLED_SIGNALS` this run handles: all but a stop signal the parent
+        set to be ignored (a shell's background job ignores ``SIGINT``; that choice
+        is kept, as every Unix program keeps it). ``SIGHUP`` is always handled: the
+        policy reload works under ``nohup`` too (docs/policy.md)."""
+        if self._handled is None:
+            self._handled = tuple(
+                signum
+                for signum in HANDLED_SIGNALS
+                if signum == signal.SIGHUP or signal.getsignal(signum) is not signal.SIG_IGN
+            )
+        return self._handled
 
     def release(self) -> None:
         """Put back the handlers `hold` replaced (idempotent)."""
@@ -116,7 +130,7 @@ class RunStop:
     def receiving(self) -> Iterator[Any]:
         """`trio.open_signal_receiver` for `HANDLED_SIGNALS` (inside `holding`); a stop
         signal recorded before it opened is acted on at once."""
-        with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+        with trio.open_signal_receiver(*self.signals()) as signals:
             early, self._early = self._early, []
             for signum in early:
                 if signum in STOP_SIGNALS:
