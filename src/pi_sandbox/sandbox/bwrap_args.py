@@ -74,6 +74,33 @@ BASELINE_FLAGS: tuple[str, ...] = (
 )
 """Flags every sandboxed process gets, in this order (DESIGN §6)."""
 
+
+def _joined_userns_flags(userns_fd: int, uid: int, gid: int) -> tuple[str, ...]:
+    """`BASELINE_FLAGS` for a sandbox that joins a prepared user namespace
+    (`pi_sandbox.sandbox.identity`, issue 14 §3) instead of creating one.
+
+    bwrap refuses ``--userns`` beside ``--unshare-user``, ``--unshare-all`` (it
+    implies ``--unshare-user-try``) and ``--disable-userns``: the other namespaces
+    are listed one by one, and ``--assert-userns-disabled`` checks that the
+    namespace's ``user.max_user_namespaces`` of 0 holds.
+    """
+    return (
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--userns",
+        str(userns_fd),
+        "--uid",
+        str(uid),
+        "--gid",
+        str(gid),
+        "--assert-userns-disabled",
+        *BASELINE_FLAGS[BASELINE_FLAGS.index("--die-with-parent") :],
+    )
+
+
 # PID 1 of the sandbox is bwrap's own init: same user, same seccomp filter, but not
 # under the rlimits the worker (PID 2) applies to itself. Its /proc/1/mem would let
 # a sandboxed process write into it (ptrace is filtered, /proc/<pid>/mem is not),
@@ -101,6 +128,7 @@ def build_bwrap_argv(
     bwrap: str,
     seccomp_fd: int | None = None,
     status_fd: int | None = None,
+    userns: tuple[int, int, int] | None = None,
 ) -> list[str]:
     """Return the argv that runs ``command`` under bwrap as ``profile`` describes.
 
@@ -116,6 +144,10 @@ def build_bwrap_argv(
             program (``--seccomp``). Required when ``profile.seccomp`` is true.
         status_fd: the descriptor number, in bwrap, to write JSON status to
             (``--json-status-fd``: the child's pid, then its exit code), or None.
+        userns: ``(fd, uid, gid)``: join the user namespace open on descriptor
+            ``fd`` (in bwrap) and run as ``uid``/``gid`` there, instead of creating
+            a namespace that maps the caller (root on a workspace another uid owns,
+            issue 14 §3; see `_joined_userns_flags`).
 
     Returns:
         The complete argv, ``[bwrap, *flags, "--", *command]``.
@@ -129,7 +161,8 @@ def build_bwrap_argv(
     if profile.seccomp and seccomp_fd is None:
         raise ValueError("the profile needs a seccomp filter: pass seccomp_fd")
 
-    argv = [bwrap, *BASELINE_FLAGS, "--proc", "/proc", *_HIDE_INIT]
+    baseline = BASELINE_FLAGS if userns is None else _joined_userns_flags(*userns)
+    argv = [bwrap, *baseline, "--proc", "/proc", *_HIDE_INIT]
     for path, kind in profile.proc_covers:
         if kind == "ro":
             argv += ["--ro-bind", path, path]

@@ -173,8 +173,12 @@ def run_print_session(options: RunOptions) -> int:
     except AuditLogError as exc:
         audit.close()
         return fail(str(exc), 2)
+    from pi_sandbox.supervisor.run_signals import RunStop
+
+    stop = RunStop()
+    stop.hold()  # released after the last audit record (the finally below)
     try:
-        return trio.run(_run, options, provider, start, output, audit)
+        return trio.run(_run_stoppable, options, provider, start, output, audit, stop)
     except UsageError as exc:
         return fail(str(exc), 2)
     except AuditLogError as exc:
@@ -211,6 +215,7 @@ def run_print_session(options: RunOptions) -> int:
         return fail(f"internal error: {type(exc).__name__}: {exc}", 1)
     finally:
         audit.close()
+        stop.release()
 
 
 def _load_policy(options: RunOptions) -> _Start:
@@ -391,19 +396,53 @@ def _forbid_ptrace_and_proc_reads() -> None:
         pass
 
 
-async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any) -> int:
+async def _run_stoppable(
+    options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any, stop: Any
+) -> int:
+    """`_run` with ``SIGTERM``/``SIGINT``/``SIGHUP`` received for its whole length,
+    its tear-down included (`pi_sandbox.supervisor.run_signals`, issue 14 §3)."""
+    with stop.receiving() as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop.serve, signals)
+                try:
+                    return await _run(options, provider, start, output, audit, stop)
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # `serve` never raises: the group holds what `_run` raised (itself
+            # grouped when it came from an ``except*``), which the caller maps to an
+            # exit status by its type.
+            single: BaseException = group
+            while isinstance(single, BaseExceptionGroup) and len(single.exceptions) == 1:
+                single = single.exceptions[0]
+            if single is group:
+                raise
+            raise single from None
+
+
+async def _run(
+    options: RunOptions,
+    provider: Any,
+    start: _Start,
+    output: Any,
+    audit: Any,
+    stop: Any = None,
+) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.extension_requirements import inactive_warnings, load_stop_reason
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
+    from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
     from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.session_host import SessionHost
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline, report_extension_errors
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
     _forbid_ptrace_and_proc_reads()
+    stop = stop if stop is not None else RunStop()
     if options.session:
         # Before any profile is built: a masked path must exist to be masked, and the
         # session store is masked from every worker (it may lie inside a workspace).
@@ -547,6 +586,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
     pool = WorkerPool(config)
+    stop.on_hurry.append(pool.kill_all)
     pipeline: ToolPipeline | None = None
     writer: SessionWriter | None = None
     status = 0
@@ -557,17 +597,21 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     # Trust-requiring resources under the writable roots at start (sandboxed runs):
     # what the run created or changed is reported at the end (issue 14 §4).
     resource_watch: Any = None
-    # The SIGHUP receiver starts first: a reload requested while workers start is
-    # applied (the pipeline picks up the store's policy when it is created).
+    # SIGHUP is received from the start (`_run_stoppable`): a reload requested while
+    # workers start is applied (the pipeline picks up the store's policy when it is
+    # created).
     reload_target: dict[str, Any] = {"pipeline": None}
+    stop.reload = lambda: _reload_policy(start.store, reload_target, output, audit)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_reload_on_sighup, start.store, reload_target, output, audit)
             try:
                 trust_notices: list[str] = []
                 if bootstrap:
-                    await pool.start_bootstrap(nursery, bootstrap, on_tool_update=on_tool_update)
-                    await _ask_extensions_for_trust(options, start, pool, trust_notices)
+                    with stop.guard():
+                        await pool.start_bootstrap(
+                            nursery, bootstrap, on_tool_update=on_tool_update
+                        )
+                        await _ask_extensions_for_trust(options, start, pool, trust_notices)
                     pool.config = make_config()
                 # The decision, before any project resource is read (the bootstrap
                 # extensions above are user-level or -e ones).
@@ -601,7 +645,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     *notices,
                 ]
                 # Workers first: a run that cannot start its sandbox leaves no session file.
-                await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                with stop.guard():
+                    await pool.start(nursery, sources, on_tool_update=on_tool_update)
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
                 if tool_profile is not None:
                     for root in tool_profile.rw_binds:
@@ -731,10 +776,13 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     ),
                     trust_info=lambda: start.trust_info,
                 )
+                stop.on_stop.append(host.abort)
                 try:
-                    await host.start(nursery)
+                    with stop.guard():
+                        await host.start(nursery)
                     if options.mode == "rpc":
-                        await serve_rpc(host, output)
+                        with stop.guard():
+                            await serve_rpc(host, output)
                         final_text = None
                     else:
                         message = options.message
@@ -753,7 +801,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                             answer["text"] = await host.submit(message)
 
                         host.enqueue(prompt_job)
-                        await host.wait_quiet()
+                        with stop.guard():
+                            await host.wait_quiet()
                         final_text = answer.get("text", "")
                     if host.errors:
                         raise host.errors[0]
@@ -762,7 +811,11 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         raise WorkerCrashedError(required)
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(10):
-                        await session.notify("session_shutdown", {"reason": "quit"})
+                        # Not abortable: after a stop signal aborted the prompt, the
+                        # extensions still hear that the session ends (pi 1.6.0 does).
+                        await session.notify(
+                            "session_shutdown", {"reason": "quit"}, abortable=False
+                        )
                     writer = session.writer
                 if final_text is not None and options.mode != "json":
                     try:
@@ -789,6 +842,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 await output({"type": "error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
+            except RunStopped as exc:
+                # Said on stderr when the signal came (run_signals); the event stream
+                # says it too. The finally below tears everything down as usual.
+                if options.mode in ("json", "rpc"):
+                    await output({"type": "error", "error": f"{exc} (exit {stop.exit_status})"})
+                status = stop.exit_status or 1
             finally:
                 keep_logs = keep_logs or bool(pool.disabled)
                 await pool.aclose(keep_logs=keep_logs)
@@ -844,6 +903,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             writer.close()
     if getattr(output, "failed", False):
         status = status or 1
+    if stop.exit_status is not None:
+        status = stop.exit_status  # a stop signal after the last guarded wait
     # The last record: a log without it was cut short (crash, kill, full disk).
     audit.record(
         {
@@ -876,42 +937,37 @@ def _flag_parser() -> Any:
     return parse
 
 
-async def _reload_on_sighup(store: Any, target: dict[str, Any], output: Any, audit: Any) -> None:
-    """Reload the policy on ``SIGHUP``; a bad file keeps the last valid policy
-    (issue 4 case 8) and the error is reported on the output and in the audit log."""
-    import signal
+async def _reload_policy(store: Any, target: dict[str, Any], output: Any, audit: Any) -> None:
+    """Reload the policy (one ``SIGHUP``, received by `run_signals.RunStop`); a bad
+    file keeps the last valid policy (issue 4 case 8) and the error is reported on
+    the output and in the audit log."""
+    try:
+        result = store.reload()
+    except Exception as exc:  # never let a reload take the session down
+        from pi_sandbox.policies import ReloadResult
 
-    with trio.open_signal_receiver(signal.SIGHUP) as signals:
-        async for _ in signals:
-            try:
-                result = store.reload()
-            except Exception as exc:  # never let a reload take the session down
-                from pi_sandbox.policies import ReloadResult
-
-                result = ReloadResult(ok=False, error=f"{type(exc).__name__}: {exc}")
-            audit.record(
-                {
-                    "event": "policy",
-                    "action": "reloaded" if result.ok else "reload_failed",
-                    "error": result.error,
-                    "files": [{"tier": f.tier, "file": str(f.path)} for f in store.current.files],
-                }
-            )
-            if not result.ok:
-                message = (
-                    f"policy reload failed; the last valid policy stays in force: {result.error}"
-                )
-                await output({"type": "error", "error": message})
-                print(f"pi: {message}", file=sys.stderr, flush=True)
-                continue
-            if target["pipeline"] is not None:
-                target["pipeline"].policy = store.current
-            note = "policy reloaded; tool-call rules apply from the next call"
-            if result.sandbox_changed:
-                note += "; sandbox changes apply to the next run (running workers keep theirs)"
-            if result.other_changed:
-                note += "; extensions, trust and audit changes apply to the next run"
-            await output({"type": "notice", "message": note})
+        result = ReloadResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+    audit.record(
+        {
+            "event": "policy",
+            "action": "reloaded" if result.ok else "reload_failed",
+            "error": result.error,
+            "files": [{"tier": f.tier, "file": str(f.path)} for f in store.current.files],
+        }
+    )
+    if not result.ok:
+        message = f"policy reload failed; the last valid policy stays in force: {result.error}"
+        await output({"type": "error", "error": message})
+        print(f"pi: {message}", file=sys.stderr, flush=True)
+        return
+    if target["pipeline"] is not None:
+        target["pipeline"].policy = store.current
+    note = "policy reloaded; tool-call rules apply from the next call"
+    if result.sandbox_changed:
+        note += "; sandbox changes apply to the next run (running workers keep theirs)"
+    if result.other_changed:
+        note += "; extensions, trust and audit changes apply to the next run"
+    await output({"type": "notice", "message": note})
 
 
 async def _ask_extensions_for_trust(

@@ -8,6 +8,7 @@ the workers that subscribed to them, combining results with ``protocol.hook_kind
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -34,6 +35,12 @@ from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
 from pi_sandbox.sandbox.device_guard import DeviceGuard
+from pi_sandbox.sandbox.identity import (
+    UserNamespace,
+    refuse_unreachable,
+    unreachable_sources,
+    workspace_identity,
+)
 from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.profile import shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
@@ -66,6 +73,15 @@ worker is killed and restarted (issue 5)."""
 
 RESTART_BACKOFF_S = (0.1, 0.5, 2.0)
 """Delay before the 1st, 2nd, 3rd … restart of a crashed extension worker."""
+
+KEPT_LOGS_FILE = "pi-run.txt"
+"""Written into a worker-log directory the run keeps (`WorkerPool.aclose`): what
+failed, with tracebacks, and each worker's log and exit. Its presence tells later
+runs not to remove the directory (issue 14 §3)."""
+
+KEPT_LOGS_MAX_AGE_S = 7 * 24 * 3600
+"""A kept worker-log directory of a run that ended is removed by a later run once
+its `KEPT_LOGS_FILE` is older than this (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +223,16 @@ class WorkerPool:
         self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
+        # Root on a workspace another uid owns: the namespace every sandbox joins to
+        # run as that owner (issue 14 §3), and the directory of the proxy socket it
+        # may reach (the log directory stays root's).
+        self._userns: UserNamespace | None = None
+        self._proxy_dir: str | None = None
         self._watched: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        # Every worker ever created, so that `aclose` and `kill_all` reach one whose
+        # start was interrupted (a stop signal during its handshake) before it was
+        # filed in `extensions`/`tool_worker` (issue 14 §3).
+        self._spawned: list[WorkerProcess] = []
 
     def is_placeholder(self, path: str) -> bool:
         """Whether ``path`` is a placeholder of this run or, per the shared list,
@@ -265,6 +290,14 @@ class WorkerPool:
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
             )
+            self._check_reachable(
+                [
+                    *profile.ro_binds,
+                    *profile.rw_binds,
+                    *(p for p, kind in profile.protect_mounts if kind == "bind"),
+                    *([profile.proxy_socket] if profile.proxy_socket else []),
+                ]
+            )
             self.placeholders.update(profile.placeholders)
             if self._lease is not None:
                 # Listed before bwrap creates them: after a run killed with SIGKILL
@@ -294,7 +327,23 @@ class WorkerPool:
             sandbox=profile,
             bwrap=self._bwrap,
             cgroups=self.cgroups,
+            userns=self._userns if sandboxed else None,
         )
+
+    def _check_reachable(self, paths: Sequence[str]) -> None:
+        """Refuse (one line, exit 2) when the workspace owner's uid, which the
+        sandboxes run as, cannot reach a path bwrap must bind (issue 14 §3).
+
+        Raises:
+            SandboxError: such a path (`pi_sandbox.sandbox.identity`).
+        """
+        if self._userns is None:
+            return
+        blocked = unreachable_sources(paths, self._userns.identity)
+        if blocked:
+            raise refuse_unreachable(
+                os.path.realpath(self.config.cwd), self._userns.identity, blocked
+            )
 
     def _audit_paths(self) -> tuple[Path, ...]:
         single = (self.config.audit_log,) if self.config.audit_log is not None else ()
@@ -353,6 +402,11 @@ class WorkerPool:
         await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
         self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
+        identity = workspace_identity(workspace)
+        if identity is not None:
+            self._userns = await trio.to_thread.run_sync(
+                lambda: UserNamespace.open(identity, workspace=workspace)
+            )
         self._lease = PlaceholderLease.acquire()
         self._devices = DeviceGuard()
         settings = self.config.settings
@@ -361,12 +415,21 @@ class WorkerPool:
             from pi_sandbox.supervisor.egress_proxy import EgressProxy
 
             socket_path = self._log_dir / "egress.sock"
+            if self._userns is not None:
+                # The sandbox's uid must reach the socket: a directory of its own,
+                # named like the log directory so a killed run's is removed too.
+                self._proxy_dir = tempfile.mkdtemp(prefix=f"pi-workers-{os.getpid()}-net-")
+                owner = self._userns.identity
+                os.chown(self._proxy_dir, owner.uid, owner.gid)
+                socket_path = Path(self._proxy_dir) / "egress.sock"
             proxy = EgressProxy(
                 NetworkRules(allow=settings.network_allow, deny=settings.network_deny),
                 socket_path,
                 audit=self.audit,
             )
             await nursery.start(proxy.serve)
+            if self._userns is not None:
+                os.chown(socket_path, self._userns.identity.uid, self._userns.identity.gid)
             self._proxy_socket = str(socket_path)
 
     def _needs_bwrap(self, sources: Sequence[ExtensionSource]) -> bool:
@@ -392,6 +455,7 @@ class WorkerPool:
         self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
+        self._check_reachable([str(source.path) for source in sources])
         # No registry yet (it needs the tool worker): dispatch needs only each
         # worker's subscriptions.
         await self._start_extensions(sources)
@@ -423,6 +487,9 @@ class WorkerPool:
         self._on_tool_update = on_tool_update
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
+        # Before any worker starts (its bwrap may create mount points in the
+        # workspace): every extension must be reachable by a foreign owner's uid.
+        self._check_reachable([str(source.path) for source in sources])
         tool_spec = self._spec(
             "tool worker",
             {"kind": "tools", "ctx": self._ctx()},
@@ -432,6 +499,7 @@ class WorkerPool:
             sandboxed=self._needs_bwrap(sources),
         )
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
+        self._spawned.append(self.tool_worker)
         self.tool_worker.tool_updates = on_tool_update
         tool_worker_failure: list[WorkerError] = []
 
@@ -512,6 +580,7 @@ class WorkerPool:
                 settings=None if source.origin == "project" else self.config.extension_settings,
             )
             worker = WorkerProcess(spec, generation=self.generation)
+            self._spawned.append(worker)
             worker.tool_updates = on_tool_update
             self._connect(worker)
             try:
@@ -720,6 +789,7 @@ class WorkerPool:
         assert self._nursery is not None
         await old.aclose()
         replacement = WorkerProcess(old.spec, generation=old.generation + 1)
+        self._spawned.append(replacement)
         replacement.tool_updates = old.tool_updates
         if old is not self.tool_worker:
             self._connect(replacement)
@@ -1073,6 +1143,24 @@ class WorkerPool:
         await self._start_extensions(sources)
         self._build_registry()
 
+    def kill_all(self) -> None:
+        """Kill every worker now, without the shutdown request (a second stop signal,
+        issue 14 §3). A sandboxed worker's bwrap takes its PID namespace down with
+        it; an unsandboxed worker gets SIGTERM, on which it kills its commands' process
+        groups (they are not in its own) before exiting, and `aclose`'s escalation
+        follows with SIGKILL. Reaping stays with `aclose`."""
+        import signal
+
+        self._closing = True
+        for worker in self._spawned:
+            if worker.pid is None or worker.exited.is_set():
+                continue
+            if worker.spec.sandbox is not None:
+                worker.kill()
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(worker.pid, signal.SIGTERM)
+
     async def aclose(self, *, keep_logs: bool = False) -> None:
         """Stop every worker (escalating shutdown, always reaped).
 
@@ -1088,6 +1176,12 @@ class WorkerPool:
                     nursery.start_soon(worker.aclose)
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
+                filed = {id(w) for w in (*self.retired, self.tool_worker)}
+                filed |= {id(w) for _, w in self.extensions}
+                for worker in self._spawned:
+                    # Started but never filed (an interrupted start): reaped too.
+                    if id(worker) not in filed and not worker.exited.is_set():
+                        nursery.start_soon(worker.aclose)
         self.repaired_devices += self.repair_host_devices()
         if self._lease is not None:
             # Every sandbox of this run is gone: placeholders may go unless another
@@ -1099,25 +1193,73 @@ class WorkerPool:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.close)
             self.cgroups = None
+        if self._userns is not None:
+            self._userns.close()
+        if self._proxy_dir is not None:
+            shutil.rmtree(self._proxy_dir, ignore_errors=True)
         if not keep_logs:
             shutil.rmtree(self._log_dir, ignore_errors=True)
+        else:
+            self._write_kept_summary()
+
+    def _write_kept_summary(self) -> None:
+        """Write `KEPT_LOGS_FILE`: a kept directory is never empty (a load failure's
+        traceback travels on the channel, not in the worker's log) and later runs
+        leave it alone (`_remove_stale_log_dirs`)."""
+        import time
+
+        lines = [
+            f"pi (pid {os.getpid()}) kept these worker logs on "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %z')}; workspace {self.config.cwd}",
+            f"Later runs remove this directory {KEPT_LOGS_MAX_AGE_S // 86400} days after "
+            "this file was written.",
+            "",
+        ]
+        for error in self.load_errors:
+            lines.append(error.get("message", ""))
+            if error.get("traceback"):
+                lines.append(error["traceback"].rstrip())
+            lines.append("")
+        for path, why in self.disabled.items():
+            lines += [f"extension {path} was disabled: {why}", ""]
+        for worker in self._spawned:
+            code = worker.returncode
+            lines.append(
+                f"{worker.spec.log_path.name}: {worker.name} (generation {worker.generation}), "
+                + ("not started" if worker.pid is None else f"exit {code}")
+                + (f", {worker.failure}" if worker.failure else "")
+            )
+        with contextlib.suppress(OSError):
+            (self._log_dir / KEPT_LOGS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _remove_stale_log_dirs() -> None:
     """Remove worker-log directories of ``pi`` processes that no longer exist.
 
-    A run killed by a signal cannot clean up after itself; the next run does.
+    A run killed by a signal cannot clean up after itself; the next run does. A
+    directory the run kept (it said "worker logs kept in DIR" and wrote
+    `KEPT_LOGS_FILE`) stays for `KEPT_LOGS_MAX_AGE_S` (issue 14 §3).
     """
+    import time
+
     for entry in Path(tempfile.gettempdir()).glob("pi-workers-*-*"):
         pid = entry.name.split("-")[2]
         if not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
+            continue  # still running
         except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
+            pass
         except PermissionError:
-            pass  # another user's pi: alive, and not ours
+            continue  # another user's pi: alive, and not ours
+        try:
+            kept_at = (entry / KEPT_LOGS_FILE).stat().st_mtime
+        except OSError:
+            kept_at = None
+        if kept_at is not None and time.time() - kept_at < KEPT_LOGS_MAX_AGE_S:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def unsandboxed_env(home: Path) -> dict[str, str]:

@@ -47,6 +47,7 @@ from pi_sandbox.protocol.messages import (
 )
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
+from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
 from pi_sandbox.supervisor.rpc_channel import RpcChannel
 
@@ -60,6 +61,7 @@ _MAX_HOST_CALLS = 256
 # Descriptor numbers in the bwrap process (the channel is methods.WORKER_FD = 3).
 STATUS_FD = 4
 SECCOMP_FD = 5
+USERNS_FD = 6
 
 
 def worker_command() -> list[str]:
@@ -85,6 +87,9 @@ class WorkerSpec:
         max_log_bytes: the cap on the log file (bytes); later output is discarded.
         cgroups: where to make the worker's pids/memory cgroup (sandboxed workers
             only; None when the host offers none).
+        userns: the user namespace a sandboxed worker joins to run as the
+            workspace's owner (root on a foreign-owned workspace, issue 14 §3);
+            None: bwrap makes its own, mapping the caller.
     """
 
     name: str
@@ -95,6 +100,7 @@ class WorkerSpec:
     bwrap: str | None = None
     max_log_bytes: int = 4 * 1024 * 1024
     cgroups: CgroupLimiter | None = None
+    userns: UserNamespace | None = None
 
 
 class WorkerProcess:
@@ -261,8 +267,18 @@ class WorkerProcess:
             status_read, status_write = os.pipe2(os.O_CLOEXEC)
             passed[STATUS_FD] = status_write
             ours.append(status_write)
+            userns = None
+            if self.spec.userns is not None:
+                passed[USERNS_FD] = self.spec.userns.fd  # the pool's: not closed here
+                identity = self.spec.userns.identity
+                userns = (USERNS_FD, identity.uid, identity.gid)
             argv = build_bwrap_argv(
-                profile, argv, bwrap=self.spec.bwrap, seccomp_fd=seccomp_fd, status_fd=STATUS_FD
+                profile,
+                argv,
+                bwrap=self.spec.bwrap,
+                seccomp_fd=seccomp_fd,
+                status_fd=STATUS_FD,
+                userns=userns,
             )
             env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
             if self.spec.cgroups is not None:
