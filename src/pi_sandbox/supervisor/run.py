@@ -364,15 +364,6 @@ def _check_limits_fit(policy: Any) -> None:
                 )
 
 
-def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
-    """An empty directory the sandbox made to protect a missing path (still held
-    by a concurrent sandboxed run), not something a tool created."""
-    try:
-        return pool.is_placeholder(str(path)) and path.is_dir() and not any(path.iterdir())
-    except OSError:
-        return False
-
-
 def _forbid_ptrace_and_proc_reads() -> None:
     """Make the supervisor non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``).
 
@@ -397,7 +388,11 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.session_host import SessionHost
-    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline, report_extension_errors
+    from pi_sandbox.supervisor.tool_pipeline import (
+        ToolPipeline,
+        quarantine_event,
+        report_extension_errors,
+    )
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
     _forbid_ptrace_and_proc_reads()
@@ -507,9 +502,9 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
     from pi_sandbox.sandbox.repository_scan import find_repositories
 
-    # Sandboxed tools cannot create persistence paths (placeholders protect missing
-    # ones); unsandboxed tools can, and then the run at least says so, so nobody
-    # trusts a planted .pi/ or .git unawares.
+    # A sandboxed run's persistence guard quarantines persistence paths its tools
+    # create (issue 14 §1); unsandboxed tools can create them, and then the run at
+    # least says so, so nobody trusts a planted .pi/ or .git unawares.
     absent_at_start = [
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
@@ -737,9 +732,13 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             finally:
                 keep_logs = keep_logs or bool(pool.disabled)
                 await pool.aclose(keep_logs=keep_logs)
-                for rel in absent_at_start:
+                # Every sandbox is gone: the last look, for what a background process
+                # made after the last call (issue 14 §1).
+                for finding in await pool.check_persistence():
+                    await output(quarantine_event(finding))
+                for rel in absent_at_start if not pool.guarded else ():
                     path = options.cwd / rel
-                    if os.path.lexists(path) and not _is_leftover_placeholder(path, pool):
+                    if os.path.lexists(path):
                         await output(
                             {
                                 "type": "warning",

@@ -9,9 +9,11 @@ the workers that subscribed to them, combining results with ``protocol.hook_kind
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,8 +36,12 @@ from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
 from pi_sandbox.sandbox.device_guard import DeviceGuard
-from pi_sandbox.sandbox.placeholders import PlaceholderLease
-from pi_sandbox.sandbox.profile import shared_directories
+from pi_sandbox.sandbox.persistence_guard import (
+    Finding,
+    PersistenceGuard,
+    remove_legacy_placeholders,
+)
+from pi_sandbox.sandbox.profile import SandboxProfile, shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.extension_discovery import (
     ExtensionSource,
@@ -183,22 +189,66 @@ class WorkerPool:
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
-        self.placeholders: set[str] = set()
+        # Protected entries sandboxed tools created and the guard moved out of the
+        # workspace (issue 14 §1); reported as they are found.
+        self.quarantined: list[Finding] = []
+        self._guard: PersistenceGuard | None = None
+        self._guard_lock = trio.Lock()
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
-        self._lease: PlaceholderLease | None = None
-        self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
         self._watched: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
-    def is_placeholder(self, path: str) -> bool:
-        """Whether ``path`` is a placeholder of this run or, per the shared list,
-        of a concurrent sandboxed run of the same user."""
-        if path in self.placeholders:
-            return True
-        lease = self._lease or self._released_lease
-        return lease is not None and path in lease.recorded()
+    @property
+    def guarded(self) -> bool:
+        """Whether the persistence guard watches the tool worker's writable roots
+        (a sandboxed tool worker with at least one writable root)."""
+        return self._guard is not None
+
+    async def check_persistence(self) -> list[Finding]:
+        """Quarantine protected entries sandboxed tools created since the last check
+        (`PersistenceGuard.check`, in a worker thread) and audit each one
+        (``{"event": "quarantine", ...}``). The caller reports them to the user.
+
+        Returns:
+            The new findings (also appended to `quarantined`); empty when unguarded.
+        """
+        if self._guard is None:
+            return []
+        async with self._guard_lock:
+            with trio.CancelScope(shield=True):
+                findings = await trio.to_thread.run_sync(self._guard.check)
+        for finding in findings:
+            self.audit(
+                {
+                    "event": "quarantine",
+                    "path": finding.path,
+                    "rule": finding.rule,
+                    "moved_to": finding.moved_to,
+                    "error": finding.error,
+                }
+            )
+        self.quarantined += findings
+        return findings
+
+    async def _start_guard(self, profile: SandboxProfile) -> None:
+        """Record the tool worker's writable roots before its sandbox starts."""
+        if self._guard is not None or not profile.rw_binds:
+            return
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        quarantine = self.config.agent_dir / "quarantine" / f"{stamp}-{os.getpid()}"
+        self._guard = await trio.to_thread.run_sync(
+            functools.partial(
+                PersistenceGuard,
+                profile.rw_binds,
+                quarantine_dir=str(quarantine),
+                watched=profile.missing_protected,
+                git_dirs=profile.git_dirs,
+            )
+        )
+        if not self._guard.complete:
+            self.audit({"event": "quarantine", "action": "incomplete", "roots": profile.rw_binds})
 
     @property
     def log_dir(self) -> Path:
@@ -247,11 +297,6 @@ class WorkerPool:
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
             )
-            self.placeholders.update(profile.placeholders)
-            if self._lease is not None:
-                # Listed before bwrap creates them: after a run killed with SIGKILL
-                # the next run to end with no other run active removes them.
-                self._lease.record(profile.placeholders)
             self.audit(
                 {
                     "event": "sandbox_profile",
@@ -306,7 +351,7 @@ class WorkerPool:
 
     async def _prepare_sandbox(self, nursery: trio.Nursery) -> None:
         """Everything sandboxed workers share: bwrap, the seccomp program, cgroups,
-        the placeholder lease, the device guard, and the egress proxy.
+        the device guard, and the egress proxy.
 
         Raises:
             SandboxError: the workspace contains HOME, the temporary or runtime
@@ -319,7 +364,7 @@ class WorkerPool:
         # store under the sandbox's writable root, where masks cannot cover what
         # they do not name and a renamed parent defeats protection. One that
         # contains the temporary or runtime directory exposes other runs' worker
-        # logs, egress proxy sockets and placeholder bookkeeping.
+        # logs and egress proxy sockets.
         for what, path in shared_directories(self.config.home):
             if os.path.commonpath([path, workspace]) == workspace:
                 raise SandboxError(
@@ -333,7 +378,8 @@ class WorkerPool:
         await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
         self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
-        self._lease = PlaceholderLease.acquire()
+        # Empty directories earlier versions left as mount points (issue 14 §1).
+        await trio.to_thread.run_sync(remove_legacy_placeholders)
         self._devices = DeviceGuard()
         settings = self.config.settings
         if settings.network_enabled:
@@ -411,6 +457,8 @@ class WorkerPool:
             # may rewrite the input), so the tools it steers must run sandboxed too.
             sandboxed=self._needs_bwrap(sources),
         )
+        if tool_spec.sandbox is not None:
+            await self._start_guard(tool_spec.sandbox)
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
         self.tool_worker.tool_updates = on_tool_update
         tool_worker_failure: list[WorkerError] = []
@@ -989,12 +1037,6 @@ class WorkerPool:
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
         self.repaired_devices += self.repair_host_devices()
-        if self._lease is not None:
-            # Every sandbox of this run is gone: placeholders may go unless another
-            # sandboxed run of this user is still active (see placeholders.py).
-            self._lease.release(self.placeholders)
-            self._released_lease = self._lease
-            self._lease = None
         if self.cgroups is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.close)
