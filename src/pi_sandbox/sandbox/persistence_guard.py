@@ -257,6 +257,12 @@ class PersistenceGuard:
             self._record_tree(root, root, report=None)
 
     @property
+    def accepted(self) -> frozenset[str]:
+        """Git pointer files of linked worktrees ``git worktree add`` made during the
+        run and the guard accepted (their content is checked on every `check`)."""
+        return frozenset(self._accepted)
+
+    @property
     def directories(self) -> int:
         """How many directories the guard stats on each check."""
         return len(self._dirs)
@@ -444,6 +450,9 @@ class PersistenceGuard:
             shutil.move(path, target)
             return Finding(path, rule, moved_to=target)
         except OSError as exc:
+            if not os.path.lexists(path):
+                # Gone already: another run's guard over the same tree moved it.
+                return Finding(path, rule, error="it disappeared before pi could move it")
             error = f"could not move it to {target}: {exc.strerror or exc}"
         with contextlib.suppress(OSError):
             if os.path.isdir(path) and not os.path.islink(path):
@@ -482,7 +491,7 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def remove_legacy_placeholders() -> list[str]:
+def remove_legacy_placeholders(base: str | None = None) -> list[str]:
     """Remove the empty mount-point directories pi-sandbox 0.5 and earlier left in
     workspaces (``.envrc/``, ``.mcp.json/``, ``.vscode/`` …) after a run that was
     killed, once, when no such older run is still active.
@@ -494,13 +503,17 @@ def remove_legacy_placeholders() -> list[str]:
     active holds it shared, and removing its mount point would detach its
     protection). The list is then deleted, so this runs once. Never raises.
 
+    Args:
+        base: the old versions' bookkeeping directory (tests); default
+            ``/tmp/pi-sandbox-<uid>``.
+
     Returns:
         The directories removed.
     """
     import fcntl
     import json
 
-    base = f"/tmp/pi-sandbox-{os.getuid()}"
+    base = base or f"/tmp/pi-sandbox-{os.getuid()}"
     listing = os.path.join(base, "placeholders.json")
     try:
         info = os.lstat(base)

@@ -764,6 +764,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                             }
                         )
                     for path in sorted(after.found - before.found):
+                        if pool.accepted_worktree(path):
+                            continue
                         await output(
                             {
                                 "type": "warning",

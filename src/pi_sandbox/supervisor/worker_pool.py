@@ -206,6 +206,11 @@ class WorkerPool:
         (a sandboxed tool worker with at least one writable root)."""
         return self._guard is not None
 
+    def accepted_worktree(self, directory: str) -> bool:
+        """Whether ``directory`` is a linked worktree a sandboxed ``git worktree
+        add`` made and the persistence guard checked (not a planted repository)."""
+        return self._guard is not None and os.path.join(directory, ".git") in self._guard.accepted
+
     async def check_persistence(self) -> list[Finding]:
         """Quarantine protected entries sandboxed tools created since the last check
         (`PersistenceGuard.check`, in a worker thread) and audit each one
