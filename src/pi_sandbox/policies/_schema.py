@@ -417,6 +417,7 @@ AUDIT_RECORDS = (
     "extension",
     "policy",
     "device_repaired",
+    "quarantine",
     "run",
 )
 """The audit record kinds (the ``event`` field of each line)."""
