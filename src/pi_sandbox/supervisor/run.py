@@ -509,6 +509,11 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
     pool = WorkerPool(config)
+
+    async def report_quarantine(finding: Any) -> None:
+        await output(quarantine_event(finding))
+
+    pool.on_quarantine = report_quarantine
     pipeline: ToolPipeline | None = None
     writer: SessionWriter | None = None
     status = 0

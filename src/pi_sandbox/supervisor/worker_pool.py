@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from pi_sandbox.protocol.messages import DispatchResult, ToolDefinitionWire
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap, worker_profile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, remove_stale_cgroups
 from pi_sandbox.sandbox.device_guard import DeviceGuard
+from pi_sandbox.sandbox.inotify_watch import DirectoryWatch
 from pi_sandbox.sandbox.persistence_guard import (
     Finding,
     PersistenceGuard,
@@ -109,6 +110,10 @@ class DispatchOutcome:
     state: dict[str, Any]
     errors: list[dict[str, str]] = field(default_factory=list)
     fatal: str | None = None
+
+
+WATCH_INTERVAL_S = 0.05
+"""Least time between two inotify-driven persistence checks (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,12 @@ class WorkerPool:
         self.quarantined: list[Finding] = []
         self._guard: PersistenceGuard | None = None
         self._guard_lock = trio.Lock()
+        self._watch: DirectoryWatch | None = None
+        self._watch_scope: trio.CancelScope | None = None
+        # Reports a finding the inotify-driven check made between tool calls
+        # (run.py: the warning event); findings of the end-of-call check are
+        # returned to the tool pipeline instead.
+        self.on_quarantine: Callable[[Finding], Awaitable[None]] | None = None
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
         self._devices: DeviceGuard | None = None
@@ -224,6 +235,8 @@ class WorkerPool:
         async with self._guard_lock:
             with trio.CancelScope(shield=True):
                 findings = await trio.to_thread.run_sync(self._guard.check)
+                if self._watch is not None:
+                    self._watch.add(self._guard.take_new_directories())
         for finding in findings:
             self.audit(
                 {
@@ -254,6 +267,36 @@ class WorkerPool:
         )
         if not self._guard.complete:
             self.audit({"event": "quarantine", "action": "incomplete", "roots": profile.rw_binds})
+        try:
+            watch = DirectoryWatch()
+        except OSError:
+            return  # no inotify: the end-of-call check alone (docs/sandbox.md)
+        watch.add(self._guard.take_new_directories())
+        self._watch = watch
+        if self._nursery is not None:
+            self._nursery.start_soon(self._serve_persistence_watch, watch)
+
+    async def _serve_persistence_watch(self, watch: DirectoryWatch) -> None:
+        """Run the guard's check as soon as a watched directory gains an entry, at
+        most every `WATCH_INTERVAL_S`, until `aclose` (issue 14 §1: the window
+        between a sandboxed process creating a protected name and its quarantine
+        is one check, not the rest of the tool call)."""
+        with trio.CancelScope() as scope:
+            self._watch_scope = scope
+            try:
+                while True:
+                    await trio.lowlevel.wait_readable(watch.fd)
+                    watch.drain()
+                    for finding in await self.check_persistence():
+                        if self.on_quarantine is not None:
+                            await self.on_quarantine(finding)
+                    # A build creating thousands of files must not keep a core
+                    # busy re-checking: events meanwhile are coalesced.
+                    await trio.sleep(WATCH_INTERVAL_S)
+            finally:
+                self._watch = None
+                trio.lowlevel.notify_closing(watch.fd)
+                watch.close()
 
     @property
     def log_dir(self) -> Path:
@@ -1042,6 +1085,8 @@ class WorkerPool:
                 if self.tool_worker is not None:
                     nursery.start_soon(self.tool_worker.aclose)
         self.repaired_devices += self.repair_host_devices()
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
         if self.cgroups is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.close)
