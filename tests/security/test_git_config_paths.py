@@ -130,8 +130,10 @@ def test_sandboxed_tools_cannot_write_what_git_config_points_at(repo):
         for line in proc.stdout.splitlines()
         if '"quarantine"' in line and json.loads(line)["type"] == "warning"
     ]
-    assert [q["path"] for q in quarantined] == [str(repo.hooks)]
-    assert Path(quarantined[0]["moved_to"], "pre-commit").exists()
+    # (the inotify-driven check may take the directory before the hook is written
+    # into it: then writing the hook fails inside; either way it is quarantined)
+    assert {q["path"] for q in quarantined} == {str(repo.hooks)}
+    assert all(Path(q["moved_to"]).is_dir() for q in quarantined)
     assert include["error"], include["text"]
     assert "Read-only file system" in include["text"]
     # The workspace itself stayed writable: the sandbox, not a broken run, stopped them.
