@@ -382,10 +382,14 @@ class PersistenceGuard:
             except OSError:
                 continue
             listed_at = time.time()
-            names = _list(directory)
-            if names is None:
+            try:
+                # scandir's d_type spares an lstat per file on a large tree.
+                with os.scandir(directory) as it:
+                    entries = {e.name: _is_real_dir(e) for e in it}
+            except OSError:
                 self.complete = False
                 continue
+            names = frozenset(entries)
             self._dirs[directory] = _Dir(info.st_mtime_ns, info.st_ino, listed_at, names)
             self._new_dirs.append(directory)
             in_git = self._in_git_dir(directory, root)
@@ -395,11 +399,8 @@ class PersistenceGuard:
                     continue
                 if in_git and (name in _GIT_DIRS_NOT_WALKED or _is_object_dir(directory, name)):
                     continue
-                try:
-                    if stat.S_ISDIR(os.lstat(child).st_mode):
-                        pending.append(child)
-                except OSError:
-                    continue
+                if entries[name]:
+                    pending.append(child)
 
     def _in_git_dir(self, directory: str, root: str) -> bool:
         if any(_within(directory, g) for g in self.git_dirs):
@@ -503,6 +504,13 @@ def _is_object_dir(directory: str, name: str) -> bool:
     # objects/: its two-hex-digit fan-out and pack/ hold no code paths; info/ does
     # (alternates), so it is walked.
     return os.path.basename(directory) == "objects" and name != "info"
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _list(directory: str) -> frozenset[str] | None:
