@@ -98,6 +98,15 @@ def test_new_protected_entries_anywhere_are_moved_to_the_quarantine(root, tmp_pa
     assert guard.check() == []
 
 
+def test_a_name_made_again_after_its_quarantine_is_quarantined_again(root, tmp_path):
+    guard = guard_for(root, tmp_path)
+    for _ in range(3):
+        (root / ".pi").mkdir()
+        [finding] = guard.check()
+        assert finding.path == str(root / ".pi") and finding.moved_to
+    assert not (root / ".pi").exists()
+
+
 def test_a_protected_name_made_right_after_the_start_is_not_missed(root, tmp_path):
     # The coarse file-system clock may leave a directory's mtime unchanged by an
     # entry created within the same tick as the listing: recent ones are re-listed.

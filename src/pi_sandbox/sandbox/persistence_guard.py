@@ -471,6 +471,12 @@ class PersistenceGuard:
     def _quarantine(self, path: str, rule: str) -> Finding:
         self._forget(path)
         self._accepted.pop(path, None)
+        self._pending.pop(path, None)
+        # Gone from its directory's recorded names, so that the same name made
+        # again is new again.
+        parent = self._dirs.get(os.path.dirname(path))
+        if parent is not None:
+            parent.names = parent.names - {os.path.basename(path)}
         root = self._root_of(path)
         self._moved += 1
         target = os.path.join(

@@ -199,7 +199,7 @@ class WorkerPool:
         self.quarantined: list[Finding] = []
         self._guard: PersistenceGuard | None = None
         self._guard_lock = trio.Lock()
-        self._watch: DirectoryWatch | None = None
+        self._dir_watch: DirectoryWatch | None = None
         self._watch_scope: trio.CancelScope | None = None
         # Reports a finding the inotify-driven check made between tool calls
         # (run.py: the warning event); findings of the end-of-call check are
@@ -235,8 +235,8 @@ class WorkerPool:
         async with self._guard_lock:
             with trio.CancelScope(shield=True):
                 findings = await trio.to_thread.run_sync(self._guard.check)
-                if self._watch is not None:
-                    self._watch.add(self._guard.take_new_directories())
+                if self._dir_watch is not None:
+                    self._dir_watch.add(self._guard.take_new_directories())
         for finding in findings:
             self.audit(
                 {
@@ -272,7 +272,7 @@ class WorkerPool:
         except OSError:
             return  # no inotify: the end-of-call check alone (docs/sandbox.md)
         watch.add(self._guard.take_new_directories())
-        self._watch = watch
+        self._dir_watch = watch
         if self._nursery is not None:
             self._nursery.start_soon(self._serve_persistence_watch, watch)
 
@@ -294,7 +294,7 @@ class WorkerPool:
                     # busy re-checking: events meanwhile are coalesced.
                     await trio.sleep(WATCH_INTERVAL_S)
             finally:
-                self._watch = None
+                self._dir_watch = None
                 trio.lowlevel.notify_closing(watch.fd)
                 watch.close()
 
