@@ -184,3 +184,31 @@ def test_legacy_placeholders_are_removed_once_when_no_old_run_is_active(tmp_path
     assert remove_legacy_placeholders(str(base)) == [str(empty)]
     assert not empty.exists() and (full / "mine").exists()  # never one with content
     assert not (base / "placeholders.json").exists()
+
+
+def test_a_worktree_git_file_written_before_its_commondir_waits_for_it(root, tmp_path):
+    # git worktree add writes worktrees/NAME/gitdir, then the worktree's .git file,
+    # then commondir: a check in between must not take git's own files for a plant.
+    git(root, "init", "-q")
+    guard = guard_for(root, tmp_path)
+    admin = root / ".git" / "worktrees" / "wt"
+    admin.mkdir(parents=True)
+    (admin / "gitdir").write_text(f"{root / 'wt' / '.git'}\n")
+    (root / "wt").mkdir()
+    (root / "wt" / ".git").write_text(f"gitdir: {admin}\n")
+    assert guard.check() == []
+    (admin / "commondir").write_text("../..\n")
+    assert guard.check() == []
+    assert str(root / "wt" / ".git") in guard.accepted
+
+
+def test_a_config_planted_in_a_worktrees_git_directory_is_quarantined(root, tmp_path):
+    git(root, "init", "-q")
+    (root / ".git" / "worktrees" / "x").mkdir(parents=True)
+    guard = guard_for(root, tmp_path)
+    (root / ".git" / "worktrees" / "x" / "config").write_text("[core]\n\tfsmonitor = x\n")
+    (root / ".git" / "worktrees" / "x" / "hooks").mkdir()
+    assert sorted(f.rule for f in guard.check()) == [
+        "git worktrees/*/config",
+        "git worktrees/*/hooks",
+    ]

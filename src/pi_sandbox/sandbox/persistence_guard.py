@@ -112,16 +112,13 @@ GIT_CODE_PATHS = (
     ("commondir",),
     ("gitdir",),
     ("objects", "info", "alternates"),
-    ("worktrees", "*", "config.worktree"),
-    ("worktrees", "*", "commondir"),
-    ("worktrees", "*", "gitdir"),
 )
 """Entries of a git directory that make git run code or change where it points
 (issue 14 §2): ``config`` (core.fsmonitor, hooksPath, pager, sshCommand, filters,
 aliases, includes), ``hooks/``, ``info/attributes`` (filter and diff drivers),
 ``commondir``/``gitdir`` and alternates (another repository's config and hooks),
-and a linked worktree's ``config.worktree``; the same names in the submodules' git
-directories under ``modules/`` (see `_git_rule`). ``*`` matches one name. A worktree's own
+and the same names in each linked worktree's git directory (``worktrees/*/``) and in
+the submodules' git directories under ``modules/`` (see `_git_rule`). ``*`` matches one name. A worktree's own
 ``commondir`` and ``gitdir`` are accepted when they are git's own (see module doc)."""
 
 # Git directories hold tens of thousands of object and ref directories; none of
@@ -195,6 +192,11 @@ def classify(
 def _git_rule(inner: Sequence[str]) -> str | None:
     if not inner:
         return None
+    if inner[0] == "worktrees" and len(inner) > 2:
+        # A linked worktree's git directory: git never writes config, hooks or
+        # attributes there (they come from the common directory), so any is planted.
+        rule = _git_rule(inner[2:])
+        return None if rule is None else "git worktrees/*/" + rule[4:]
     if inner[0] == "modules" and len(inner) > 1:
         # Submodules' git directories: modules/<name, may hold slashes>/<entry>.
         # Their objects, refs and index are ordinary; their code paths are not.
@@ -445,7 +447,11 @@ class PersistenceGuard:
             return True
         return False
 
-    def _accept_worktree(self, git_file: str) -> bool:
+    def _accept_worktree(self, git_file: str) -> bool | None:
+        """A new ``.git`` file is git's own linked worktree (True), not (False), or
+        not decided yet (None: git writes the worktree's ``commondir`` after its
+        ``.git`` file). Undecided, git would take the worktree directory for a git
+        directory of its own, whose code paths the guard watches like any other."""
         content = _read_small(git_file)
         text = content.decode(errors="replace").strip()
         if not text.startswith("gitdir:"):
@@ -460,9 +466,9 @@ class PersistenceGuard:
         ):
             return False
         commondir = _read_small(os.path.join(git_dir, "commondir")).decode(errors="replace")
-        if os.path.realpath(os.path.join(git_dir, commondir.strip() or ".")) != os.path.realpath(
-            common
-        ):
+        if not commondir.strip():
+            return None
+        if os.path.realpath(os.path.join(git_dir, commondir.strip())) != os.path.realpath(common):
             return False
         self._accepted[git_file] = content
         self._accepted[os.path.join(git_dir, "commondir")] = commondir.encode()
