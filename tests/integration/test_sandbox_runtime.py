@@ -222,3 +222,19 @@ async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace
         )
     assert "WROTE" not in out
     assert out.strip().splitlines()[-1] == "1"  # /proc/sys is a read-only mount
+
+
+async def test_a_guard_that_cannot_record_every_directory_says_so(tmp_path, workspace, monkeypatch):
+    import functools
+
+    from pi_sandbox.sandbox.persistence_guard import PersistenceGuard
+
+    (workspace / "a" / "b").mkdir(parents=True)
+    monkeypatch.setattr(
+        "pi_sandbox.supervisor.worker_pool.PersistenceGuard",
+        functools.partial(PersistenceGuard, max_directories=1),
+    )
+    pool = make_pool(tmp_path, workspace)
+    async with running(pool):
+        assert pool.guard_warning is not None
+        assert "could not record every directory" in pool.guard_warning

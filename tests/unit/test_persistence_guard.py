@@ -212,3 +212,10 @@ def test_a_config_planted_in_a_worktrees_git_directory_is_quarantined(root, tmp_
         "git worktrees/*/config",
         "git worktrees/*/hooks",
     ]
+
+
+def test_a_tree_beyond_the_directory_bound_is_marked_incomplete(root, tmp_path):
+    for i in range(5):
+        (root / f"d{i}").mkdir()
+    assert not guard_for(root, tmp_path, max_directories=3).complete
+    assert guard_for(root, tmp_path).complete

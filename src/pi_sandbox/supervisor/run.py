@@ -565,6 +565,8 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                 ]
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                if pool.guard_warning is not None:
+                    await output({"type": "warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
                 if tool_profile is not None:
                     for root in tool_profile.rw_binds:

@@ -205,6 +205,8 @@ class WorkerPool:
         # (run.py: the warning event); findings of the end-of-call check are
         # returned to the tool pipeline instead.
         self.on_quarantine: Callable[[Finding], Awaitable[None]] | None = None
+        # Set when the guard could not record the whole of the writable roots.
+        self.guard_warning: str | None = None
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
         self._devices: DeviceGuard | None = None
@@ -266,7 +268,13 @@ class WorkerPool:
             )
         )
         if not self._guard.complete:
-            self.audit({"event": "quarantine", "action": "incomplete", "roots": profile.rw_binds})
+            self.guard_warning = (
+                "the persistence guard could not record every directory of "
+                f"{', '.join(profile.rw_binds)} (more than {self._guard.max_directories:,} "
+                "directories, or one it cannot list): a protected name a tool creates "
+                "below those may go unnoticed; review new .git, .pi, .envrc, .vscode … "
+                "before you use them"
+            )
         try:
             watch = DirectoryWatch()
         except OSError:
