@@ -246,3 +246,35 @@ def test_git_read_keeps_the_repository_read_only(tmp_path):
     assert results[0][1] and "Read-only file system" in results[0][0]
     assert results[1][0].strip() == "init"  # reading still works
     assert git(repo, "rev-parse", "HEAD").stdout == head
+
+
+def test_a_submodule_checkout_workspace_can_commit_and_its_config_stays_read_only(tmp_path):
+    root = Path(os.path.realpath(tmp_path))
+    make_repo(root / "lib")
+    sup = make_repo(root / "sup")
+    added = git(sup, "-c", "protocol.file.allow=always", "submodule", "add", "-q", "../lib", "sub")
+    assert added.returncode == 0, added.stderr
+    assert git(sup, "commit", "-qm", "add sub").returncode == 0
+    sub = sup / "sub"
+    assert (sub / ".git").read_text().startswith("gitdir: ../.git/modules/sub")
+    for args in (("config", "user.name", "Test"), ("config", "user.email", "t@example.com")):
+        assert git(sub, *args).returncode == 0
+    sentinel = root / "fsmonitor-ran"
+    config = sup / ".git" / "modules" / "sub" / "config"
+    before = config.read_bytes()
+    proc, results, _ = run_pi(
+        tmp_path,
+        sub,
+        [
+            "echo b > b.txt && git add b.txt && git commit -qm in-submodule",
+            f"git config core.fsmonitor 'touch {sentinel} #'",
+        ],
+        "--sandbox",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not results[0][1], results[0][0]
+    assert results[1][1] and "Device or resource busy" in results[1][0]
+    assert "in-submodule" in git(sub, "log", "--format=%s").stdout
+    assert config.read_bytes() == before
+    git(sub, "status")
+    assert not sentinel.exists()
