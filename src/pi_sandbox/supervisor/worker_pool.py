@@ -360,6 +360,8 @@ class WorkerPool:
                     "role": role,
                     "writable": list(profile.rw_binds),
                     "protected": [p for p, _ in profile.protect_mounts],
+                    # Missing protected paths: not mounted, quarantined if created.
+                    "watched": list(profile.missing_protected),
                     "network": profile.network,
                     "seccomp": profile.seccomp,
                     "cgroups": list(self.cgroups.controllers) if self.cgroups else [],
