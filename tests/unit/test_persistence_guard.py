@@ -219,3 +219,12 @@ def test_a_tree_beyond_the_directory_bound_is_marked_incomplete(root, tmp_path):
         (root / f"d{i}").mkdir()
     assert not guard_for(root, tmp_path, max_directories=3).complete
     assert guard_for(root, tmp_path).complete
+
+
+def test_a_quarantine_inside_a_writable_root_is_not_quarantined_again(root, tmp_path):
+    guard = PersistenceGuard([str(root)], quarantine_dir=str(root / "state" / "quarantine"))
+    (root / ".envrc").write_text("x")
+    assert len(guard.check()) == 1
+    (root / ".pi").mkdir()
+    assert [f.path for f in guard.check()] == [str(root / ".pi")]
+    assert guard.check() == []

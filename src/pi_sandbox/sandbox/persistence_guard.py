@@ -21,12 +21,16 @@ directories completely, and classifies each new entry (`classify`):
   ``.pi``, ``.vscode``, ``.envrc``, ``.mcp.json`` …: each is read by a tool opened
   in that directory, git, direnv, an editor, an agent);
 - a name in `PROTECTED_AT_ROOT` directly in a writable root (``.github``, CI
-  files, shell rc files, ``HEAD`` where the root has no ``.git``);
+  files, shell rc files);
 - inside a git directory, the entries that make git run code or change where it
   points (`GIT_CODE_PATHS`: ``config``, ``hooks``, ``info/attributes``,
   ``commondir`` …); ordinary git writes (objects, refs, the index, logs) are fine;
 - a path the profile names (``deny_write`` entries, paths a repository's git
-  config points at) that did not exist.
+  config points at, ``HEAD`` at a root without ``.git``) that did not exist.
+
+The supervisor also runs a check as soon as inotify reports a new entry in a
+recorded directory (`pi_sandbox.sandbox.inotify_watch`), so a finding usually
+exists on the host for milliseconds only (docs/sandbox.md, "Nothing in your tree").
 
 Each finding is renamed into ``quarantine_dir`` (same file system: atomic; else
 copied and removed) and reported by the caller (audit record, notice, JSON
@@ -350,6 +354,8 @@ class PersistenceGuard:
             del self._dirs[key]
 
     def _new_entry(self, path: str, root: str, found: list[Finding]) -> None:
+        if _within(path, self.quarantine_dir):
+            return  # the agent directory inside a writable root: our own moves
         if self._judge(path, root, found):
             return
         if os.path.isdir(path) and not os.path.islink(path):
@@ -397,6 +403,8 @@ class PersistenceGuard:
             in_git = self._in_git_dir(directory, root)
             for name in sorted(names):
                 child = os.path.join(directory, name)
+                if _within(child, self.quarantine_dir):
+                    continue
                 if report is not None and self._judge(child, root, report):
                     continue
                 if in_git and (name in _GIT_DIRS_NOT_WALKED or _is_object_dir(directory, name)):
