@@ -110,17 +110,29 @@ def test_the_models_listing_is_the_hosts_and_a_normal_exit_leaves_only_its_files
     assert listing(workspace / "src") == ["app.py"]
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL", "SIGHUP+SIGTERM"])
 def test_a_signalled_supervisor_leaves_only_what_the_model_made(tmp_path, workspace, how):
     before = listing(workspace)
+    audit = tmp_path / "audit.jsonl"
+    # The call plants .envrc, waits (bounded) until the guard has taken it, then
+    # marks that it is running: the signal comes with the sandbox alive.
+    command = (
+        "touch .envrc; for i in $(seq 6000); do [ -e .envrc ] || break; sleep 0.01; done;"
+        " touch started; sleep 600"
+    )
     proc = subprocess.Popen(
-        pi_argv(workspace, script_for(tmp_path / "s", "touch started; sleep 600")),
+        pi_argv(workspace, script_for(tmp_path / "s", command), "--audit-log", str(audit)),
         env=pi_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         wait_for(lambda: (workspace / "started").exists(), "the sandboxed call to start")
+        if how.startswith("SIGHUP"):
+            # A policy reload mid-call, then the end of the run.
+            proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: '"reloaded"' in audit.read_text(), "the policy reload")
+            how = how.split("+")[1]
         proc.send_signal(getattr(signal, how))
         try:
             proc.wait(timeout=DEADLINE_S)
