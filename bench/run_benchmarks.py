@@ -1523,7 +1523,9 @@ def bench_policy(env: Env, report: Report) -> None:
     unparseable = 0
     for result in decisions:
         counts[result.decision] = counts.get(result.decision, 0) + 1
-        unparseable += result.reason.startswith("the command cannot be parsed")
+        unparseable += result.reason.startswith(
+            ("the command cannot be parsed", "the command could not be parsed")
+        )
     bash_p50 = ns["h.policy_decision_bash"]["p50"]
     slowest = sorted(range(len(samples)), key=samples.__getitem__)[-3:]
     slow_text = ", ".join(

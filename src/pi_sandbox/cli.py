@@ -337,12 +337,15 @@ def policy_main(argv: Sequence[str]) -> int:
         "reason": decision.reason,
         "source": decision.source,
         "commands": decision.commands,
+        "unparseable": decision.unparseable,
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return EXIT_OK
     where = f" ({decision.tier}, {decision.source})" if decision.source else f" ({decision.tier})"
-    print(f"{decision.decision}: {decision.rule or 'no rule'}{where}")
+    # Issue 13 §6: a decision of the `unparseable` setting says so.
+    deciding = decision.rule or ("unparseable setting" if decision.unparseable else "no rule")
+    print(f"{decision.decision}: {deciding}{where}")
     print(f"  reason: {decision.reason}")
     for command in decision.commands:
         extra = ""
@@ -350,6 +353,8 @@ def policy_main(argv: Sequence[str]) -> int:
             extra += f"  via {' > '.join(command['via'])}"
         if command.get("flags"):
             extra += f"  flags {', '.join(command['flags'])}"
+        if command.get("unknown"):
+            extra += f"  unknown: {command['unknown']}"
         print(f"  {command['decision']:5}  {json.dumps(command['argv'])}{extra}")
     return EXIT_OK
 

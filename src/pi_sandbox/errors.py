@@ -8,7 +8,8 @@ Tree::
     │   ├── WorkerStartError     the worker process could not be spawned or failed its handshake
     │   ├── WorkerCrashedError   the worker process exited or its channel broke mid-request
     │   ├── WorkerTimeoutError   a request passed its deadline ($/cancel is sent; the answer is dropped)
-    │   └── RemoteError          the worker answered with an error; carries the remote traceback text
+    │   ├── RemoteError          the worker answered with an error; carries the remote traceback text
+    │   └── HookFailedError      a fail-closed extension hook failed: what it protects did not happen
     ├── StaleContextError        a message from an invalidated worker generation
     ├── HostCallError            an extension's action (host/call) was refused; carries the wire code
     ├── SandboxError
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuditLogError",
+    "HookFailedError",
     "HostCallError",
     "PiSandboxError",
     "PolicyError",
@@ -80,6 +82,13 @@ class RemoteError(WorkerError):
         super().__init__(message)
         self.code = code
         self.remote_traceback = remote_traceback
+
+
+class HookFailedError(WorkerError):
+    """A handler of a fail-closed event (``hook_kinds.ON_FAILURE``: ``input``,
+    ``before_agent_start``, ``context``, ``before_provider_request``, ``message_end``)
+    failed, so the prompt or provider request it protects was not sent (issue 13 §1).
+    The message names the extension and the failure."""
 
 
 class StaleContextError(PiSandboxError):

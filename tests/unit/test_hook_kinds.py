@@ -75,10 +75,12 @@ def test_tool_result_patches_chain_across_handlers():
     }
 
 
-def test_tool_result_error_keeps_the_previous_value():
+def test_tool_result_error_stops_the_chain_fail_closed():
+    # issue 13 §1: the caller withholds the result; no later handler sees it.
     payload = {"content": [{"type": "text", "text": "a"}], "details": {}, "is_error": False}
     state, calls = fold("tool_result", payload, [{"content": "b"}, RuntimeError("x"), None])
-    assert state["content"] == [{"type": "text", "text": "b"}] and calls == 3
+    assert state["content"] == [{"type": "text", "text": "b"}] and calls == 2
+    assert hk.ON_FAILURE["tool_result"] == hk.WITHHOLD
 
 
 @pytest.mark.parametrize(
@@ -303,11 +305,12 @@ def test_input_bad_shapes_are_errors(result):
         apply_one("input", {"text": "hi"}, result)
 
 
-def test_input_error_keeps_the_previous_text():
+def test_input_error_stops_the_chain_fail_closed():
     state, calls = fold(
         "input", {"text": "a"}, [{"action": "transform", "text": "b"}, RuntimeError("x"), None]
     )
-    assert state["text"] == "b" and calls == 3
+    assert state["text"] == "b" and calls == 2
+    assert hk.ON_FAILURE["input"] == hk.STOP
 
 
 # --- before_agent_start ---------------------------------------------------------------
@@ -439,10 +442,41 @@ def test_user_bash_first_mapping_wins():
     state, calls = fold(
         "user_bash",
         {"command": "ls"},
-        [None, RuntimeError("x"), {"result": {"output": "hi"}}, {"x": 1}],
+        [None, {"result": {"output": "hi"}}, {"x": 1}],
     )
-    assert state == {"result": {"result": {"output": "hi"}}} and calls == 3
+    assert state == {"result": {"result": {"output": "hi"}}} and calls == 2
     assert hk.is_decisive("user_bash", state)
+
+
+def test_user_bash_error_stops_the_chain_fail_closed():
+    state, calls = fold("user_bash", {"command": "ls"}, [None, RuntimeError("x"), {"x": 1}])
+    assert state == {"result": None} and calls == 2
+    assert hk.ON_FAILURE["user_bash"] == hk.BLOCK
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"x": 1},
+        {"result": "x"},
+        {"result": {"output": 3}},
+        {"result": {"output": "a", "exit_code": "0"}},
+        {"result": {"output": "a", "exit_code": 999}},
+        {"result": {"output": "a", "exit_code": True}},
+        {"output": "a", "cancelled": "no"},
+    ],
+)
+def test_user_bash_a_mapping_that_is_not_a_result_is_an_error(result):
+    # issue 13 §1: a malformed answer is a failed handler, and user_bash fails closed.
+    with pytest.raises(hk.HandlerResultError):
+        apply_one("user_bash", {"command": "ls"}, result)
+    with pytest.raises(hk.HandlerResultError):
+        hk.check_state("user_bash", {"result": result})
+
+
+def test_user_bash_accepts_the_inner_result_alone():
+    state, _ = fold("user_bash", {}, [{"output": "hi", "exit_code": None}])
+    assert state == {"result": {"output": "hi", "exit_code": None}}
 
 
 def test_user_bash_non_mapping_is_an_error():
@@ -484,11 +518,38 @@ def test_project_trust_anything_else_is_an_error(result):
     ],
 )
 def test_transaction_keeps_the_last_result_without_cancel(event):
-    state, calls = fold(
-        event, {}, [{"compaction": {"a": 1}}, {"cancel": False}, None, RuntimeError("x")]
-    )
-    assert state == {"result": {"cancel": False}} and calls == 4
+    state, calls = fold(event, {}, [{"compaction": {"a": 1}}, {"cancel": False}, None])
+    assert state == {"result": {"cancel": False}} and calls == 3
     assert not hk.is_decisive(event, state)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        "session_before_switch",
+        "session_before_fork",
+        "session_before_tree",
+        "session_before_compact",
+    ],
+)
+def test_transaction_handler_error_cancels_the_operation(event):
+    state, calls = fold(event, {}, [{"cancel": False}, RuntimeError("boom"), None])
+    assert state == {"result": {"cancel": True, "reason": "boom"}} and calls == 2
+    assert hk.is_decisive(event, state)
+    hk.check_state(event, state)
+
+
+def test_project_trust_handler_error_means_no_for_this_run():
+    state, calls = fold("project_trust", {}, [None, RuntimeError("boom"), "yes"])
+    assert state == {"result": "no"} and calls == 2
+    hk.check_state("project_trust", state)
+
+
+def test_every_known_event_has_a_failure_rule_and_only_notifications_fail_open():
+    assert set(hk.ON_FAILURE) == set(hk.KNOWN_EVENTS)
+    for event in hk.KNOWN_EVENTS:
+        opens = not hk.fails_closed(event)
+        assert opens == (hk.kind_of(event) in (hk.NOTIFICATION, hk.COLLECT)), event
 
 
 def test_transaction_non_mapping_is_an_error():

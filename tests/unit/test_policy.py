@@ -470,11 +470,22 @@ def test_a_command_prefix_matches_any_simple_command(tmp_path, command):
 
 
 @pytest.mark.parametrize(
-    "command", ["rm file", "rm -r -f x", "echo rm -rf x", "git rm -rf x", "rmdir -rf x", "ls"]
+    "command", ["rm file", "echo rm -rf x", "git rm -rf x", "rmdir -rf x", "ls"]
 )
-def test_a_command_prefix_is_literal_and_anchored_at_the_command(tmp_path, command):
+def test_a_command_rule_is_anchored_at_the_program_of_a_simple_command(tmp_path, command):
     decision = decide(policy_from(tmp_path, RM_RF), "bash", tmp_path, command=command)
     assert (decision.decision, decision.rule, decision.tier) == ("allow", None, "managed")
+
+
+def test_command_match_literal_keeps_the_words_as_written(tmp_path):
+    # Issue 13 §6: "exactly these words" stays available; `rm -r -f` is not `rm -rf`.
+    literal = RM_RF.replace(
+        "command: [rm, -rf]", "command: [rm, -rf]\n      command_match: literal"
+    )
+    assert "command_match: literal" in literal
+    policy = policy_from(tmp_path, literal)
+    assert decide(policy, "bash", tmp_path, command="rm -r -f x").decision == "allow"
+    assert decide(policy, "bash", tmp_path, command="rm -rf x").decision == "deny"
 
 
 @pytest.mark.parametrize(
@@ -511,8 +522,12 @@ def test_commands_the_grammar_parses_are_decided_by_what_they_run(tmp_path, comm
 )
 def test_an_unparseable_command_gets_the_unparseable_decision(tmp_path, command):
     decision = decide(policy_from(tmp_path, RM_RF), "bash", tmp_path, command=command)
-    assert (decision.decision, decision.rule) == ("ask", "no-recursive-rm")
-    assert "cannot be parsed with confidence" in decision.reason
+    # Issue 13 §6: the reason says the unparseable setting decided; a rule is named
+    # only when it is the one that names this program (`rm $FLAGS x`).
+    expected_rule = "no-recursive-rm" if command == "rm $FLAGS x" else None
+    assert (decision.decision, decision.rule) == ("ask", expected_rule)
+    assert "could not be parsed: " in decision.reason
+    assert "→ policy `unparseable: ask`" in decision.reason
 
 
 def test_the_unparseable_decision_comes_from_the_policy(tmp_path):
@@ -819,7 +834,10 @@ def test_a_symlink_is_matched_by_where_it_points(tmp_path, workspace):
     )
     assert decide(policy, "read", workspace, path="notes.txt").rule == "env-files"
     assert decide(policy, "read", workspace, path="keys/id_rsa").rule == "ssh"
-    assert decide(policy, "read", workspace, path="keys/../notes.txt").decision == "allow"
+    # The read tool normalises "keys/.." away and opens notes.txt, the link to .env
+    # (issue 13 §5: both readings of ".." are matched); bash would open
+    # ~/notes.txt, which does not exist.
+    assert decide(policy, "read", workspace, path="keys/../notes.txt").decision == "deny"
 
 
 def test_a_symlink_named_like_a_protected_file_is_matched_by_its_name(tmp_path, workspace):
@@ -919,7 +937,7 @@ def test_redirections_are_not_part_of_the_argv():
     assert argvs("cat <<< word") == (("cat",),)
 
 
-@pytest.mark.parametrize("command", ["env -S 'rm -rf x'", "ls >"])
+@pytest.mark.parametrize("command", ["env -S 'rm -rf $X'", "env -S 'rm \\_x'", "ls >"])
 def test_constructs_the_parser_does_not_model_are_unparseable(command):
     with pytest.raises(UnparseableCommand):
         parse_command(command)
@@ -969,7 +987,7 @@ def test_untrusted_repo_denies_curl_piped_into_sh(untrusted, tmp_path):
         ("bash", {"command": "pip install requests"}, "ask", "package-install"),
         ("bash", {"command": "npm install"}, "ask", "package-install"),
         ("bash", {"command": "cat .env"}, "deny", "secret-files-in-shell"),
-        ("bash", {"command": "$(which git) push"}, "ask", "git-push"),
+        ("bash", {"command": "$(which git) push"}, "ask", None),
         ("bash", {"command": "pytest -q"}, "allow", None),
         ("read", {"path": ".env"}, "deny", "env-files"),
         ("write", {"path": "config/.env.production", "content": ""}, "deny", "env-files"),

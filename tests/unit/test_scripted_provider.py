@@ -248,3 +248,45 @@ def test_openai_against_a_local_server_may_have_no_key(monkeypatch: pytest.Monke
     provider = create_provider("openai/qwen", base_url="http://127.0.0.1:11434/v1/")
     assert isinstance(provider, OpenAIProvider)
     assert provider.base_url == "http://127.0.0.1:11434/v1"
+
+
+# --- issue 13 §4: the same YAML bounds as policy files -------------------------------------
+
+ALIAS_BOMB = "".join(
+    f"- text: &{name} [{', '.join([prev] * 10)}]\n"
+    for name, prev in zip("abcdef", ['"x"', "*a", "*b", "*c", "*d", "*e"], strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        (ALIAS_BOMB, "more than 100000 YAML nodes"),
+        ("- &a [*a]\n", "recursive YAML alias"),
+        ("- text: " + "[" * 300 + "]" * 300 + "\n", "nested deeper than 256 levels"),
+    ],
+    ids=["alias bomb", "recursive alias", "deep nesting"],
+)
+def test_a_script_past_the_yaml_bounds_is_refused_before_it_is_built(tmp_path, script, words):
+    path = tmp_path / "script.yaml"
+    path.write_text(script)
+    with pytest.raises(ProviderError, match=rf"script {path}: line \d+.*{words}"):
+        load_script(path)
+
+
+def test_scripts_and_policy_files_share_one_bounded_walker():
+    import pi_sandbox.bounded_yaml as bounded_yaml
+    import pi_sandbox.policies._loading as loading
+    import pi_sandbox.supervisor.providers.scripted as scripted
+
+    assert scripted.index_yaml is loading.index_yaml is bounded_yaml.index_yaml
+    assert (loading.MAX_NODES, loading.MAX_DEPTH) == (
+        bounded_yaml.MAX_NODES,
+        bounded_yaml.MAX_DEPTH,
+    )
+
+
+def test_a_script_with_aliases_inside_the_bounds_still_loads(tmp_path):
+    path = tmp_path / "script.yaml"
+    path.write_text("- text: &t hello\n- text: *t\n")
+    assert [t.text for t in load_script(path)] == ["hello", "hello"]

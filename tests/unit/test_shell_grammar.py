@@ -162,12 +162,14 @@ CASES: list[tuple[str, set[tuple[str, ...]]]] = [
     ("taskset -c 0-3 rm x", {("taskset", "-c", "0-3", "rm", "x"), ("rm", "x")}),
     ("coproc rm x", {("coproc", "rm", "x"), ("rm", "x")}),
     ("busybox sh -c 'rm x'", {("busybox", "sh", "-c", "rm x"), ("sh", "-c", "rm x"), ("rm", "x")}),
+    # the curated wrapper table (issue 13 §6)
+    ("flock /tmp/l rm x", {("flock", "/tmp/l", "rm", "x"), ("rm", "x")}),
+    ("script -qc 'rm x' /dev/null", {("script", "-qc", "rm x", "/dev/null"), ("rm", "x")}),
+    ("strace -f rm x", {("strace", "-f", "rm", "x"), ("rm", "x")}),
+    ("env valgrind rm x", {("env", "valgrind", "rm", "x"), ("valgrind", "rm", "x"), ("rm", "x")}),
+    ("env -S 'rm x'", {("env", "-S", "rm x"), ("env", "rm", "x"), ("rm", "x")}),
     ("xargs -n 1 -I {} rm {}", {("xargs", "-n", "1", "-I", "{}", "rm", "{}"), ("rm", "{}")}),
     ("xargs -0 -P 4 rm -f", {("xargs", "-0", "-P", "4", "rm", "-f"), ("rm", "-f")}),
-    (
-        "xargs -I {} sh -c 'rm {}'",
-        {("xargs", "-I", "{}", "sh", "-c", "rm {}"), ("sh", "-c", "rm {}"), ("rm", "{}")},
-    ),
     (
         "find . -name x -exec rm {} \\;",
         {("find", ".", "-name", "x", "-exec", "rm", "{}", ";"), ("rm", "{}")},
@@ -176,7 +178,7 @@ CASES: list[tuple[str, set[tuple[str, ...]]]] = [
         "find . -execdir chmod +x {} + -ok rm {} ';'",
         {
             ("find", ".", "-execdir", "chmod", "+x", "{}", "+", "-ok", "rm", "{}", ";"),
-            ("chmod", "+x", "{}"),
+            ("chmod", "+x"),  # `{} +`: the names are appended (more_words)
             ("rm", "{}"),
         },
     ),
@@ -192,7 +194,7 @@ CASES: list[tuple[str, set[tuple[str, ...]]]] = [
     ('echo "a\\"b" "\\x"', {("echo", 'a"b', "\\x")}),
     ("rm *.c ~/x {a,b} $HOME ${x}", {("rm", "*.c", "~/x", "{a,b}", "$HOME", "${x}")}),
     ('rm -- "$@"', {("rm", "--", "$@")}),
-    ('make CC="a b" X=$(id)', {("make", "CC=a b", "X=$(id)"), ("id",)}),
+    ('echo CC="a b" X=$(id)', {("echo", "CC=a b", "X=$(id)"), ("id",)}),
     ("./cat README", {("./cat", "README")}),
     ("~/bin/tool x", {("~/bin/tool", "x")}),
     # -- no commands at all
@@ -235,13 +237,14 @@ UNPARSEABLE: list[tuple[str, str]] = [
     (". <(echo rm x)", "the script sourced by . is read from a pipe"),
     ("echo rm x | source /dev/stdin", "the script sourced by source is read from a pipe"),
     # programs that run a command this parser does not unwrap
-    ("flock /tmp/l rm x", "flock runs a command"),
     ("watch rm x", "watch runs a command"),
     ("fish -c 'rm x'", "fish runs a command"),
-    ("script -qc 'rm x' /dev/null", "script runs a command"),
-    ("strace -f rm x", "strace runs a command"),
+    ("script -q out.log", "script without -c runs a shell"),
+    ("strace -K rm x", "strace option -K is not in the wrapper table"),
+    ("xargs -I {} sh -c 'rm {}'", "the script of sh -c is computed at run time"),
+    ('make CC="a b" X=$(id)', "make CC=… can set a recipe"),
     ("systemd-run --user rm x", "systemd-run runs a command"),
-    ("env valgrind rm x", "valgrind runs a command"),
+    ("env valgrind -x rm x", "valgrind option -x is not in the wrapper table"),
     # values that bash evaluates again as code (array subscripts in names)
     ("x='a[$'\"(rm v)]\"; echo $((x))", "a later evaluation"),
     ("printf -v 'a[$(rm v)]' x", "a later evaluation"),
@@ -260,7 +263,7 @@ UNPARSEABLE: list[tuple[str, str]] = [
     ('sh -c "rm $x"', "the script of sh -c is computed at run time"),
     ('eval "$(ssh-agent -s)"', "the script of eval is computed at run time"),
     ('trap "$X" EXIT', "the script of trap is computed at run time"),
-    ("env -S 'rm x'", "env -S hides the command it runs"),
+    ("env -S 'rm $x'", "env -S expands its string at run time"),
     ("time { rm x; }", "time before a compound command"),
     ("! if true; then rm x; fi", "misreads the reserved word 'if'"),
     ("ls\n\\rm -rf /", "misreads a line break"),

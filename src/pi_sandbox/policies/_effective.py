@@ -10,15 +10,22 @@ Combination rules, section by section:
   section (ignored, with a diagnostic); files of the same tier are peers.
 - ``tool_call``: each tier keeps its own rules and defaults and decides on its own;
   the strictest tier decision wins (`evaluate_tool_call`).
-- ``sandbox``: deny lists and read-only paths accumulate; ``workspace: read`` beats
+- ``sandbox``: deny lists, read-only paths and ``sockets`` (managed and user
+  tiers only) accumulate; ``workspace: read`` beats
   ``write``; writable roots, the network allowlist and the environment allowlist
   intersect across the files that set them; limits take the smallest value. The
   project tier cannot grant what no higher tier granted: before it is applied,
   every grant nobody set becomes its default (nothing), every limit nobody set
-  becomes its default.
+  becomes its default. A project file governs only the project's own code (the
+  tool worker, project extensions): the workers of managed, user and ``-e``
+  extensions get `Policy.higher_tier_sandbox`, combined without the project tier,
+  so a repository cannot starve the user's guard of memory, processes or time
+  (issue 13 §3). The network stays run-wide (one egress proxy per run).
 - ``extensions``: ``project: deny`` wins; ``deny`` patterns accumulate; ``allow``
   lists intersect (an extension must match every file's list); per capability
-  ``false`` wins, and a project file can only withhold capabilities.
+  ``false`` wins, and a project file can only withhold capabilities. Entries of a
+  project file govern project extensions only; ``handler_timeout_s`` takes the
+  smallest value, a project file's only for project extensions (issue 13 §3).
 - ``trust``: the strictest ``default`` (yes < sandboxed < ask < no) and the
   strictest ``users_may_trust`` (yes < sandboxed < no); a project file's ``trust``
   section is ignored (trust is decided before the project policy is read).
@@ -32,12 +39,14 @@ Every value of the result remembers which file and tier it came from
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pi_sandbox.policies._extension_limits import LimitRules, combine_limits
 from pi_sandbox.policies._schema import (
     AUDIT_RECORDS,
     CAPABILITIES,
@@ -133,9 +142,16 @@ class ExtensionRules:
         project_files: project-tier policy files; their entries govern project
             extensions only (a repository must not switch off the user's own
             guard extensions).
-        handler_timeout_s: the deadline of each extension handler call, seconds:
-            the smallest any tier set (a tighter deadline only fails hooks sooner;
-            ``tool_call`` fails closed).
+        required: ``(pattern, file)`` pairs from managed/user files: extensions that
+            must be active for the run to go on (issue 13 §2; `requirement_met`).
+        on_load_error: ``"stop"``, ``"continue"`` or None (not set; then a ``--ci``
+            run stops and other runs warn) from managed/user files, ``stop`` winning.
+        handler_timeout_s: the deadline of each handler call of a managed, user or
+            command-line (``-e``) extension, seconds: the smallest the managed and
+            user tiers set. A project file cannot shorten it: a deadline of 0.1 s
+            would make the user's redaction hook fail on every call (issue 13 §3).
+        project_handler_timeout_s: the deadline for project extensions: the
+            smallest any tier set, the project tier included.
     """
 
     project_allowed: bool = True
@@ -145,6 +161,28 @@ class ExtensionRules:
     capabilities: tuple[tuple[str, str, bool, str], ...] = ()
     project_files: frozenset[str] = frozenset()
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    required: tuple[tuple[str, str], ...] = ()
+    on_load_error: str | None = None
+
+    def requirement_met(
+        self, pattern: str, name: str, path: Path, origin: str, *, discovered: Path | None = None
+    ) -> bool:
+        """Whether the extension ``name`` at ``path`` satisfies the ``required`` entry
+        ``pattern`` (issue 13 §2). Like an ``allow`` entry, a bare name is not proof of
+        identity: only a path pattern can be met by a project extension."""
+        return self._may_grant(pattern, origin) and self._any_form(
+            pattern, self._forms(name, path, discovered)
+        )
+
+    # issue 13 §4: ``extensions.limits`` (`LimitRules.for_origin`).
+    limits: LimitRules = field(default_factory=LimitRules)
+    project_handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+
+    def handler_timeout_for(self, origin: str) -> float:
+        """The handler deadline (seconds) of an extension of ``origin`` (``"project"``,
+        ``"user"``, ``"cli"`` …): a project's policy governs only the project's own
+        extensions (issue 13 §3)."""
+        return self.project_handler_timeout_s if origin == "project" else self.handler_timeout_s
 
     def refusal(
         self, name: str, path: Path, origin: str, *, discovered: Path | None = None
@@ -319,6 +357,10 @@ class Policy:
             run is sandboxed whatever the options say), or None.
         has_sandbox_section: some file in force has a ``sandbox`` section (which
             binds only sandboxed runs).
+        higher_tier_sandbox: the ``sandbox`` sections of the managed and user tiers
+            alone, with the run-wide network of ``sandbox``: the settings of the
+            workers of managed, user and command-line extensions, which a project
+            file must not govern (issue 13 §3). None: the same as ``sandbox``.
     """
 
     tiers: tuple[PolicyTier, ...] = ()
@@ -332,6 +374,7 @@ class Policy:
     workspace_write_granted: bool = False
     sandbox_required_by: str | None = None
     has_sandbox_section: bool = False
+    higher_tier_sandbox: SandboxSettings | None = None
 
     @property
     def rules(self) -> tuple[PolicyRule, ...]:
@@ -406,6 +449,16 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
 
     tiers = _tool_call_tiers(usable, origins)
     sandbox, workspace_write_granted = _sandbox(usable, origins, diagnostics)
+    higher = [(f, allowed) for f, allowed in usable if f.tier != "project"]
+    higher_tier_sandbox = None
+    if len(higher) != len(usable):
+        # Issue 13 §3: the project tier governs only the project's code.
+        higher_tier_sandbox = dataclasses.replace(
+            _sandbox(higher, [], [])[0],
+            network=sandbox.network,
+            network_allow=sandbox.network_allow,
+            network_deny=sandbox.network_deny,
+        )
     extensions = _extensions(usable, origins, diagnostics)
     trust = _trust(usable, origins, diagnostics)
     audit = _audit(usable, origins, diagnostics)
@@ -430,6 +483,7 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
         provenance=tuple(origins),
         diagnostics=tuple(diagnostics),
         workspace_write_granted=workspace_write_granted,
+        higher_tier_sandbox=higher_tier_sandbox,
     )
 
 
@@ -535,6 +589,7 @@ def _sandbox(
         "deny_read": {},
         "deny_write": {},
         "network_deny": {},
+        "sockets": {},
     }
     workspace_read: list[tuple[str, str]] = []
     git_read: list[tuple[str, str]] = []
@@ -571,8 +626,14 @@ def _sandbox(
                 f"{source}: sandbox.filesystem.read_only {list(fs.read_only)} ignored: a "
                 "project policy cannot expose host paths to the sandbox"
             )
+        if section.sockets and tier == "project":
+            diagnostics.append(
+                f"{source}: sandbox.sockets {list(section.sockets)} ignored: a project "
+                "policy cannot bind host sockets into the sandbox"
+            )
         for key, values in (
             ("read_only", fs.read_only if tier != "project" else ()),
+            ("sockets", section.sockets if tier != "project" else ()),
             ("deny_read", fs.deny_read),
             ("deny_write", fs.deny_write),
             ("network_deny", net.deny),
@@ -610,6 +671,7 @@ def _sandbox(
         network_deny=tuple(union["network_deny"]),
         environment_allow=env_allow.values(),
         limits=SandboxLimits(**{name: value for name, (value, _, _) in limits.items()}),
+        sockets=tuple(union["sockets"]),
     )
 
     def origin(key: str, value: Any, entries: Sequence[tuple[str, str]]) -> None:
@@ -639,6 +701,7 @@ def _sandbox(
     for key, values in union.items():
         full = {
             "network_deny": "sandbox.network.deny",
+            "sockets": "sandbox.sockets",
         }.get(key, f"sandbox.filesystem.{key}")
         for value, sources in values.items():
             origins.append(ValueOrigin(full, value, _tier_of(sources, usable), tuple(sources)))
@@ -677,13 +740,19 @@ def _extensions(
     deny: list[tuple[str, str]] = []
     capabilities: list[tuple[str, str, bool, str]] = []
     handler_timeout_s = DEFAULT_HANDLER_TIMEOUT_S
+    project_timeout: tuple[float, str] | None = None  # the project tier's tightest, and its file
     for loaded, allowed in usable:
         section = loaded.file.extensions
         if section is None or "extensions" not in allowed:
             continue
         source, tier = str(loaded.path), loaded.tier
-        if section.handler_timeout_s is not None and section.handler_timeout_s < handler_timeout_s:
-            handler_timeout_s = section.handler_timeout_s
+        timeout = section.handler_timeout_s
+        if timeout is not None and tier == "project":
+            # Issue 13 §3: the project's own extensions only, never the user's guards.
+            if project_timeout is None or timeout < project_timeout[0]:
+                project_timeout = (timeout, source)
+        elif timeout is not None and timeout < handler_timeout_s:
+            handler_timeout_s = timeout
             origins.append(
                 ValueOrigin("extensions.handler_timeout_s", handler_timeout_s, tier, (source,))
             )
@@ -713,6 +782,18 @@ def _extensions(
                         f"extensions.capabilities[{pattern}].{capability}", value, tier, (source,)
                     )
                 )
+    required, on_load_error = _extension_requirements(usable, origins, diagnostics)
+    limits, limit_origins, limit_diagnostics = combine_limits(
+        [
+            (loaded.tier, str(loaded.path), loaded.file.extensions.limits)
+            for loaded, allowed in usable
+            if loaded.file.extensions is not None and "extensions" in allowed
+        ]
+    )
+    diagnostics += limit_diagnostics
+    origins += [
+        ValueOrigin(key, value, tier, (source,)) for key, value, tier, source in limit_origins
+    ]
     if project_allowed:
         said_allow = [
             (f.tier, str(f.path))
@@ -729,6 +810,17 @@ def _extensions(
                 tuple(path for _, path in said_allow),
             )
         )
+    project_handler_timeout_s = handler_timeout_s
+    if project_timeout is not None and project_timeout[0] < handler_timeout_s:
+        project_handler_timeout_s = project_timeout[0]
+        origins.append(
+            ValueOrigin(
+                "extensions.handler_timeout_s[project extensions]",
+                project_handler_timeout_s,
+                "project",
+                (project_timeout[1],),
+            )
+        )
     return ExtensionRules(
         project_allowed=project_allowed,
         project_denied_by=denied_by,
@@ -737,7 +829,44 @@ def _extensions(
         capabilities=tuple(capabilities),
         project_files=project_files,
         handler_timeout_s=handler_timeout_s,
+        required=required,
+        on_load_error=on_load_error,
+        limits=limits,
+        project_handler_timeout_s=project_handler_timeout_s,
     )
+
+
+def _extension_requirements(
+    usable: list[tuple[LoadedPolicyFile, set[str]]],
+    origins: list[ValueOrigin],
+    diagnostics: list[str],
+) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """``extensions.required`` (union) and ``extensions.on_load_error`` (``stop``
+    wins) from managed and user files (issue 13 §2). A project file may not set
+    either: a repository must not make the user's run depend on its extensions, nor
+    let a CI run go on without a guard that failed to load (ignored, diagnostic)."""
+    required: list[tuple[str, str]] = []
+    on_load_error: str | None = None
+    for loaded, allowed in usable:
+        section = loaded.file.extensions
+        if section is None or "extensions" not in allowed:
+            continue
+        source, tier = str(loaded.path), loaded.tier
+        if tier == "project":
+            for key in ("required", "on_load_error"):
+                if key in section.model_fields_set:
+                    diagnostics.append(
+                        f"{source}: extensions.{key} ignored: only a managed or user policy "
+                        "may set it"
+                    )
+            continue
+        for pattern in section.required:
+            required.append((pattern, source))
+            origins.append(ValueOrigin("extensions.required", pattern, tier, (source,)))
+        if section.on_load_error is not None and on_load_error != "stop":
+            on_load_error = section.on_load_error
+            origins.append(ValueOrigin("extensions.on_load_error", on_load_error, tier, (source,)))
+    return tuple(required), on_load_error
 
 
 def _trust(

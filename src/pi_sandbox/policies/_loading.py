@@ -10,6 +10,7 @@ at the mapping that lacks it).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ import pydantic
 import yaml
 from pydantic_core import ErrorDetails
 
+from pi_sandbox.bounded_yaml import MAX_DEPTH as BOUNDED_MAX_DEPTH
+from pi_sandbox.bounded_yaml import MAX_NODES as BOUNDED_MAX_NODES
+from pi_sandbox.bounded_yaml import index_yaml
 from pi_sandbox.errors import PolicyFileError
 from pi_sandbox.policies._effective import LoadedPolicyFile, Policy, build_policy
 from pi_sandbox.policies._schema import PolicyFile
@@ -76,11 +80,11 @@ EXAMPLES_REGEX_BUDGET_S = 2.0
 MAX_POLICY_BYTES = 1024 * 1024
 """Largest policy file read, in bytes."""
 
-MAX_NODES = 100_000
-"""Most YAML nodes visited (aliases count each time they are used: no "billion laughs")."""
+MAX_NODES = BOUNDED_MAX_NODES
+"""Most YAML nodes visited (`pi_sandbox.bounded_yaml`, shared with scripts)."""
 
-MAX_DEPTH = 64
-"""Deepest YAML nesting accepted."""
+MAX_DEPTH = BOUNDED_MAX_DEPTH
+"""Deepest YAML nesting accepted (`pi_sandbox.bounded_yaml`)."""
 
 MANAGED_POLICY_DIR = Path("/etc/pi/policy.d")
 """Where an organisation installs managed policy files (``*.yaml``, name order)."""
@@ -225,11 +229,11 @@ def _parse(text: str, path: Path) -> PolicyFile:
             raise _error(
                 path, [(1, (), "empty policy file; expected a mapping with a 'version' key")]
             )
-        lines: dict[_KeyPath, int] = {(): root.start_mark.line + 1}
-        problems: list[_Problem] = []
-        budget = [MAX_NODES]
-        _index(root, (), lines, problems, ancestors=set(), budget=budget)
-        if budget[0] < 0 or any("nested deeper" in p[2] for p in problems):
+        found = index_yaml(root, max_nodes=MAX_NODES, max_depth=MAX_DEPTH)
+        lines, problems = found.lines, found.problems
+        if any("recursive" not in p[2] for p in found.over_bounds):
+            # Too many nodes or too deep: unsafe to construct. (A recursive alias
+            # constructs fine and is reported with the schema's complaints.)
             raise _error(path, problems)
         data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
@@ -259,56 +263,11 @@ def _parse(text: str, path: Path) -> PolicyFile:
             problems.append((_line_of(lines, key), key, _describe(error)))
         raise _error(path, problems) from exc
     problems.extend(_check_rules(policy_file, path, lines))
+    problems.extend(_check_bound_files(policy_file, lines))
     if problems:
         raise _error(path, problems)
     policy_file._source = path
     return policy_file
-
-
-def _index(
-    node: yaml.Node,
-    key: _KeyPath,
-    lines: dict[_KeyPath, int],
-    problems: list[_Problem],
-    *,
-    ancestors: set[int],
-    budget: list[int],
-) -> None:
-    """Record the line of every key and list item; report duplicate keys, recursive
-    aliases, nesting deeper than `MAX_DEPTH` and more than `MAX_NODES` nodes."""
-    if id(node) in ancestors:
-        problems.append((node.start_mark.line + 1, key, "recursive YAML alias"))
-        return
-    budget[0] -= 1
-    if budget[0] == -1:
-        problems.append(
-            (node.start_mark.line + 1, key, f"more than {MAX_NODES} YAML nodes (alias expansion?)")
-        )
-    if budget[0] < 0:
-        return
-    if len(ancestors) >= MAX_DEPTH:
-        problems.append((node.start_mark.line + 1, key, f"nested deeper than {MAX_DEPTH} levels"))
-        return
-    ancestors = ancestors | {id(node)}
-    if isinstance(node, yaml.MappingNode):
-        first_seen: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue
-            child = (*key, key_node.value)
-            line = key_node.start_mark.line + 1
-            if key_node.value in first_seen and key_node.value != "<<":
-                first = first_seen[key_node.value]
-                problems.append((line, child, f"duplicate key (first at line {first})"))
-            else:
-                first_seen[key_node.value] = line
-                lines.setdefault(child, line)
-            _index(value_node, child, lines, problems, ancestors=ancestors, budget=budget)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            child = (*key, index)
-            lines.setdefault(child, item.start_mark.line + 1)
-            _index(item, child, lines, problems, ancestors=ancestors, budget=budget)
 
 
 def _check_rules(policy_file: PolicyFile, path: Path, lines: dict[_KeyPath, int]) -> list[_Problem]:
@@ -335,6 +294,42 @@ def _check_rules(policy_file: PolicyFile, path: Path, lines: dict[_KeyPath, int]
                     key = ("tool_call", "rules", index, "examples", kind, number)
                     message = f"rule {rule.id!r}: {kind} example {example!r} {failure}"
                     problems.append((_line_of(lines, key), key, message))
+    return problems
+
+
+def _check_bound_files(policy_file: PolicyFile, lines: dict[_KeyPath, int]) -> list[_Problem]:
+    """Issue 13 §5: ``read_only``/``writable_roots`` entries that are Unix sockets,
+    FIFOs or device nodes (also through a symlink), or directories holding sockets
+    or FIFOs, and ``sockets`` entries that are not sockets. Only absolute and
+    ``~/`` paths can be checked here (the workspace is not known yet); the sandbox
+    profile checks every entry again when a worker starts."""
+    from pi_sandbox.sandbox.special_files import check_bindable
+
+    problems: list[_Problem] = []
+    section = policy_file.sandbox
+    if section is None:
+        return problems
+    for name in ("read_only", "writable_roots"):
+        for index, entry in enumerate(getattr(section.filesystem, name)):
+            if not entry.startswith(("/", "~/")):
+                continue
+            refusal = check_bindable(os.path.expanduser(entry), scan=name == "read_only")
+            if refusal is not None:
+                key: _KeyPath = ("sandbox", "filesystem", name, index)
+                message = (
+                    f"{refusal}; only regular files and directories can be bound "
+                    "(exposing a socket, FIFO or device is a sandbox escape; a socket "
+                    "you need goes in sandbox.sockets)"
+                )
+                problems.append((_line_of(lines, key), key, message))
+    for index, entry in enumerate(section.sockets):
+        try:
+            mode = os.stat(os.path.expanduser(entry)).st_mode
+        except OSError:
+            continue  # not there now (the daemon is not running): skipped at start
+        if not stat.S_ISSOCK(mode):
+            key = ("sandbox", "sockets", index)
+            problems.append((_line_of(lines, key), key, f"{entry} is not a Unix socket"))
     return problems
 
 

@@ -15,17 +15,29 @@ Glob syntax (gitignore-like, fixed here because policy files are a public format
 
 A tool's path argument is expanded (``~``), joined to the workspace and
 normalised; inside the workspace it is matched relative to it (``src/a.py``),
-outside as an absolute path (``/etc/passwd``). Both the lexical form and the form
-with symlinks resolved are matched, and either one matching is a match: a rule
-about ``.env`` covers ``link -> .env`` and ``.env -> elsewhere`` alike.
+outside as an absolute path (``/etc/passwd``). Both the lexical form and the
+canonical form are matched, and either one matching is a match: a rule about
+``.env`` covers ``link -> .env`` and ``.env -> elsewhere`` alike. The canonical
+form sees through ``/proc/self/cwd``, ``/dev/fd`` and the other aliases
+(`pi_sandbox.policies._path_resolution`, issue 13 §5); a path that cannot be
+resolved safely is reported, and its rules yield the ``unparseable`` decision.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
-__all__ = ["candidate_paths", "compile_path_glob"]
+from pi_sandbox.policies._path_resolution import UnresolvablePath, canonical_targets
+
+__all__ = [
+    "ResolvedPath",
+    "candidate_paths",
+    "compile_path_glob",
+    "resolve_candidates",
+    "tool_cwds",
+]
 
 _ANY_DEPTH = "(?:.*/)?"
 _OR_BELOW = "(?:/.*)?"
@@ -117,6 +129,74 @@ def candidate_paths(raw: str, workspace: str, *, resolve_symlinks: bool) -> tupl
         if resolved != forms[0]:
             forms.append(resolved)
     return tuple(forms)
+
+
+@dataclass(frozen=True)
+class ResolvedPath:
+    """What the gate matches for one path argument (issue 13 §5).
+
+    Attributes:
+        forms: the lexical form, then every canonical form that differs; each
+            relative to the workspace when inside it, absolute otherwise.
+        targets: the absolute canonical paths (for `file_identities`); empty when
+            unresolvable.
+        unresolved: why the path cannot be resolved safely, or None.
+    """
+
+    forms: tuple[str, ...]
+    targets: tuple[str, ...] = ()
+    unresolved: str | None = None
+
+
+def tool_cwds(workspace: str) -> tuple[str, ...]:
+    """What ``/proc/self/cwd`` may be for a tool: the canonical workspace (where
+    tools run), then the supervisor's own directory when it differs (which an
+    unsandboxed worker inherits)."""
+    real_workspace = _normalise(os.path.realpath(workspace))
+    try:
+        here = _normalise(os.path.realpath(os.getcwd()))
+    except OSError:  # the supervisor's directory was removed: nothing to add
+        return (real_workspace,)
+    return (real_workspace,) if here == real_workspace else (real_workspace, here)
+
+
+def resolve_candidates(
+    raw: str, workspace: str, *, cwds: tuple[str, ...] | None = None
+) -> ResolvedPath:
+    """Resolve a tool's path argument on the real filesystem, through aliases.
+
+    Args:
+        raw: the tool's ``path`` argument or a word of a shell command.
+        workspace: the workspace directory (absolute); relative paths and
+            ``/proc/self/cwd`` resolve against it (and ``/proc/self/cwd`` also
+            against the supervisor's working directory, which an unsandboxed
+            worker inherits).
+        cwds: `tool_cwds` of ``workspace``, when the caller computed it already.
+
+    Never raises: an unresolvable path is reported in ``unresolved``.
+    """
+    joined = os.path.join(workspace, os.path.expanduser(raw))
+    cwds = tool_cwds(workspace) if cwds is None else cwds
+    real_workspace = cwds[0]
+    normalised = _normalise(joined)
+    lexical = _relative_to(normalised, _normalise(workspace))
+    if "\0" in joined:
+        return ResolvedPath((lexical,), (), f"{raw!r} contains a NUL byte")
+    try:
+        targets = canonical_targets(joined, cwds=cwds)
+        if normalised != joined:
+            # Both readings of "..": the kernel's (after symlinks, as bash opens it)
+            # and the lexical one (the worker's file tools normalise before opening).
+            targets += canonical_targets(normalised, cwds=cwds)
+    except UnresolvablePath as exc:
+        return ResolvedPath((lexical,), (), f"path cannot be resolved safely: {exc}")
+    targets = tuple(dict.fromkeys(targets))
+    forms = [lexical]
+    for target in targets:
+        form = _relative_to(_normalise(target), real_workspace)
+        if form not in forms:
+            forms.append(form)
+    return ResolvedPath(tuple(forms), targets)
 
 
 def _normalise(path: str) -> str:

@@ -29,6 +29,7 @@ Sections implemented: ``tool_call`` and ``sandbox``::
                open_files: 4096, file_size_mb: 4096, cpu_seconds: 600,
                tmp_size_mb: 512, tool_timeout_s: 600}
       environment: {allow: []}
+      sockets: [/run/docker.sock]   # Unix sockets bound in (managed/user tiers only)
     extensions:
       project: allow        # allow | deny: whether project extensions may load at all
       allow: []             # names or path globs; when given, only matching extensions load
@@ -65,6 +66,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from pi_sandbox.policies._extension_limits import ExtensionLimitsSection
 
 __all__ = [
     "SUPPORTED_VERSION",
@@ -174,12 +177,23 @@ class ToolCallRule(_Strict):
     id: RuleId
     tool: Patterns
     command: Annotated[ArgvPrefix | None, BeforeValidator(_not_null)] = None
+    # Issue 13 §6: "options" reads options as a set (docs/policy.md, "Option
+    # grammar"); "literal" compares the words as written, one by one.
+    command_match: Literal["options", "literal"] = "options"
     command_regex: Annotated[Regex | None, BeforeValidator(_not_null)] = None
     path: Annotated[Patterns | None, BeforeValidator(_not_null)] = None
     arguments: Annotated[ArgumentMatchers | None, BeforeValidator(_not_null)] = None
     decision: Decision
     reason: NonEmptyStr
     examples: Annotated[RuleExamples, BeforeValidator(_not_null)] = RuleExamples()
+
+    @model_validator(mode="after")
+    def _literal_needs_command(self) -> ToolCallRule:
+        if self.command_match == "literal" and self.command is None:
+            raise PydanticCustomError(
+                "literal_without_command", "command_match: literal needs a command matcher"
+            )
+        return self
 
 
 class ToolCallSection(_Strict):
@@ -301,12 +315,33 @@ class EnvironmentSection(_Strict):
     allow: Annotated[tuple[EnvName, ...], BeforeValidator(_not_null)] = ()
 
 
+def _valid_socket_path(path: str) -> str:
+    if not (path.startswith("/") or path.startswith("~/")):
+        raise PydanticCustomError(
+            "socket_path",
+            "a socket path must be absolute or start with ~/, got {path}",
+            {"path": repr(path)},
+        )
+    return path
+
+
+SocketPaths = Annotated[
+    tuple[Annotated[PolicyPath, AfterValidator(_valid_socket_path)], ...],
+    BeforeValidator(_not_null),
+]
+
+
 class SandboxSection(_Strict):
     """The ``sandbox`` section: the input to every worker's sandbox profile.
 
     ``required: true`` makes every run under this policy sandboxed, as if
     ``--sandbox`` were given (a run that cannot sandbox then stops); without it the
     rest of the section only applies to runs with ``--sandbox``.
+
+    ``sockets``: host Unix sockets (docker, an ssh-agent) bound into trusted
+    workers, each listed in the audit log's ``sandbox_profile`` records. Only
+    managed and user files may set it; ``filesystem.read_only`` refuses sockets,
+    devices and FIFOs (issue 13 §5).
     """
 
     required: StrictBool = False
@@ -315,6 +350,7 @@ class SandboxSection(_Strict):
     network: Annotated[NetworkSection, BeforeValidator(_not_null)] = NetworkSection()
     limits: Annotated[LimitsSection, BeforeValidator(_not_null)] = LimitsSection()
     environment: Annotated[EnvironmentSection, BeforeValidator(_not_null)] = EnvironmentSection()
+    sockets: SocketPaths = ()
 
 
 Glob = Annotated[NonEmptyStr, AfterValidator(lambda value: _valid_glob(value))]
@@ -381,6 +417,12 @@ class ExtensionsSection(_Strict):
         dict[Glob, Annotated[ExtensionCapabilities, BeforeValidator(_not_null)]],
         BeforeValidator(_not_null),
     ] = Field(default_factory=dict)
+    # issue 13 §2: guards that must be active; honoured from managed/user tiers only.
+    required: Globs = ()
+    on_load_error: Literal["stop", "continue"] | None = None
+    # issue 13 §4: sizes and rates of what an extension hands the supervisor
+    # (keys, defaults and tier rules in _extension_limits).
+    limits: Annotated[ExtensionLimitsSection, BeforeValidator(_not_null)] = ExtensionLimitsSection()
 
 
 def _trust_word(value: Any) -> Any:

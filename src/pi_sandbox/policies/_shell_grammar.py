@@ -21,10 +21,24 @@ What is found:
   (joined with spaces), ``trap ACTION SIGNAL...``, parsed again recursively;
 - the command run by a wrapper program (``env``, ``sudo``, ``doas``, ``timeout``,
   ``nice``, ``ionice``, ``taskset``, ``nohup``, ``setsid``, ``stdbuf``, ``time``,
-  ``command``, ``builtin``, ``exec``, ``coproc``, ``chroot``, ``busybox``, ``xargs``)
-  and by ``find -exec/-execdir/-ok/-okdir``. A wrapper yields **both** its own argv
+  ``command``, ``builtin``, ``exec``, ``coproc``, ``chroot``, ``busybox``, ``xargs``),
+  by a program of the curated wrapper table (`_wrapper_table`: ``strace``, ``gdb
+  --args``, ``uv run``, ``npx`` ...), by ``env -S STRING`` (split as env does) and
+  by ``find -exec/-execdir/-ok/-okdir``. A wrapper yields **both** its own argv
   and the argv it runs (``sudo rm x`` gives ``("sudo", "rm", "x")`` and
-  ``("rm", "x")``).
+  ``("rm", "x")``);
+- what an alias or a ``hash -p`` name runs, at each later use of the name
+  (issue 13 §6).
+
+Words filled in at run time (issue 13 §6) are reported, not guessed:
+``xargs`` appends words read from standard input
+(:attr:`SimpleCommand.more_words`), ``{}`` of ``find -exec`` and ``xargs -I`` are
+:attr:`SimpleCommand.runtime_words`. A command that runs code the text does not
+show is marked :attr:`SimpleCommand.unseen`: a bare shell reading its script from
+standard input (``echo x | sh``, ``sh < f``), and a script file the same text
+writes (``echo x > s.sh; bash s.sh``: output redirections and the operands of
+`_FILE_WRITERS` against the script files of `_SCRIPT_RUNNERS` and
+path-qualified programs, by basename, in any order).
 
 Words come out with quotes removed and escapes resolved (``r"m"`` is ``rm``,
 ``$'r\\x6d'`` is ``rm``, ``\\rm`` is ``rm``). A part the shell still expands at run
@@ -46,21 +60,34 @@ around it or gives up (each case is in ``tests/unit/test_shell_grammar.py``):
 
 Over-approximations, which only add commands or strictness: a dangerous variable
 set anywhere counts for every later command, subshell or not; a function body is
-reported where it is defined; ``cat <<EOF | sh`` is unparseable. Not modelled:
-aliases (off in non-interactive bash), ``hash -p``, ``enable -f``, and programs that
-run commands through their own syntax (``watch``, ``ssh HOST CMD``, ``parallel``,
-``python -c``): they come out as plain commands.
+reported where it is defined; an alias counts from its definition on (bash
+expands them only with ``expand_aliases`` and from the next line);
+``cat <<EOF | sh`` is unparseable. Unparseable as well: ``enable -f`` (a builtin
+from a shared object), an alias defined at run time, ``make`` with a recipe on
+its command line, and the programs in `_OPAQUE_RUNNERS` (``watch``,
+``parallel`` ...). Not modelled: inline interpreter code (``python -c``,
+``node -e``) and ``ssh HOST CMD`` come out as plain commands: rules for the
+interpreter (or ``ssh``) see them, the code is opaque.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pi_sandbox.policies._wrapper_table import (
+    SCRIPT_OPTION_PROGRAMS,
+    WRAPPER_PROGRAMS,
+    WrapperError,
+    find_inner,
+    option_scripts,
+)
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser, Tree
@@ -127,6 +154,14 @@ DANGEROUS_VARIABLES = frozenset(
         "LESSCLOSE",
         "SSH_ASKPASS",
         "SUDO_ASKPASS",
+        # Aliases and the command hash table (issue 13 §6): `BASH_ALIASES[p]='git
+        # push'; p`, `BASH_CMDS[ls]=/x/git`.
+        "BASH_ALIASES",
+        "BASH_CMDS",
+        # make reads options (`--eval=…`) and makefiles from these.
+        "MAKEFLAGS",
+        "GNUMAKEFLAGS",
+        "MAKEFILES",
     }
 )
 """Environment variables that change which code a command runs (issue 4 Matching).
@@ -162,6 +197,16 @@ class SimpleCommand:
             ``"trap"``, ``"su -c"``, ``"find -exec"`` (or ``-execdir``/``-ok``/
             ``-okdir``) and each wrapper's name. Its length is the nesting depth, at
             most :data:`MAX_DEPTH`.
+        more_words: why words that are not in the text are appended to ``argv`` at
+            run time (``"xargs appends words read from standard input"``); empty
+            when none are (issue 13 §6).
+        runtime_words: positions in ``argv`` of words replaced at run time by text
+            the parser cannot see (``{}`` of ``find -exec`` and ``xargs -I``).
+        unseen: why the command runs code the text does not show (a shell reading
+            its script from standard input, a script file written by the same
+            command, an alias the parser could not expand); empty when it does
+            not. A rule that does not match such a command cannot be checked
+            against it (issue 13 §6).
     """
 
     argv: tuple[str, ...]
@@ -169,6 +214,9 @@ class SimpleCommand:
     dangerous: tuple[str, ...] = ()
     path_qualified: bool = False
     via: tuple[str, ...] = ()
+    more_words: str = ""
+    runtime_words: tuple[int, ...] = ()
+    unseen: str = ""
 
 
 class UnparseableCommand(Exception):
@@ -228,6 +276,7 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
         if _is_dangerous(name):
             walker.set_dangerous.setdefault(name)
     walker.script(text, ())
+    walker.finish()
     return tuple(walker.out)
 
 
@@ -380,6 +429,17 @@ class _Word:
 
     def __repr__(self) -> str:
         return f"_Word(text={self.text!r}, dynamic={self.dynamic!r})"
+
+
+class _RuntimeWord(_Word):
+    """A word filled in at run time by the program that runs the command (``{}``
+    of ``find -exec`` and ``xargs -I``): dynamic, and reported in
+    :attr:`SimpleCommand.runtime_words`."""
+
+    __slots__ = ()
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, True)
 
 
 class _Pieces:
@@ -890,8 +950,9 @@ def _su_script(argv: Sequence[_Word]) -> _Word | None:
     return None
 
 
-def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word]]]:
-    """Yield ``(action, argv)`` for the ``-exec``/``-execdir``/``-ok``/``-okdir`` actions."""
+def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word], str]]:
+    """Yield ``(action, argv, terminator)`` for the ``-exec``/``-execdir``/``-ok``/
+    ``-okdir`` actions (terminator ``";"``, ``"+"``, or ``""`` when missing)."""
     i = 1
     while i < len(argv):
         if argv[i].text in _FIND_ACTIONS:
@@ -899,23 +960,110 @@ def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word]]
             while end < len(argv) and argv[end].text not in (";", "+"):
                 end += 1
             if end > i + 1:
-                yield argv[i].text, argv[i + 1 : end]
+                yield argv[i].text, argv[i + 1 : end], argv[end].text if end < len(argv) else ""
             i = end
         i += 1
 
 
-def _xargs_replace(argv: Sequence[_Word]) -> str:
-    """The replace-string of ``xargs -I R`` / ``-i`` / ``--replace`` ("{}" by default)."""
+def _xargs_replaces(options: Sequence[_Word]) -> bool:
+    """Whether xargs's own words (``options``, before its command) give ``-I R``,
+    ``-i[R]`` or ``--replace[=R]`` (also inside a cluster: ``-0I{}``)."""
+    for word in options:
+        text = word.text
+        if text.startswith("--replace"):
+            return True
+        if text.startswith("-") and not text.startswith("--"):
+            for letter in text[1:]:
+                if letter in "Ii":
+                    return True
+                if letter in "adEeLlnPs":
+                    break  # the rest of the word is this option's value
+    return False
+
+
+def _env_split_string(argv: Sequence[_Word]) -> list[_Word] | None:
+    """``env -S STRING …`` as env itself reads it: STRING split into words, in
+    its place (issue 13 §6). None without ``-S``.
+
+    Raises:
+        UnparseableCommand: the string uses env's own expansions (``${VAR}``,
+            escapes) or is computed at run time.
+    """
     for i, word in enumerate(argv[1:], start=1):
         text = word.text
-        if text == "-I" and i + 1 < len(argv):
-            return argv[i + 1].text
-        if text.startswith("-I") and len(text) > 2:
-            return text[2:]
-        if text.startswith("-i") and len(text) > 2:
-            return text[2:]
+        if not text.startswith("-") or text == "-":
+            return None
+        if text == "--":
+            return None
+        value: _Word | None = None
+        end = i + 1
+        if text in ("-S", "--split-string"):
+            if i + 1 >= len(argv):
+                return None
+            value, end = argv[i + 1], i + 2
+        elif text.startswith("--split-string="):
+            value = _Word(text.partition("=")[2], word.dynamic)
+        elif text.startswith("-") and not text.startswith("--") and "S" in text:
+            head, _, tail = text[1:].partition("S")
+            if any(letter in "uC" for letter in head):
+                return None
+            if tail:
+                value = _Word(tail, word.dynamic)
+            elif i + 1 < len(argv):
+                value, end = argv[i + 1], i + 2
+            if head:
+                argv = [*argv[:i], _Word("-" + head), *argv[i:]]
+                i, end = i + 1, end + 1
+        if value is None:
+            continue
+        if value.dynamic or "$" in value.text or "\\" in value.text:
+            raise UnparseableCommand("env -S expands its string at run time")
+        try:
+            split = shlex.split(value.text, comments=True)
+        except ValueError as exc:
+            raise UnparseableCommand("env -S string cannot be split") from exc
+        return [*argv[:i], *[_Word(w) for w in split], *argv[end:]]
+    return None
+
+
+def _check_make(name: str, argv: Sequence[_Word]) -> None:
+    """``make`` runs its makefile's recipes; the command line can supply them
+    (issue 13 §6): ``--eval``/``-E``, a makefile read from standard input, or a
+    variable set on the command line (``make CC='git push #'``)."""
+    for i, word in enumerate(argv[1:], start=1):
+        text = word.text
+        if word.dynamic:
+            raise UnparseableCommand(f"{name} is given words computed at run time")
+        if text.startswith(("--eval", "-E")):
+            raise UnparseableCommand(
+                f"{name} {text.split('=', 1)[0]} runs a recipe from the command line"
+            )
+        if text in ("-f", "--file", "--makefile") and i + 1 < len(argv):
+            target = argv[i + 1].text
+            if target in _STDIN_SCRIPTS or _reads_pipe(argv[i + 1]):
+                raise UnparseableCommand(f"{name} reads its makefile from standard input")
+        if not text.startswith("-") and _ASSIGNMENT.match(text):
+            raise UnparseableCommand(f"{name} {text.split('=', 1)[0]}=… can set a recipe")
+
+
+def _xargs_replace(argv: Sequence[_Word]) -> str:
+    """The replace-string of ``xargs -I R`` / ``-i`` / ``--replace`` ("{}" by
+    default), also inside a cluster of short options (``-0I%``)."""
+    for i, word in enumerate(argv[1:], start=1):
+        text = word.text
         if text.startswith("--replace="):
             return text.split("=", 1)[1]
+        if not text.startswith("-") or text.startswith("--"):
+            continue
+        for offset, letter in enumerate(text[1:], start=2):
+            if letter == "I":
+                if offset < len(text):
+                    return text[offset:]
+                return argv[i + 1].text if i + 1 < len(argv) else "{}"
+            if letter == "i":
+                return text[offset:] or "{}"
+            if letter in "adEeLlnPs":
+                break  # the rest of the word is this option's value
     return "{}"
 
 
@@ -924,14 +1072,9 @@ def _xargs_replace(argv: Sequence[_Word]) -> str:
 # unparseable (fail closed).
 _OPAQUE_RUNNERS = frozenset(
     {
-        "flock",
-        "script",
         "watch",
         "chrt",
         "setpriv",
-        "unshare",
-        "strace",
-        "ltrace",
         "sg",
         "newgrp",
         "fish",
@@ -941,9 +1084,7 @@ _OPAQUE_RUNNERS = frozenset(
         "runuser",
         "numactl",
         "nsenter",
-        "firejail",
         "systemd-run",
-        "valgrind",
         "setarch",
         "linux32",
         "linux64",
@@ -957,8 +1098,6 @@ _OPAQUE_RUNNERS = frozenset(
         "catchsegv",
         "unbuffer",
         "rlwrap",
-        "dbus-run-session",
-        "xvfb-run",
         "tini",
         "dumb-init",
         "chpst",
@@ -1000,6 +1139,100 @@ _SETS_VARIABLES = frozenset(
 # A script file name that reads the shell's standard input or a pipe.
 _STDIN_SCRIPTS = frozenset({"-", "/dev/stdin", "/proc/self/fd/0", "/dev/fd/0"})
 
+# Interpreters that run a script file named in their arguments (and shells,
+# ``source``, ``make -f``): a file the same command writes is code the text does
+# not show (issue 13 §6, "bash FILE of a file written earlier in the same call").
+_SCRIPT_RUNNERS = frozenset(
+    {
+        *_SHELLS,
+        "source",
+        ".",
+        "python",
+        "python2",
+        "python3",
+        "pypy",
+        "pypy3",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "perl",
+        "ruby",
+        "php",
+        "lua",
+        "Rscript",
+        "make",
+        "gmake",
+        "awk",
+        "gawk",
+        "sed",
+        "tclsh",
+        "osascript",
+    }
+)
+_PYTHON_VERSIONED = re.compile(r"python[0-9.]*\Z")
+# Programs that load code from files they are not given (imports from the working
+# directory, conftest.py, a Makefile, package.json scripts ...): a file the same
+# text writes that matches the family's names or suffixes is code the text does
+# not show (issue 13 §6).
+_PYTHON_CODE = (
+    (".py", ".pth"),
+    frozenset({"pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "noxfile.py"}),
+)
+_NODE_CODE = ((".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".json"), frozenset())
+_IMPLICIT_CODE: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    **dict.fromkeys(
+        ("pytest", "py.test", "tox", "nox", "pip", "pip3", "uv", "uvx", "poetry", "pdm"),
+        _PYTHON_CODE,
+    ),
+    **dict.fromkeys(("hatch", "pipenv", "pipx", "coverage"), _PYTHON_CODE),
+    **dict.fromkeys(
+        ("node", "nodejs", "npm", "npx", "pnpm", "pnpx", "yarn", "bun", "bunx", "deno"),
+        _NODE_CODE,
+    ),
+    **dict.fromkeys(
+        ("make", "gmake"), ((".mk",), frozenset({"Makefile", "makefile", "GNUmakefile"}))
+    ),
+    "perl": ((".pm", ".pl"), frozenset()),
+    **dict.fromkeys(("ruby", "rake", "bundle"), ((".rb",), frozenset({"Rakefile", "Gemfile"}))),
+}
+# Programs that write the files their arguments name (besides output
+# redirections): every operand may be a file written by the command.
+_FILE_WRITERS = frozenset(
+    {
+        "tee",
+        "cp",
+        "mv",
+        "ln",
+        "install",
+        "dd",
+        "curl",
+        "wget",
+        "touch",
+        "truncate",
+        "rsync",
+        "scp",
+        "tar",
+        "unzip",
+        "patch",
+        "sed",
+        "perl",
+        "base64",
+        "xxd",
+        "openssl",
+        "gzip",
+        "gunzip",
+        "bzip2",
+        "xz",
+        "split",
+        "csplit",
+        "sort",
+        "uniq",
+    }
+)
+# A redirection target that writes no file.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
 # Programs whose arguments `_Walker._emit` looks into: any other program is only
 # recorded.
 _RUNS_OTHER_CODE = frozenset(
@@ -1008,6 +1241,8 @@ _RUNS_OTHER_CODE = frozenset(
         *_SHELLS,
         *_OPAQUE_RUNNERS,
         *_SETS_VARIABLES,
+        *WRAPPER_PROGRAMS,
+        *SCRIPT_OPTION_PROGRAMS,
         "source",
         ".",
         "su",
@@ -1015,6 +1250,11 @@ _RUNS_OTHER_CODE = frozenset(
         "trap",
         "find",
         "git",
+        "alias",
+        "hash",
+        "enable",
+        "make",
+        "gmake",
     }
 )
 
@@ -1052,7 +1292,16 @@ def _git_subcommand(argv: Sequence[_Word]) -> tuple[int, bool] | None:
     return index, configures
 
 
-_SIMPLE_COMMAND_FIELDS = ("argv", "assignments", "dangerous", "path_qualified", "via")
+_SIMPLE_COMMAND_FIELDS = (
+    "argv",
+    "assignments",
+    "dangerous",
+    "path_qualified",
+    "via",
+    "more_words",
+    "runtime_words",
+    "unseen",
+)
 
 
 def _new_simple_command(
@@ -1061,6 +1310,9 @@ def _new_simple_command(
     dangerous: tuple[str, ...],
     path_qualified: bool,
     via: tuple[str, ...],
+    more_words: str = "",
+    runtime_words: tuple[int, ...] = (),
+    unseen: str = "",
 ) -> SimpleCommand:
     """``SimpleCommand(argv=..., ...)``, about three times cheaper.
 
@@ -1077,6 +1329,9 @@ def _new_simple_command(
     fields["dangerous"] = dangerous
     fields["path_qualified"] = path_qualified
     fields["via"] = via
+    fields["more_words"] = more_words
+    fields["runtime_words"] = runtime_words
+    fields["unseen"] = unseen
     return command
 
 
@@ -1161,6 +1416,7 @@ _VISITED_SPECIALLY = frozenset(
         "command_substitution",
         "process_substitution",
         "variable_assignment",
+        "file_redirect",
     }
 )
 
@@ -1232,6 +1488,55 @@ class _Walker:
         self.set_dangerous: dict[str, None] = {}
         # Each expansion found by scanning text costs a parse of the rest of the text.
         self.scans_left = _MAX_SCANNED_EXPANSIONS
+        # Issue 13 §6. Aliases (and `hash -p` entries) defined so far: name ->
+        # the text that replaces it.
+        self.aliases: dict[str, str] = {}
+        # Basenames of files the text writes (None: one it cannot name) -> the
+        # positions in `out` of the commands that write them (-1: a redirection).
+        self.written: dict[str | None, set[int]] = {}
+        # (position in `out`, basenames of the files it runs as code).
+        self.script_runs: list[tuple[int, tuple[str, ...]]] = []
+        # (position in `out`, program) of programs in `_IMPLICIT_CODE` (or Python).
+        self.implicit_runs: list[tuple[int, str]] = []
+        self.runtime_seen = False
+        self.alias_bytes_left = MAX_INPUT_BYTES
+
+    def finish(self) -> None:
+        """Mark the commands that run a script file the same text writes
+        (issue 13 §6): the order is not looked at (a loop can write after)."""
+        if not self.written:
+            return
+
+        def by_another(name: str | None, index: int) -> bool:
+            # `sed -i s/x/y/ f` and `perl -pi -e … f` write the file they read.
+            return bool(self.written.get(name, set()) - {index})
+
+        # The written names each family loads, found once per family (a text of
+        # 64 KiB can hold thousands of commands and written names).
+        loaded: dict[int, list[str | None]] = {}
+        for index, program in self.implicit_runs:
+            family = _IMPLICIT_CODE.get(program) or _PYTHON_CODE
+            names = loaded.get(id(family))
+            if names is None:
+                suffixes, exact = family
+                names = loaded[id(family)] = [
+                    name
+                    for name in self.written
+                    if name is None or name in exact or name.endswith(suffixes)
+                ]
+            for name in names:
+                if by_another(name, index):
+                    self.script_runs.append((index, (name or "a file named at run time",)))
+                    break
+        for index, files in self.script_runs:
+            hit = next((f for f in files if by_another(f, index)), None)
+            if hit is None and files and by_another(None, index):
+                hit = files[0]
+            if hit is not None:
+                self.out[index] = dataclasses.replace(
+                    self.out[index],
+                    unseen=f"it runs {hit!r}, a file the same command writes",
+                )
 
     # -- entry points -------------------------------------------------------
 
@@ -1278,6 +1583,8 @@ class _Walker:
             ]
         if kind == "heredoc_redirect":
             return self._heredoc(item)
+        if kind == "file_redirect":
+            self._note_redirect(item)
         if kind in ("command_substitution", "process_substitution"):
             opener = node.children[0].type if node.children else ""
             via = (*item.via, _SUBSTITUTION_VIA.get(opener, "$(...)"))
@@ -1307,6 +1614,35 @@ class _Walker:
                 self._scan(text, item.via, item.here)
             return []
         return _children(node, item.src, item.via, item.here)
+
+    def _note_redirect(self, item: _Item) -> None:
+        """Note the file an output redirection writes (``> f``, ``>> f``, ``&> f``,
+        ``<> f``); ``>&2`` duplicates a descriptor and writes no file."""
+        node, src = item.node, item.src
+        operator = ""
+        target: list[Node] = []
+        for child in node.children:
+            if not child.is_named:
+                operator += _text(child, src)
+            elif child.type != "file_descriptor":
+                target.append(child)
+        if ">" not in operator or not target:
+            return
+        first = _text(target[0], src)
+        if operator.endswith("&") and (first.isdigit() or first == "-"):
+            return
+        try:
+            word = _decode(target[:1], src)
+        except UnparseableCommand:
+            self.written.setdefault(None, set()).add(-1)
+            return
+        self._note_written(word)
+
+    def _note_written(self, word: _Word, position: int = -1) -> None:
+        if word.dynamic:
+            self.written.setdefault(None, set()).add(position)
+        elif word.text not in _NOT_FILES:
+            self.written.setdefault(word.text.rpartition("/")[2], set()).add(position)
 
     def _note_assignment(self, node: Node) -> None:
         name = _assigned_name(node)
@@ -1529,8 +1865,12 @@ class _Walker:
         dangerous: tuple[str, ...],
         via: tuple[str, ...],
         here: bool,
+        more: str = "",
     ) -> None:
-        """Record ``argv`` as a simple command, then what it runs in turn."""
+        """Record ``argv`` as a simple command, then what it runs in turn.
+
+        ``more``: why words not in the text are appended at run time (``xargs``).
+        """
         if not argv:
             return
         if len(via) > MAX_DEPTH:
@@ -1538,17 +1878,63 @@ class _Walker:
         program = argv[0]
         if program.dynamic:
             raise UnparseableCommand(_COMPUTED_PROGRAM)
+        path_qualified = "/" in program.text
+        name = program.text.rpartition("/")[2]  # posixpath.basename
+        if (
+            self.aliases
+            and not path_qualified
+            and name in self.aliases
+            and f"alias {name}" not in via  # bash does not expand an alias in itself
+        ):
+            self._expand_alias(argv, assignments, dangerous, via, here)
+        runtime: tuple[int, ...] = ()
+        if self.runtime_seen:
+            runtime = tuple(i for i, w in enumerate(argv) if isinstance(w, _RuntimeWord))
+        position = len(self.out)
         self.out.append(
             _new_simple_command(
                 tuple([word.text for word in argv]),
                 assignments,
                 dangerous,
-                "/" in program.text,
+                path_qualified,
                 via,
+                more,
+                runtime,
             )
         )
-        name = program.text.rpartition("/")[2]  # posixpath.basename
+        if path_qualified or name in _SCRIPT_RUNNERS or _PYTHON_VERSIONED.match(name):
+            files = tuple(
+                word.text.rpartition("/")[2]
+                for word in (argv if path_qualified else argv[1:])
+                if not word.dynamic and not word.text.startswith("-")
+            )
+            if files:
+                self.script_runs.append((position, files))
+        if name in _IMPLICIT_CODE or _PYTHON_VERSIONED.match(name):
+            self.implicit_runs.append((position, name))
+        if name in _FILE_WRITERS:
+            for word in argv[1:]:
+                text = word.text.partition("=")[2] if word.text.startswith("of=") else word.text
+                if not text.startswith("-"):
+                    self._note_written(_Word(text, word.dynamic), position)
         if name not in _RUNS_OTHER_CODE:
+            return
+        if name in SCRIPT_OPTION_PROGRAMS:
+            try:
+                scripts = option_scripts(name, [word.text for word in argv])
+            except WrapperError as exc:
+                raise UnparseableCommand(str(exc)) from exc
+            for index, text, label in scripts:
+                script = _Word(text, argv[index].dynamic)
+                self._run_script(script, label, assignments, dangerous, via, same_shell=False)
+        if name in WRAPPER_PROGRAMS:
+            self._table_wrapper(name, argv, assignments, dangerous, via, here, more)
+            return
+        if name in ("alias", "hash", "enable"):
+            self._alias_like(name, argv)
+            return
+        if name in ("make", "gmake"):
+            _check_make(name, argv)
             return
         if name in _OPAQUE_RUNNERS:
             if len(argv) == 2 and argv[1].text in _ONLY_INFORMATION:
@@ -1563,9 +1949,17 @@ class _Walker:
         if name in _WRAPPERS:
             if name in ("time", "coproc") and any(w.text in _RESERVED for w in argv[1:3]):
                 raise UnparseableCommand(f"{name} before a compound command")
+            if name == "env":
+                split = _env_split_string(argv)
+                if split is not None:
+                    self._emit(split, assignments, dangerous, (*via, "env -S"), here, more)
+                    return
             inner, added = _unwrap(argv, _WRAPPERS[name])
-            if inner and name == "xargs" and _xargs_replace(argv) in inner[0].text:
-                raise UnparseableCommand(_COMPUTED_PROGRAM)
+            inner_more = more
+            if name == "xargs":
+                inner, inner_more = self._xargs_inner(argv, inner)
+            elif not inner and more:
+                raise UnparseableCommand(f"{name} runs a command read at run time")
             more_dangerous = [a.split("=", 1)[0] for a in added]
             self._emit(
                 inner,
@@ -1573,6 +1967,7 @@ class _Walker:
                 tuple(dict.fromkeys([*dangerous, *filter(_is_dangerous, more_dangerous)])),
                 (*via, name),
                 here,
+                inner_more,
             )
         elif name in _SHELLS:
             script, reads_stdin = _shell_script(argv)
@@ -1580,19 +1975,30 @@ class _Walker:
                 self._run_script(
                     script, f"{name} -c", assignments, dangerous, via, same_shell=False
                 )
+            elif more:
+                raise UnparseableCommand(f"the script of {name} is read at run time ({more})")
             elif reads_stdin and here:
                 raise UnparseableCommand(f"a here-document or here-string is the script of {name}")
             elif reads_stdin and len(argv) > 1:
-                # A bare `sh` is left to the rules for `sh` (issue 4 case 1:
-                # `echo ok | sh` is the default's, sh uncovered).
                 raise UnparseableCommand(
                     f"the script of {name} is read from standard input or a pipe"
+                )
+            elif reads_stdin:
+                # A bare `sh` runs whatever its standard input holds (`echo 'git
+                # push' | sh`, `sh < script`): a rule that does not match `sh`
+                # cannot be checked against it (issue 13 §6; issue 4 case 1 still
+                # holds: sh is uncovered, never laxer than the default).
+                self.out[position] = dataclasses.replace(
+                    self.out[position],
+                    unseen=f"the script of {name} is read from standard input",
                 )
         elif name in ("source", ".") and len(argv) > 1:
             if here and argv[1].text in _STDIN_SCRIPTS:
                 raise UnparseableCommand(f"a here-document or here-string is sourced by {name}")
             if _reads_pipe(argv[1]):
                 raise UnparseableCommand(f"the script sourced by {name} is read from a pipe")
+            if argv[1].dynamic or more:
+                raise UnparseableCommand(f"the file sourced by {name} is named at run time")
         elif name == "su":
             script = _su_script(argv)
             if script is not None:
@@ -1617,10 +2023,118 @@ class _Walker:
                     here,
                 )
         elif name == "find":
-            for action, inner in _find_actions(argv):
+            for action, inner, terminator in _find_actions(argv):
                 if "{}" in inner[0].text:
                     raise UnparseableCommand(_COMPUTED_PROGRAM)
-                self._emit(inner, assignments, dangerous, (*via, f"find {action}"), False)
+                # `{}` is a file name find fills in (a file can be called `push`);
+                # with `+` the names are appended.
+                found_more = ""
+                if terminator == "+" and inner[-1].text == "{}":
+                    inner = inner[:-1]
+                    found_more = f"find {action} … + appends the names of the files it finds"
+                words = [_RuntimeWord(w.text) if "{}" in w.text else w for w in inner]
+                self.runtime_seen |= any(isinstance(w, _RuntimeWord) for w in words)
+                self._emit(
+                    words, assignments, dangerous, (*via, f"find {action}"), False, found_more
+                )
+
+    def _xargs_inner(
+        self, argv: Sequence[_Word], inner: Sequence[_Word]
+    ) -> tuple[Sequence[_Word], str]:
+        """The command xargs runs, with its words from standard input (issue 13 §6):
+        with ``-I R`` each word holding R is filled in at run time; otherwise the
+        words read are appended."""
+        replace = _xargs_replace(argv)
+        if inner and replace in inner[0].text:
+            raise UnparseableCommand(_COMPUTED_PROGRAM)
+        if not inner:
+            return inner, ""  # xargs runs echo
+        if _xargs_replaces(argv[1 : len(argv) - len(inner)]):
+            words = [_RuntimeWord(w.text) if replace in w.text else w for w in inner]
+            self.runtime_seen |= any(isinstance(w, _RuntimeWord) for w in words)
+            return words, ""
+        return inner, "xargs appends words read from standard input"
+
+    def _table_wrapper(
+        self,
+        name: str,
+        argv: Sequence[_Word],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+        here: bool,
+        more: str,
+    ) -> None:
+        """A program of the curated wrapper table (`_wrapper_table`)."""
+        try:
+            inner = find_inner(name, [word.text for word in argv])
+        except WrapperError as exc:
+            raise UnparseableCommand(str(exc)) from exc
+        if inner is None:
+            if more:
+                raise UnparseableCommand(f"{name} runs a command read at run time")
+            return
+        if inner.script is not None:
+            self._run_script(
+                argv[inner.script], f"{name} script", assignments, dangerous, via, same_shell=False
+            )
+            return
+        words = [_Word(text) for text in inner.prefix] + list(argv[inner.start :])
+        self._emit(words, assignments, dangerous, (*via, name), here, more)
+
+    def _alias_like(self, name: str, argv: Sequence[_Word]) -> None:
+        """``alias NAME=VALUE``, ``hash -p PATH NAME``, ``enable -f FILE NAME``
+        (issue 13 §6): later uses of NAME run VALUE or PATH."""
+        if name == "enable":
+            if any(w.text.startswith("-") and "f" in w.text for w in argv[1:]):
+                raise UnparseableCommand("enable -f loads a builtin from a shared object")
+            return
+        if name == "hash":
+            words = list(argv[1:])
+            for i, word in enumerate(words):
+                if word.text.startswith("-") and "p" in word.text[1:]:
+                    rest = words[i + 1 :]
+                    if len(rest) < 2 or any(w.dynamic for w in rest[:2]):
+                        raise UnparseableCommand("hash -p names a program at run time")
+                    self.aliases[rest[1].text] = shlex.quote(rest[0].text)
+                    return
+            return
+        for word in argv[1:]:
+            if word.text.startswith("-"):
+                continue
+            alias, eq, value = word.text.partition("=")
+            if not eq:
+                continue
+            if word.dynamic:
+                raise UnparseableCommand("an alias is defined at run time")
+            self.aliases[alias] = value
+
+    def _expand_alias(
+        self,
+        argv: Sequence[_Word],
+        assignments: tuple[str, ...],
+        dangerous: tuple[str, ...],
+        via: tuple[str, ...],
+        here: bool,
+    ) -> None:
+        """Walk what a use of an alias (or ``hash -p`` name) runs: its value
+        followed by the remaining words (issue 13 §6). Over-approximated: an alias
+        counts from its definition on, wherever it is used."""
+        value = self.aliases[argv[0].text.rpartition("/")[2]]
+        rest = " ".join(w.text if w.dynamic else shlex.quote(w.text) for w in argv[1:])
+        # Each use parses the value again: bound the work a long alias used many
+        # times can cause (fail closed).
+        self.alias_bytes_left -= len(value) + len(rest)
+        if self.alias_bytes_left < 0:
+            raise UnparseableCommand("aliases expand to too much text")
+        self._run_script(
+            _Word(f"{value} {rest}"),
+            f"alias {argv[0].text}",
+            assignments,
+            dangerous,
+            via,
+            same_shell=True,
+        )
 
     def _run_script(
         self,
@@ -1653,13 +2167,7 @@ class _Walker:
         self.set_dangerous = {**saved, **dict.fromkeys(set_inside if same_shell else ())}
         if assignments:
             self.out[before:] = [
-                SimpleCommand(
-                    argv=c.argv,
-                    assignments=assignments + c.assignments,
-                    dangerous=c.dangerous,
-                    path_qualified=c.path_qualified,
-                    via=c.via,
-                )
+                dataclasses.replace(c, assignments=assignments + c.assignments)
                 for c in self.out[before:]
             ]
 

@@ -23,7 +23,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import regex
 
-from pi_sandbox.policies._path_glob import candidate_paths, compile_path_glob
+from pi_sandbox.policies._option_grammar import (
+    Arguments,
+    match_arguments,
+    read_arguments,
+    table_for,
+)
+from pi_sandbox.policies._path_glob import (
+    candidate_paths,
+    compile_path_glob,
+    resolve_candidates,
+    tool_cwds,
+)
+from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
 from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
 
@@ -432,6 +444,11 @@ class _Call:
         self.regex_budget = REGEX_BUDGET_S  # seconds left for regex searches (`_search`)
         # Why the files a shell command names cannot be listed (set by `paths`).
         self.paths_unknown: str | None = None
+        # Whether `paths_unknown` is a path that cannot be resolved (issue 13 §5),
+        # rather than a command that cannot be parsed.
+        self.paths_unresolved = False
+        # The absolute canonical targets of the paths (for bind mounts, hard links).
+        self._targets: list[str] = []
         self._workspace = workspace
         self._resolve_symlinks = resolve_symlinks
         # id(rule) -> the rule's outcome for each simple command (one matching pass
@@ -482,7 +499,7 @@ class _Call:
         catches ``cat .env`` and ``cat link-to-env``). None when there is nothing."""
         path = self.arguments.get("path")
         if isinstance(path, str) and path:
-            return candidate_paths(path, self._workspace, resolve_symlinks=self._resolve_symlinks)
+            return self._forms(path)
         if self.command_text is None:
             return None
         commands = self.commands
@@ -497,10 +514,51 @@ class _Call:
             self.paths_unknown = str(exc)
             return None
         for word in words:
-            forms.extend(
-                candidate_paths(word, self._workspace, resolve_symlinks=self._resolve_symlinks)
-            )
+            forms.extend(self._forms(word))
         return tuple(dict.fromkeys(forms)) or None
+
+    def _forms(self, raw: str) -> tuple[str, ...]:
+        """The forms of one path (`resolve_candidates`); an unresolvable one is
+        recorded in `paths_unknown` (its rules yield ``unparseable``)."""
+        if not self._resolve_symlinks:
+            return candidate_paths(raw, self._workspace, resolve_symlinks=False)
+        if "$" in raw:
+            # Only words naming a path reach here with "$" (see `_file_words`).
+            self._unresolved(f"path {raw!r} depends on a run-time expansion")
+            return candidate_paths(raw, self._workspace, resolve_symlinks=False)
+        resolved = resolve_candidates(raw, self._workspace, cwds=self._cwds)
+        if resolved.unresolved is not None:
+            self._unresolved(resolved.unresolved)
+        self._targets.extend(resolved.targets)
+        return resolved.forms
+
+    @cached_property
+    def _cwds(self) -> tuple[str, ...]:
+        return tool_cwds(self._workspace)
+
+    def _unresolved(self, why: str) -> None:
+        if self.paths_unknown is None:
+            self.paths_unknown = why
+            self.paths_unresolved = True
+
+    @cached_property
+    def identities(self) -> frozenset[tuple[int, int]]:
+        """``(st_dev, st_ino)`` of the paths' canonical targets and their parents
+        (up to the workspace): a bind mount or a hard link of a file a rule names
+        has no other trace (issue 13 §5)."""
+        _ = self.paths
+        return file_identities(self._targets, stop_at=(os.path.realpath(self._workspace),))
+
+    def identity_of(self, literal: str) -> tuple[int, int] | None:
+        """The identity of a rule's literal path (relative: to the workspace)."""
+        cache: dict[str, tuple[int, int] | None] = self.__dict__.setdefault("_literal_ids", {})
+        if literal not in cache:
+            try:
+                info = os.stat(os.path.join(self._workspace, os.path.expanduser(literal)))
+                cache[literal] = (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                cache[literal] = None
+        return cache[literal]
 
 
 _MAX_FILE_WORDS = 256  # words per call checked against path globs
@@ -517,8 +575,11 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
     """The words of ``commands`` that may name files: arguments, and the value of
     ``--opt=value``; a glob relative to the workspace is expanded against it like
     the shell would (bounded: `_MAX_GLOB_PARTS`, `_MAX_GLOB_SCAN`), and kept as
-    written too. Words with run-time expansions (``$x``) cannot be known here and
-    are skipped: the sandbox's ``deny_read`` is the boundary for those.
+    written too. Words with run-time expansions (``$x``) cannot be known here: one
+    that visibly spells a path (`_spells_a_path`: ``/proc/$$/cwd/x``,
+    ``$PWD/.env``) is kept and is unresolvable (issue 13 §5); others are skipped
+    (``cat $f``, ``sed 's/a$/b/'``), and the sandbox's ``deny_read`` is the
+    boundary for those.
     ``workspace`` None (checking examples): globs are not expanded.
 
     Raises:
@@ -537,12 +598,21 @@ def _file_words(commands: Sequence[SimpleCommand], workspace: str | None) -> lis
                 if "=" not in word:
                     continue
                 word = word.split("=", 1)[1]
-            if not word or "$" in word or "\0" in word:
+            if not word or "\0" in word:
                 continue
+            if "$" in word and (workspace is None or not _spells_a_path(word)):
+                continue  # not visibly a path: the sandbox's ``deny_read`` is the boundary
             words.append(word)
             if workspace is not None and _GLOB_CHARS.search(word):
                 words.extend(_expand_glob(word, workspace, scan))
     return words
+
+
+def _spells_a_path(word: str) -> bool:
+    """Whether a word with a ``$`` is visibly a path: it has a ``/`` and starts like
+    one (``/``, ``~``, ``./``, ``../``) or with the expansion (``$PWD/x``). A
+    ``$`` quoted literally looks the same here, so ``sed 's/a$/b/'`` must not count."""
+    return "/" in word and word.startswith(("/", "~", "$", "./", "../"))
 
 
 def _expand_glob(pattern: str, workspace: str, scan: list[int]) -> list[str]:
@@ -592,7 +662,11 @@ class PolicyRule:
         reason: shown to the model and the user when the rule denies or asks.
         source: the policy file that holds the rule.
         tier: the policy tier of that file (``"managed"`` for ``--policy`` files).
-        command: argv prefix matched against every simple command, or None.
+        command: the words matched against every simple command, or None.
+        command_match: how ``command`` is compared (issue 13 §6): ``"options"``
+            (the default) reads options as a set with the program's option grammar
+            (`_option_grammar`); ``"literal"`` compares the words one by one as an
+            argv prefix, exactly as written.
         command_regex: searched in the whole command text, or None.
         path_globs: the ``path`` globs as written (empty: no path matcher).
         arguments: argument name and compiled regex pairs (empty: none).
@@ -608,6 +682,9 @@ class PolicyRule:
     command_regex: regex.Pattern[str] | None = None
     path_globs: tuple[str, ...] = ()
     arguments: tuple[tuple[str, regex.Pattern[str]], ...] = ()
+    command_match: Literal["options", "literal"] = "options"
+    # The rule's words after its program, read with its option grammar.
+    _rule_arguments: Arguments | None = field(init=False, repr=False, compare=False)
     _path_regexes: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
     # Derived once, for the gate's fast path (none changes what matches):
     # the path globs as one alternation, literal prefilters of the regexes, and
@@ -618,10 +695,23 @@ class PolicyRule:
         init=False, repr=False, compare=False
     )
     _has_other_matchers: bool = field(init=False, repr=False, compare=False)
+    # The path globs without wildcards: files whose identity (device, inode) a
+    # bind mount or a hard link keeps under another name (issue 13 §5).
+    _literal_paths: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        rule_arguments = None
+        if self.command and self.command_match == "options":
+            program = self.command[0].rpartition("/")[2]
+            rule_arguments = read_arguments(program, self.command[1:])
+        object.__setattr__(self, "_rule_arguments", rule_arguments)
         regexes = tuple(compile_path_glob(glob) for glob in self.path_globs)
         object.__setattr__(self, "_path_regexes", regexes)
+        object.__setattr__(
+            self,
+            "_literal_paths",
+            tuple(glob for glob in self.path_globs if not _GLOB_CHARS.search(glob)),
+        )
         # fullmatch of an alternation is "some alternative fullmatches"; the globs
         # compile to flag-free DOTALL regexes without groups that could collide.
         combined = (
@@ -659,6 +749,7 @@ class PolicyRule:
             source=source,
             tier=tier,
             command=rule.command,
+            command_match=rule.command_match,
             command_regex=regex.compile(rule.command_regex) if rule.command_regex else None,
             path_globs=rule.path or (),
             arguments=tuple(
@@ -785,12 +876,47 @@ class PolicyRule:
             program = word if "/" in expected else basename
         if facts is not None and not facts[2] and program != expected:
             outcome = _NO
-        else:
+        elif self._rule_arguments is None:
             outcome = self._match_argv(command.argv)
-        if outcome.verdict is _Verdict.NO and command.dangerous:
-            names = ", ".join(command.dangerous)
-            return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+        else:
+            outcome = self._match_options(command)
+        if outcome.verdict is _Verdict.NO:
+            if command.dangerous:
+                names = ", ".join(command.dangerous)
+                return _Outcome(_Verdict.UNKNOWN, f"{names} changes what {command.argv[0]!r} runs")
+            if command.unseen:
+                return _Outcome(_Verdict.UNKNOWN, command.unseen)
         return outcome
+
+    def _match_options(self, command: SimpleCommand) -> _Outcome:
+        """Compare the rule with one simple command, options as a set (issue 13 §6,
+        `_option_grammar`). The program word is compared as in `_match_argv`."""
+        assert self.command is not None and self._rule_arguments is not None
+        argv = command.argv
+        first = self._match_argv(argv[:1], self.command[:1])
+        if first.verdict is not _Verdict.YES:
+            return first
+        program = self.command[0].rpartition("/")[2]
+        runtime = command.runtime_words
+        unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
+        arguments = read_arguments(program, argv[1:], unknown)
+        matched, word = match_arguments(
+            self._rule_arguments,
+            arguments,
+            more_words=bool(command.more_words),
+            exact_globals=self.decision == "allow",
+        )
+        if matched:
+            return _YES
+        if word is None:
+            return _NO
+        if word == "words read at run time":
+            return _Outcome(_Verdict.UNKNOWN, command.more_words)
+        if runtime and word in [argv[i] for i in runtime if i < len(argv)]:
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is filled in at run time")
+        if "$" in word or _BRACE_EXPANSION.search(word):
+            return _Outcome(_Verdict.UNKNOWN, f"{word!r} is expanded by the shell")
+        return _Outcome(_Verdict.UNKNOWN, f"glob {word!r} may expand to what the rule names")
 
     def _other_matchers_hold(self, call: _Call) -> bool | None:
         """The matchers besides ``command``, which never depend on shell parsing.
@@ -829,6 +955,12 @@ class PolicyRule:
                     matched = any(
                         pattern.fullmatch(path) for pattern in self._path_regexes for path in paths
                     )
+                if not matched and self._literal_paths and call.identities:
+                    # Another name of the same file or directory (bind mount, hard link).
+                    matched = any(
+                        call.identity_of(literal) in call.identities
+                        for literal in self._literal_paths
+                    )
                 if not matched:
                     if call.paths_unknown is None:
                         return False
@@ -862,15 +994,20 @@ class PolicyRule:
             timed_out |= found is None
         return None if timed_out else True
 
-    def _match_argv(self, argv: Sequence[str]) -> _Outcome:
-        """Compare the ``command`` prefix with one argv, word by word.
+    def _match_argv(
+        self, argv: Sequence[str], expected_words: Sequence[str] | None = None
+    ) -> _Outcome:
+        """Compare the ``command`` prefix (or ``expected_words``) with one argv,
+        word by word: ``command_match: literal``, and the program word of both forms.
 
         The first word also matches by basename (``/bin/rm`` is ``rm``). A word that
         the shell would still expand (``$X``, a glob that could produce the expected
         word, brace expansion) makes the outcome UNKNOWN rather than NO.
         """
-        assert self.command is not None
-        for index, expected in enumerate(self.command):
+        if expected_words is None:
+            assert self.command is not None
+            expected_words = self.command
+        for index, expected in enumerate(expected_words):
             if index >= len(argv):
                 return _NO
             word = argv[index]
@@ -986,7 +1123,7 @@ class _ToolPlan:
             else:
                 by_program.setdefault(command[0], []).append(index)
         self.by_program = {
-            word: _ProgramRules(rules, tuple(found)) for word, found in by_program.items()
+            word: _ProgramRules(rules, tuple(found), word) for word, found in by_program.items()
         }
         self.by_path = {word: tuple(found) for word, found in by_path.items()}
         self.always = tuple(always)
@@ -1087,16 +1224,32 @@ class _ToolPlan:
 class _ProgramRules:
     """The ``command`` rules expecting one program, indexed by their second word."""
 
-    __slots__ = ("by_second", "every", "short")
+    __slots__ = ("aliases", "by_second", "every", "short")
 
-    def __init__(self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...]) -> None:
+    def __init__(
+        self, rules: tuple[PolicyRule, ...], positions: tuple[int, ...], program: str = ""
+    ) -> None:
         self.every = positions
-        self.short = tuple(i for i in positions if len(rules[i].command or ()) == 1)
+        # Other spellings of subcommands (`npm i` is `npm install`): options-mode
+        # rules are indexed by the canonical one.
+        self.aliases = table_for(program).sub_aliases
+        # Rules whose second word is not compared with the command's second word
+        # (none, or an option matched anywhere: ``command: [rm, -rf]``) are
+        # candidates for every command of the program.
+        self.short = tuple(
+            i
+            for i in positions
+            if len(rules[i].command or ()) == 1
+            or (rules[i].command_match == "options" and rules[i].command[1].startswith("-"))  # type: ignore[index]
+        )
         by_second: dict[str, list[int]] = {}
         for i in positions:
             command = rules[i].command or ()
-            if len(command) > 1:
-                by_second.setdefault(command[1], []).append(i)
+            if len(command) > 1 and i not in self.short:
+                second = command[1]
+                if rules[i].command_match == "options":
+                    second = self.aliases.get(second, second)
+                by_second.setdefault(second, []).append(i)
         self.by_second = {word: tuple(found) for word, found in by_second.items()}
 
     def candidates(self, argv: Sequence[str]) -> Sequence[int]:
@@ -1108,10 +1261,14 @@ class _ProgramRules:
         """
         if len(argv) < 2:
             return self.short
-        if _may_expand(argv[1]):
+        if _may_expand(argv[1]) or argv[1].startswith("-"):
+            # An option may come before the first operand (``git -C x push``).
             return self.every
         second = argv[1]
         same = self.by_second.get(second)
+        canonical = self.aliases.get(second)
+        if canonical is not None and canonical in self.by_second:
+            same = tuple(sorted({*(same or ()), *self.by_second[canonical]}))
         if same is None:
             return self.short
         if not self.short:
@@ -1137,6 +1294,8 @@ class ToolCallDecision:
             ``command`` rules alone (``command_regex`` rules see the whole text, not
             one command), else by the default; empty when the command could not be
             parsed. JSON-ready.
+        unparseable: the decision is the policy's ``unparseable`` setting: the
+            command (or a matcher) could not be checked (issue 13 §6: say so).
     """
 
     decision: Decision
@@ -1145,6 +1304,7 @@ class ToolCallDecision:
     tier: str
     source: str | None = None
     commands: list[dict[str, Any]] = field(default_factory=list)
+    unparseable: bool = False
 
 
 def evaluate_tool_call(
@@ -1200,6 +1360,7 @@ def evaluate_tool_call(
         chosen.tier,
         chosen.source,
         _merge_breakdowns(breakdowns),
+        chosen.unparseable,
     )
 
 
@@ -1291,7 +1452,12 @@ def _decide_in_tier(
             continue
         if held is None:
             why = call.paths_unknown or _REGEX_OUT_OF_TIME
-            whole.append(_Candidate(tier.unparseable, rule, _unchecked(rule, why), False))
+            reason = (
+                _unresolved(rule, why, tier.unparseable)
+                if call.paths_unresolved
+                else _unchecked(rule, why)
+            )
+            whole.append(_Candidate(tier.unparseable, rule, reason, False))
         elif rule.command is None:
             whole.append(plan.yes[index])
     if has_text:
@@ -1306,9 +1472,10 @@ def _decide_in_tier(
     commands = call.commands if has_text else ()
     if isinstance(commands, UnparseableCommand):
         if active:
-            rule = rules[active[0]]
+            # No rule is blamed: the text could not be read, whatever the rules
+            # say (issue 13 §6).
             candidates.append(
-                _Candidate(tier.unparseable, rule, _unchecked(rule, commands.reason), False)
+                _Candidate(tier.unparseable, None, _unparsed(tier, commands.reason), False)
             )
             if not whole:
                 # The commands cannot be listed, so some may be ones no rule covers:
@@ -1317,9 +1484,9 @@ def _decide_in_tier(
                     _Candidate(
                         tier.default,
                         None,
-                        f"the command cannot be parsed with confidence ({commands.reason}); "
-                        f"commands no {tier.tier} rule covers get the {tier.tier} default "
-                        f"{tier.default!r}",
+                        f"the command could not be parsed: {commands.reason}; commands no "
+                        f"{tier.tier} rule covers get the {tier.tier} default {tier.default!r}, "
+                        f"stricter than `unparseable: {tier.unparseable}`",
                         False,
                     )
                 )
@@ -1331,7 +1498,7 @@ def _decide_in_tier(
         matched: list[_Candidate] = []
         unknown: tuple[int, str] | None = None
         if active:
-            if expandable:
+            if expandable or command.runtime_words or command.more_words:
                 tried: Sequence[int] = active
             else:
                 tried = plan.candidates(word, basename, command.argv)
@@ -1354,7 +1521,7 @@ def _decide_in_tier(
                     matched.append(plan.yes[index])
                 elif outcome.verdict is _Verdict.UNKNOWN and unknown is None:
                     unknown = (index, outcome.why)
-            if command.dangerous and not expandable:
+            if (command.dangerous or command.unseen) and not expandable:
                 # The rules not tried give UNKNOWN here; the first active rule
                 # that did not match is the first unparseable one.
                 for index in active:
@@ -1363,14 +1530,33 @@ def _decide_in_tier(
                         continue
                     if outcome.verdict is _Verdict.NO:
                         names = ", ".join(command.dangerous)
-                        why = f"{names} changes what {command.argv[0]!r} runs"
+                        why = (
+                            f"{names} changes what {command.argv[0]!r} runs"
+                            if names
+                            else command.unseen
+                        )
                     else:
                         why = outcome.why
                     unknown = (index, why)
                     break
         if unknown is not None:
             rule = rules[unknown[0]]
-            matched.append(_Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1]), False))
+            expected = rule.command[0] if rule.command else ""  # type: ignore[index]
+            related = (word if "/" in expected else basename) == expected
+            if not matched and not whole and _SEVERITY[tier.default] > _SEVERITY[tier.unparseable]:
+                # A command that cannot be checked is never laxer than one no
+                # rule covers.
+                matched.append(plan.uncovered_candidate(tier, command.argv[0]))
+            if related and not (command.dangerous or command.unseen):
+                # The rule names this program: it is the one that cannot be checked.
+                matched.append(
+                    _Candidate(tier.unparseable, rule, _unchecked(rule, unknown[1], tier), False)
+                )
+            else:
+                # Another program's rule: it is not blamed (issue 13 §6).
+                matched.append(
+                    _Candidate(tier.unparseable, None, _unparsed(tier, unknown[1]), False)
+                )
         if matched:
             verdict = _best(matched)
         elif whole:
@@ -1383,6 +1569,9 @@ def _decide_in_tier(
             entry["flags"] = list(command.dangerous)
         if command.via:
             entry["via"] = list(command.via)
+        unknown = command.unseen or command.more_words
+        if unknown:
+            entry["unknown"] = unknown  # issue 13 §6: why rules cannot check it
         breakdown.append(entry)
     chosen = _best(candidates) if candidates else default
     rule = chosen.rule
@@ -1394,13 +1583,32 @@ def _decide_in_tier(
             chosen.reason,
             rule.tier if rule is not None else tier.tier,
             str(source) if source else None,
+            unparseable=not chosen.definite and chosen.decision == tier.unparseable,
         ),
         breakdown,
     )
 
 
-def _unchecked(rule: PolicyRule, why: str) -> str:
+def _unchecked(rule: PolicyRule, why: str, tier: PolicyTier | None = None) -> str:
+    if tier is not None:
+        return (
+            f"the command could not be parsed: {why} → policy `unparseable: "
+            f"{tier.unparseable}` ({tier.tier}); rule {rule.id!r} cannot be checked"
+        )
     return (
         f"the command cannot be parsed with confidence ({why}), so rule {rule.id!r} "
         "cannot be checked"
+    )
+
+
+def _unparsed(tier: PolicyTier, why: str) -> str:
+    """The reason of a decision that the ``unparseable`` setting made (issue 13 §6:
+    say so, never blame an unrelated rule)."""
+    return f"the command could not be parsed: {why} → policy `unparseable: {tier.unparseable}` ({tier.tier})"
+
+
+def _unresolved(rule: PolicyRule, why: str, decision: str) -> str:
+    return (
+        f"the {why} (issue 13 §5), so path rule {rule.id!r} cannot be checked; "
+        f"the policy's unparseable: {decision} decides"
     )

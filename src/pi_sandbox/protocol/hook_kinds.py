@@ -19,22 +19,44 @@ The combination is a fold over handlers::
         if stop:
             break
 
-Kinds and their failure rule:
+Kinds and how they combine:
 
-==================  ==========================================  =======================
-kind                combination                                 on error / timeout
-==================  ==========================================  =======================
-notification        results ignored                             report, continue
-chained             output of one is the input of the next      report, keep previous
-short_circuit       first decisive result wins                  ``tool_call``: block
-transaction         ``cancel`` stops at once, else last result  report, continue
-collect             union of contributed paths                  report, continue
-==================  ==========================================  =======================
+==================  ==========================================
+kind                combination
+==================  ==========================================
+notification        results ignored
+chained             output of one is the input of the next
+short_circuit       first decisive result wins
+transaction         ``cancel`` stops at once, else last result
+collect             union of contributed paths
+==================  ==========================================
+
+What a failed handler (it raised, returned a malformed result, timed out, or its
+worker crashed or is disabled) means is one table, `ON_FAILURE` (issue 13 §1: a
+handler that can block, redact or rewrite is never skipped silently). Every event
+whose handlers can block or rewrite *fails closed*:
+
+- ``block`` — ``tool_call``, ``user_bash``: the tool call / the user's command does
+  not run; the message names the extension and the failure.
+- ``withhold`` — ``tool_result``, ``message_end``: the model, the output and the
+  session file get a "withheld" form, never the value the handler was to redact.
+- ``stop`` — ``input``, ``before_agent_start``, ``context``,
+  ``before_provider_request``: the prompt or provider request is not sent; the run
+  ends with an error.
+- ``cancel`` — ``session_before_switch/fork/tree/compact``: the operation is cancelled.
+- ``distrust`` — ``project_trust``: the project is not trusted (``no``) for this run.
+- ``continue`` — notifications and ``resources_discover``: reported, nothing stops
+  (fail-open: they observe, or contribute optional resources).
+
+`apply_error` folds a failure into the state where the state can express it
+(``tool_call`` blocked, a transaction cancelled, ``project_trust`` → ``no``) and
+stops the chain for every fail-closed event; for the others the caller acts on the
+dispatcher's reported failure (``DispatchOutcome.failure``) as the table says.
 
 States (what ``initial_state`` returns and ``check_state`` enforces, keys exactly) and
 what a handler may return. In a returned mapping a key whose value is ``None`` counts
 as absent; a result of the wrong shape raises ``HandlerResultError``, which callers
-treat as a handler error (``apply_error``: the previous state is kept).
+treat as a handler error (``apply_error``, with the failure rule of `ON_FAILURE`).
 
 - notifications (and unknown events): ``{}``; results ignored.
 - ``input``: ``{"text": str, "images": [dict], "action": "continue" | "transform" |
@@ -57,7 +79,9 @@ treat as a handler error (``apply_error``: the previous state is kept).
 - ``tool_result``: ``{"content": [block], "details": dict, "is_error": bool,
   "terminate": bool}``. Returns a patch of ``content`` (a string becomes one text
   block), ``details``, ``is_error``/``isError``, ``terminate``.
-- ``user_bash``: ``{"result": dict | None}``; the first mapping wins (decisive).
+- ``user_bash``: ``{"result": dict | None}``; the first result wins (decisive). A
+  result is ``{"result": {"output": str, "exit_code": int | None, "cancelled"?:
+  bool}}`` (or the inner mapping alone); anything else is an error.
 - ``project_trust``: ``{"result": "yes" | "no" | "sandboxed" | None}``; returns one of
   those strings or ``{"trust" | "decision": ...}``; ``"undecided"`` counts as None;
   the first decision wins (decisive).
@@ -85,18 +109,26 @@ if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings
     from typing import Any
 
 __all__ = [
+    "BLOCK",
+    "CANCEL",
     "CHAINED",
     "COLLECT",
+    "CONTINUE",
+    "DISTRUST",
     "EVENT_KINDS",
     "KNOWN_EVENTS",
     "NOTIFICATION",
+    "ON_FAILURE",
     "SHORT_CIRCUIT",
+    "STOP",
     "TRANSACTION",
+    "WITHHOLD",
     "HandlerResultError",
     "apply_error",
     "apply_result",
     "check_state",
     "check_transition",
+    "fails_closed",
     "handler_view",
     "initial_state",
     "is_decisive",
@@ -154,6 +186,45 @@ EVENT_KINDS: dict[str, str] = {
     "session_before_compact": TRANSACTION,
     "resources_discover": COLLECT,
 }
+
+BLOCK = "block"
+WITHHOLD = "withhold"
+STOP = "stop"
+CANCEL = "cancel"
+DISTRUST = "distrust"
+CONTINUE = "continue"
+
+ON_FAILURE: dict[str, str] = {
+    **{event: CONTINUE for event, kind in EVENT_KINDS.items() if kind == NOTIFICATION},
+    # Can block: the protected action does not happen.
+    "tool_call": BLOCK,
+    "user_bash": BLOCK,
+    # Can redact: the unredacted value must reach neither the model nor the session.
+    "tool_result": WITHHOLD,
+    "message_end": WITHHOLD,
+    # Can rewrite what is sent to the provider (or consume the input): nothing is sent.
+    "input": STOP,
+    "before_agent_start": STOP,
+    "context": STOP,
+    "before_provider_request": STOP,
+    # Can cancel (or supply the result of) a session operation: it is cancelled.
+    "session_before_switch": CANCEL,
+    "session_before_fork": CANCEL,
+    "session_before_tree": CANCEL,
+    "session_before_compact": CANCEL,
+    # Can decide trust: the strictest decision, for this run only.
+    "project_trust": DISTRUST,
+    # Contributes resources, protects nothing: a missing contribution is reported.
+    "resources_discover": CONTINUE,
+}
+"""What a failed handler of each event means (issue 13 §1; see the module docstring).
+Events not in the table are notifications (``continue``)."""
+
+
+def fails_closed(event: str) -> bool:
+    """Whether a failed handler of ``event`` stops what the event protects (issue 13 §1)."""
+    return ON_FAILURE.get(event, CONTINUE) != CONTINUE
+
 
 # Every event the extension runtime knows; the supervisor dispatches only these.
 KNOWN_EVENTS: frozenset[str] = frozenset(EVENT_KINDS)
@@ -317,6 +388,9 @@ def apply_result(
             )
         return {"message": copy.deepcopy(message)}, False
     if kind == SHORT_CIRCUIT:  # user_bash: the first mapping wins
+        problem = _user_bash_problem(result)
+        if problem:
+            raise HandlerResultError(problem)
         return {"result": copy.deepcopy(dict(result))}, True
     if kind == TRANSACTION:
         return {"result": copy.deepcopy(dict(result))}, result.get("cancel") is True
@@ -411,6 +485,27 @@ def _apply_before_agent_start(state: dict[str, Any], result: Mapping[str, Any]) 
     }
 
 
+def _user_bash_problem(result: Mapping[str, Any]) -> str | None:
+    """Why a ``user_bash`` answer is not a result, or None. pi's shape is
+    ``{"result": {"output": str, "exit_code": int | None, "cancelled"?: bool}}``; the
+    inner mapping alone is accepted too. A malformed one is a failed handler, and
+    ``user_bash`` fails closed (issue 13 §1)."""
+    inner = result.get("result", result)
+    if not isinstance(inner, Mapping):
+        return "user_bash handler: result must be an object"
+    exit_code = inner.get("exit_code")
+    if (
+        not isinstance(inner.get("output"), str)
+        or (exit_code is not None and (type(exit_code) is not int or not -255 <= exit_code <= 255))
+        or not isinstance(inner.get("cancelled", False), bool)
+    ):
+        return (
+            "user_bash handler must return None or {'result': {'output': str, "
+            "'exit_code': int from -255 to 255 or None, 'cancelled'?: bool}}"
+        )
+    return None
+
+
 def _trust_decision(result: Any) -> str | None:
     decision = result
     if isinstance(result, Mapping):
@@ -439,13 +534,21 @@ def _check_messages(event: str, messages: Any, *, need_role: bool) -> None:
 def apply_error(event: str, state: dict[str, Any], message: str) -> tuple[dict[str, Any], bool]:
     """Fold a handler failure (exception, timeout, crashed worker) into ``state``.
 
-    ``tool_call`` fails closed: the call is blocked with ``message`` as the reason and
-    no later handler runs (``terminate`` stays False). Every other event keeps the
-    previous state and continues.
+    `ON_FAILURE` decides (issue 13 §1). ``tool_call`` is blocked with ``message`` as
+    the reason (``terminate`` stays False); a transaction is cancelled
+    (``{"cancel": True, "reason": message}``); ``project_trust`` becomes ``no``. Every
+    other fail-closed event keeps the previous state but stops the chain — its caller
+    must not use that state (it blocks, withholds or stops). Notifications and
+    ``resources_discover`` keep the previous state and continue.
     """
+    action = ON_FAILURE.get(event, CONTINUE)
     if event == "tool_call":
         return {**state, "block": True, "reason": message, "terminate": False}, True
-    return state, False
+    if action == CANCEL:
+        return {"result": {"cancel": True, "reason": message}}, True
+    if action == DISTRUST:
+        return {"result": "no"}, True
+    return state, action != CONTINUE
 
 
 def _check_tool_result_field(field: str, value: Any) -> Any:
@@ -564,6 +667,8 @@ def _state_problem(event: str, state: Mapping[str, Any]) -> str | None:
     elif kind in (SHORT_CIRCUIT, TRANSACTION):
         if state["result"] is not None and not isinstance(state["result"], dict):
             return "result must be an object or null"
+        if event == "user_bash" and state["result"] is not None:
+            return _user_bash_problem(state["result"])
     elif kind == COLLECT:
         for key in _RESOURCE_KEYS:
             paths = state[key]

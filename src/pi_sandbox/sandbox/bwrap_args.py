@@ -24,7 +24,8 @@ the argv is laid out as:
    covered by a tmpfs that is then remounted read-only (a writable tmpfs over a
    denied directory would hand the sandbox a private scratch space at a path the
    host trusts); any other path by ``/dev/null``;
-6. the egress proxy socket (network ``"proxy"``), bound read-only at
+6. the policy's ``sandbox.sockets``, then the egress proxy socket (network
+   ``"proxy"``), bound read-only at
    ``PROXY_SOCKET_IN_SANDBOX`` just before the root is made read-only (bwrap
    creates its mount point in the root tmpfs; connecting to a Unix socket does
    not need a writable mount);
@@ -176,6 +177,10 @@ def build_bwrap_argv(
         else:
             argv += ["--ro-bind", "/dev/null", path]
 
+    for host, inside in profile.sockets:
+        # Explicit socket grants (sandbox.sockets, issue 13 §5); connect needs no
+        # writable mount.
+        argv += ["--ro-bind", host, inside]
     if profile.proxy_socket is not None:
         argv += ["--ro-bind", profile.proxy_socket, PROXY_SOCKET_IN_SANDBOX]
     argv += ["--remount-ro", "/"]

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_
 
 from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
+from pi_sandbox.sandbox.special_files import check_bindable, special_kind
 
 __all__ = [
     "PROC_MASKED",
@@ -311,6 +312,8 @@ class SandboxProfile(BaseModel):
         git_dirs: writable roots that are git directories outside the workspace
             (a linked worktree's or submodule's, with ``git: commit``), for the
             persistence guard (`pi_sandbox.sandbox.persistence_guard`).
+        sockets: ``(host socket, path inside)`` pairs of the policy's
+            ``sandbox.sockets`` (issue 13 §5), bound read-only after the deny masks.
 
     Raises:
         pydantic.ValidationError: a path is relative or contains NUL; a path is both
@@ -338,12 +341,18 @@ class SandboxProfile(BaseModel):
     limits: SandboxLimits = SandboxLimits()
     seccomp: bool = True
     git_dirs: tuple[str, ...] = ()
+    sockets: tuple[tuple[str, str], ...] = ()
 
     _deny_masks: tuple[tuple[str, DenyKind], ...] = PrivateAttr(default=())
     _protect_mounts: tuple[tuple[str, ProtectKind], ...] = PrivateAttr(default=())
     _missing_protected: tuple[str, ...] = PrivateAttr(default=())
     _pins: tuple[str, ...] = PrivateAttr(default=())
     _proc_covers: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @field_validator("sockets")
+    @classmethod
+    def _check_sockets(cls, pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        return tuple((_check_absolute(host), _check_absolute(inside)) for host, inside in pairs)
 
     @field_validator("ro_binds", "protected", "deny_read")
     @classmethod
@@ -579,10 +588,45 @@ def _writable_grant(path: str, *, workspace: str, home: str) -> str:
             f"outside the workspace {workspace_real!r}"
         )
     if not os.path.isdir(real):
+        kind = special_kind(os.stat(real).st_mode) if os.path.exists(real) else None
         raise SandboxError(
             f"sandbox.filesystem.writable_roots: {path!r} is not an existing directory"
+            + (f" ({real} is {kind}, issue 13 §5)" if kind else "")
         )
     return real
+
+
+def _socket_binds(
+    settings: SandboxSettings, deny: Sequence[str], *, workspace: str, home: str
+) -> list[tuple[str, str]]:
+    """``sandbox.sockets`` as ``(host socket, path inside)`` pairs (issue 13 §5).
+
+    A socket that does not exist now (the daemon is not running) is skipped.
+
+    Raises:
+        SandboxError: an entry is not a Unix socket (also through a symlink), or lies
+            under a ``deny_read`` path (the mask would win; refuse rather than guess).
+    """
+    binds: list[tuple[str, str]] = []
+    for entry in settings.sockets:
+        inside = resolve_policy_path(entry, workspace=workspace, home=home)
+        try:
+            mode = os.stat(inside).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise SandboxError(f"sandbox.sockets: {entry!r} cannot be examined: {exc}") from exc
+        if not stat.S_ISSOCK(mode):
+            kind = special_kind(mode) or ("a directory" if stat.S_ISDIR(mode) else "a file")
+            raise SandboxError(f"sandbox.sockets: {entry!r} is {kind}, not a Unix socket")
+        host = os.path.realpath(inside)
+        for masked in deny:
+            if is_within(inside, masked) or is_within(host, os.path.realpath(masked)):
+                raise SandboxError(
+                    f"sandbox.sockets: {entry!r} is inside a deny_read path ({masked})"
+                )
+        binds.append((host, inside))
+    return binds
 
 
 WorkerRole = Literal["tool", "extension", "sandboxed-extension"]
@@ -624,6 +668,10 @@ def worker_profile(
         trust. Workspace read-only; no network, no environment pass-through, no
         extra read-only paths, whatever the policy says.
 
+    Trusted roles also get the policy's ``sockets`` (`_socket_binds`). A
+    ``read_only`` entry must be a regular file or a directory without sockets or
+    FIFOs below it, and a ``deny_read`` file must have a single name (issue 13 §5).
+
     Credentials under ``home`` (``_DENY_IN_HOME``), the agent's ``auth.json``,
     ``trust.json``, ``policy.yaml``, ``settings.json`` and ``sessions``, and the
     policy's ``deny_read`` paths are masked wherever a bound path exposes them.
@@ -660,7 +708,10 @@ def worker_profile(
         SandboxError: the workspace is writable and is itself a symlink; a
             writable grant is a symlink, resolves outside the workspace or does not
             exist; a persistence path in a writable root is a symlink (its link
-            could be replaced, and mounts follow links).
+            could be replaced, and mounts follow links); a ``read_only`` entry is
+            or holds a socket, FIFO or device node; a ``sockets`` entry is not a
+            socket or lies under a ``deny_read`` path; a ``deny_read`` file has
+            another hard link (issue 13 §5).
     """
     settings = settings or SandboxSettings()
     trusted = role != "sandboxed-extension"
@@ -705,6 +756,13 @@ def worker_profile(
                         f"sandbox.filesystem.read_only: {path!r} contains your {what} "
                         f"({directory}); name a directory inside it instead"
                     )
+            refusal = check_bindable(resolved)
+            if refusal is not None:
+                # Issue 13 §5: connecting to a bound socket needs no writable mount.
+                raise SandboxError(
+                    f"sandbox.filesystem.read_only: {path!r}: {refusal}; only regular files "
+                    "and directories can be bound (a socket needs sandbox.sockets)"
+                )
             expose(resolved)
 
     # A symlinked workspace is refused by SandboxProfile when writable (it is a
@@ -776,9 +834,10 @@ def worker_profile(
 
     deny = [os.path.join(home_str, rel) for rel in _DENY_IN_HOME]
     deny += [os.path.join(os.path.abspath(agent_dir), rel) for rel in _DENY_IN_AGENT_DIR]
-    deny += [
-        resolve_policy_path(p, workspace=workspace_str, home=home_str) for p in settings.deny_read
-    ]
+    for entry in settings.deny_read:
+        masked = resolve_policy_path(entry, workspace=workspace_str, home=home_str)
+        _refuse_other_names(masked, entry)
+        deny.append(masked)
     deny += [os.path.abspath(p) for p in hide]
 
     if env is None:
@@ -792,7 +851,11 @@ def worker_profile(
     if tmp_size_bytes == "policy":
         tmp_size_bytes = settings.limits.tmp_size_mb * MIB
 
+    sockets = (
+        _socket_binds(settings, deny, workspace=workspace_str, home=home_str) if trusted else []
+    )
     return SandboxProfile(
+        sockets=tuple(sockets),
         ro_binds=tuple(ro),
         rw_binds=tuple(rw),
         protected=tuple(protected),
@@ -1195,6 +1258,26 @@ def _refuse_hard_links(path: str, what: str) -> None:
         raise SandboxError(
             f"{what} has {info.st_nlink} hard links; through another name a tool could "
             "still change it. Replace the extra links with copies"
+        )
+
+
+def _refuse_other_names(path: str, entry: str) -> None:
+    """A mask hides one name of a file; a hard link elsewhere would still show its
+    content (issue 13 §5: deny_read matches the file, not a spelling): refuse.
+
+    Raises:
+        SandboxError: ``path`` (symlinks followed) is a regular file with more than
+            one link; the message names the ``deny_read`` entry.
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise SandboxError(
+            f"sandbox.filesystem.deny_read: {entry!r} has {info.st_nlink} hard links; the "
+            "sandbox masks one name and another would still show the file. Replace the "
+            "extra links with copies (find / -samefile PATH lists them)"
         )
 
 

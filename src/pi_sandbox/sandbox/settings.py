@@ -100,6 +100,8 @@ class SandboxSettings:
         network_deny: host patterns checked before the allowlist.
         environment_allow: names of host environment variables passed through.
         limits: see `SandboxLimits`.
+        sockets: host Unix sockets bound into trusted workers (``sandbox.sockets``,
+            managed and user tiers only; issue 13 §5), absolute or ``~/…``.
     """
 
     workspace_writable: bool = True
@@ -113,6 +115,7 @@ class SandboxSettings:
     network_deny: tuple[str, ...] = ()
     environment_allow: tuple[str, ...] = ()
     limits: SandboxLimits = field(default_factory=SandboxLimits)
+    sockets: tuple[str, ...] = ()
 
     @property
     def network_enabled(self) -> bool:

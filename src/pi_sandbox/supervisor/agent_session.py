@@ -24,13 +24,19 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.errors import ProviderError
+from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
 from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
 
-__all__ = ["MAX_EXTENSION_TURNS", "AgentSession", "build_system_prompt", "llm_messages"]
+__all__ = [
+    "MAX_EXTENSION_TURNS",
+    "AgentSession",
+    "build_system_prompt",
+    "llm_messages",
+    "withheld_message",
+]
 
 MAX_EXTENSION_TURNS = 10
 """Turns per run that only extensions' steering or follow-up messages may cause."""
@@ -239,8 +245,21 @@ class AgentSession:
         self, message: dict[str, Any], new_messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """The end of one message: ``message_end`` handlers may replace it (same role;
-        `hook_kinds` enforces it), then it is recorded and emitted. Returns it."""
-        state = await self.chain("message_end", {"message": message})
+        `hook_kinds` enforces it), then it is recorded and emitted. Returns it.
+
+        Raises:
+            HookFailedError: a ``message_end`` handler failed: the message is recorded
+                and emitted in a withheld form (issue 13 §1), then the run ends.
+        """
+        try:
+            state = await self.chain("message_end", {"message": message})
+        except HookFailedError as exc:
+            message = withheld_message(message, str(exc))
+            self.record(message)
+            if new_messages is not None:
+                new_messages.append(message)
+            await self.emit({"type": "message_end", "message": message})
+            raise
         if state is not None and isinstance(state.get("message"), dict):
             message = state["message"]
         self.record(message)
@@ -269,7 +288,14 @@ class AgentSession:
 
     async def chain(self, event: str, payload: dict[str, Any]) -> dict[str, Any] | None:
         """Dispatch a chained event; the final state, or None when nobody subscribes
-        or the run was aborted meanwhile."""
+        or the run was aborted meanwhile.
+
+        Raises:
+            HookFailedError: a handler failed (raised, malformed result, timeout,
+                crashed or disabled worker) and the event fails closed
+                (``hook_kinds.ON_FAILURE``, issue 13 §1): the untransformed value must
+                not be used.
+        """
         if not self.pool.subscribed(event):
             return None
         outcome = None
@@ -281,6 +307,10 @@ class AgentSession:
         if outcome is None:
             return None
         await report_extension_errors(self.emit, outcome.errors, event)
+        if outcome.failure is not None:
+            raise HookFailedError(
+                f"{_STOPPED.get(event, event)} ({event} hooks fail closed): {outcome.failure}"
+            )
         return outcome.state
 
     # --- abort -------------------------------------------------------------------------------
@@ -319,6 +349,8 @@ class AgentSession:
 
         Raises:
             ProviderError: the provider failed, or ``max_turns`` was exceeded.
+            HookFailedError: a fail-closed hook (``input`` excepted: the caller runs it)
+                failed; nothing it protects was sent (issue 13 §1).
         """
         self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
         self.abort_on_start = False
@@ -438,6 +470,9 @@ class AgentSession:
         return False
 
     async def _request(self) -> AssistantTurn | None:
+        if (required := self.pool.required_failure()) is not None:
+            # issue 13 §2: no model request without a required guard.
+            raise HookFailedError(f"the request was not sent to the model: {required}")
         messages = copy.deepcopy(self.messages)
         state = await self.chain("context", {"messages": messages})
         if state is not None and isinstance(state.get("messages"), list):
@@ -462,7 +497,13 @@ class AgentSession:
                 for t in payload["tools"]
             ]
 
+        # issue 13 §1: a message_end hook may redact the answer; streamed deltas would
+        # put the unredacted text on stdout first (the message_end event has it all).
+        hold_back = self.pool.subscribed("message_end")
+
         async def on_delta(delta: str) -> None:
+            if hold_back:
+                return
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
 
@@ -509,23 +550,72 @@ class AgentSession:
         }
 
 
+_STOPPED = {
+    "input": "the prompt was not sent",
+    "before_agent_start": "the prompt was not sent",
+    "context": "the request was not sent to the model",
+    "before_provider_request": "the request was not sent to the model",
+    "message_end": "the message was withheld",
+}
+
+# Fields of a message that identify it and carry nothing a message_end hook redacts.
+_IDENTITY_FIELDS = ("role", "toolCallId", "toolName", "customType", "timestamp", "command")
+
+
+def withheld_message(message: dict[str, Any], why: str) -> dict[str, Any]:
+    """The form of ``message`` that is recorded when a ``message_end`` hook that may
+    redact it failed (issue 13 §1): same role and identity, the text replaced by a
+    notice naming the failure; tool calls, details and outputs dropped."""
+    notice = f"[message withheld: {why}]"
+    out = {key: message[key] for key in _IDENTITY_FIELDS if key in message}
+    out.setdefault("timestamp", now_ms())
+    out["content"] = [{"type": "text", "text": notice}]
+    if out.get("role") == "toolResult":
+        out["isError"] = True
+    if out.get("role") == "bashExecution":
+        del out["content"]
+        out.update(output=notice, exitCode=None, cancelled=False)
+    if out.get("role") == "custom":
+        out["display"] = False
+    return out
+
+
 def _checked_payload(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """A ``before_provider_request`` replacement, field by field: a field of the wrong
-    shape keeps the previous value (fail-open, like every chained event)."""
+    """A ``before_provider_request`` replacement, field by field: an absent field keeps
+    the previous value; a field of the wrong shape fails closed (issue 13 §1).
+
+    Raises:
+        HookFailedError: ``system_prompt``, ``messages`` or ``tools`` has the wrong shape.
+    """
     out = dict(old)
-    if isinstance(new.get("system_prompt"), str):
-        out["system_prompt"] = new["system_prompt"]
-    messages = new.get("messages")
-    if isinstance(messages, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
-    ):
-        out["messages"] = messages
-    tools = new.get("tools")
-    if isinstance(tools, list) and all(
-        isinstance(t, dict)
-        and isinstance(t.get("name"), str)
-        and isinstance(t.get("parameters", {}), dict)
-        for t in tools
-    ):
-        out["tools"] = tools
+    problems = []
+    if "system_prompt" in new:
+        if isinstance(new["system_prompt"], str):
+            out["system_prompt"] = new["system_prompt"]
+        else:
+            problems.append("system_prompt must be a string")
+    if "messages" in new:
+        messages = new["messages"]
+        if isinstance(messages, list) and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
+        ):
+            out["messages"] = messages
+        else:
+            problems.append("messages must be a list of objects with a string role")
+    if "tools" in new:
+        tools = new["tools"]
+        if isinstance(tools, list) and all(
+            isinstance(t, dict)
+            and isinstance(t.get("name"), str)
+            and isinstance(t.get("parameters", {}), dict)
+            for t in tools
+        ):
+            out["tools"] = tools
+        else:
+            problems.append("tools must be a list of {name, description?, parameters?}")
+    if problems:
+        raise HookFailedError(
+            f"{_STOPPED['before_provider_request']} (before_provider_request hooks fail "
+            f"closed): the payload they returned is malformed: {'; '.join(problems)}"
+        )
     return out

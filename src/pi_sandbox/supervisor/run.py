@@ -29,6 +29,7 @@ from pi_sandbox.errors import (
     SandboxError,
     SandboxUnavailableError,
     UsageError,
+    WorkerCrashedError,
     WorkerError,
 )
 
@@ -384,6 +385,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.resources.resource_set import trust_store_path
     from pi_sandbox.supervisor.agent_session import AgentSession
+    from pi_sandbox.supervisor.extension_requirements import inactive_warnings, load_stop_reason
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.session_file import SessionWriter
@@ -420,9 +422,15 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
     def make_config() -> PoolConfig:
         policy = start.policy
         settings = policy.sandbox
+        # Issue 13 §3: the project tier does not govern non-project extensions' workers.
+        extension_settings = policy.higher_tier_sandbox
         if options.ci and not policy.workspace_write_granted:
             # CI mode: a read-only workspace unless a managed or user policy grants it.
             settings = dataclasses.replace(settings, workspace_writable=False)
+            if extension_settings is not None:
+                extension_settings = dataclasses.replace(
+                    extension_settings, workspace_writable=False
+                )
         return PoolConfig(
             cwd=options.cwd,
             agent_dir=options.agent_dir,
@@ -440,6 +448,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             audit_logs=tuple(start.audit_paths),
             extension_rules=policy.extensions,
             hook_timeout_s=policy.extensions.handler_timeout_s,
+            extension_settings=extension_settings,
         )
 
     config = make_config()
@@ -456,9 +465,31 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             return  # progress is cosmetic; a malformed update is dropped, not fatal
         if pool.running_calls.get(update.tool_call_id or "") is not worker:
             return  # only the worker executing a call may report progress for it
+        call_id = update.tool_call_id or ""
+        if pool.subscribed("tool_result"):
+            # issue 13 §1: a tool_result hook may redact the result; streamed raw,
+            # the output would reach stdout before (or without, when the hook fails)
+            # the redaction. One note per call instead of the progress.
+            if call_id not in held_back:
+                held_back.add(call_id)
+                await output(
+                    {
+                        "type": "tool_execution_update",
+                        "toolCallId": update.tool_call_id,
+                        "partialResult": {
+                            "content": [
+                                {
+                                    "type": "text",
+                                    "text": "[pi: progress is not streamed: a tool_result "
+                                    "hook may redact this result]",
+                                }
+                            ]
+                        },
+                    }
+                )
+            return
         # Progress is bounded per call: a command printing without end must not
         # stream gigabytes through the JSON event stream (the result is truncated).
-        call_id = update.tool_call_id or ""
         sent = update_bytes.get(call_id, 0)
         if sent > MAX_UPDATE_BYTES_PER_CALL:
             return
@@ -498,6 +529,7 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
             )
 
     update_bytes: dict[str, int] = {}
+    held_back: set[str] = set()
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
     from pi_sandbox.sandbox.repository_scan import find_repositories
@@ -639,6 +671,12 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                     )
                 keep_logs = bool(pool.load_errors)
                 await report_extension_errors(output, pool.load_errors, "load")
+                # issue 13 §2: a guard that did not load is never silently absent.
+                pool.refused = refused
+                if (stop := load_stop_reason(pool, ci=options.ci)) is not None:
+                    raise UsageError(stop)
+                for warning in inactive_warnings(pool):
+                    await output({"type": "warning", "message": warning})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,
@@ -707,6 +745,9 @@ async def _run(options: RunOptions, provider: Any, start: _Start, output: Any, a
                         final_text = answer.get("text", "")
                     if host.errors:
                         raise host.errors[0]
+                    if (required := pool.required_failure()) is not None:
+                        # Mid-run (issue 13 §2): its tool calls were blocked; the run fails.
+                        raise WorkerCrashedError(required)
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(10):
                         await session.notify("session_shutdown", {"reason": "quit"})

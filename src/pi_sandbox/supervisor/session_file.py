@@ -29,8 +29,10 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from pi_sandbox.supervisor.json_lines import dumps_line
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "MessageEntry",
     "ModelChangeEntry",
+    "SessionFileError",
     "SessionHeader",
     "SessionWriter",
     "load_session",
@@ -290,7 +292,11 @@ class SessionWriter:
             os.write(self._fd, (dumps_line(record) + "\n").encode())
 
     def _next_id(self) -> str:
-        return secrets.token_hex(4)
+        # 8 hex digits (pi's format) collide often enough in a long session (two in
+        # a hundred at 10 000 entries) to matter: a repeated id would re-link the tree.
+        while (candidate := secrets.token_hex(4)) in self.by_id:
+            pass
+        return candidate
 
     def append_message(self, message: dict[str, Any]) -> MessageEntry:
         """Append a message entry now; returns it (its ``id`` is the new leaf)."""
@@ -332,8 +338,9 @@ def load_session(
     version does not model are returned as plain dicts.
 
     Raises:
-        ValueError: the file is empty, its header is missing or malformed, or a line
-            other than the last is not valid JSON (naming the file and line number).
+        SessionFileError: (a ``ValueError``) the file is empty, its header is missing
+            or malformed, or a line is not a valid entry (see `parse_session`),
+            naming the file and line number.
     """
     return parse_session(path, path.read_bytes())
 
@@ -341,26 +348,195 @@ def load_session(
 def parse_session(
     path: Path, data: bytes
 ) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
-    """Parse a session file's bytes (see `load_session`); ``path`` names it in errors."""
+    """Parse a session file's bytes (see `load_session`); ``path`` names it in errors.
+
+    Every line is checked before anything is built from it (issue 13 §4: a session
+    file is input like any other — it may be corrupted, or hold what an extension
+    once wrote): at most `MAX_LINE_BYTES`, UTF-8, JSON nesting at most
+    `MAX_NESTING` deep, an object; the header's and each entry's fields have their
+    types (session-format.md); a ``message`` entry's message fits pi's schema
+    (`check_agent_message`; roles this version does not know are kept); the
+    ``parentId`` links form no cycle.
+
+    Raises:
+        SessionFileError: the first problem, as ``FILE:LINE: what is wrong`` — never a
+            ``TypeError``, ``AttributeError`` or ``RecursionError``.
+    """
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    records: list[dict[str, Any]] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     for number, raw in enumerate(lines, start=1):
         try:
-            records.append(json.loads(raw))
-        except json.JSONDecodeError as exc:
+            record = _parse_line(raw)
+        except _TornLineError as exc:
             if number == len(lines):
                 break  # torn last line: the crash happened mid-write
-            raise ValueError(f"{path}:{number}: not valid JSON: {exc}") from exc
-    if not records or records[0].get("type") != "session":
-        raise ValueError(f"{path}:1: missing session header")
-    try:
-        header = _converter.structure(records[0], SessionHeader)
-    except cattrs.BaseValidationError as exc:
-        raise ValueError(f"{path}:1: malformed session header: {exc}") from exc
+            raise SessionFileError(f"{path}:{number}: {exc}") from None
+        except ValueError as exc:
+            raise SessionFileError(f"{path}:{number}: {exc}") from None
+        records.append((number, record))
+    if not records or records[0][1].get("type") != "session":
+        raise SessionFileError(f"{path}:1: missing session header")
+    header = _header(path, records[0][1])
     entries: list[MessageEntry | ModelChangeEntry | dict[str, Any]] = []
-    for record in records[1:]:
-        cls = _ENTRY_TYPES.get(record.get("type", ""))
-        entries.append(_converter.structure(record, cls) if cls else record)
+    for number, record in records[1:]:
+        try:
+            _check_entry(record)
+        except ValueError as exc:
+            raise SessionFileError(f"{path}:{number}: {exc}") from None
+        cls = _ENTRY_TYPES.get(record["type"])
+        try:
+            entries.append(_converter.structure(record, cls) if cls else record)
+        except (cattrs.BaseValidationError, ValueError, TypeError) as exc:  # pragma: no cover
+            # _check_entry checked every field cattrs reads; kept as a backstop.
+            raise SessionFileError(f"{path}:{number}: malformed {record['type']} entry") from exc
+    _check_tree(path, records[1:])
     return header, entries
+
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""Longest session file line read (bytes): far above anything pi writes (a worker
+frame is at most 8 MiB), so a longer one is damage, not data."""
+
+MAX_NESTING = 100
+"""Deepest JSON nesting in a session line (as on the worker channel, `framing`)."""
+
+
+class SessionFileError(ValueError):
+    """A session file that cannot be loaded; the message is ``FILE:LINE: problem``."""
+
+
+class _TornLineError(ValueError):
+    """A line that is not complete JSON: tolerated as the last line only."""
+
+
+def _parse_line(raw: bytes) -> dict[str, Any]:
+    from pi_sandbox.protocol.framing import nests_deeper_than
+
+    if len(raw) > MAX_LINE_BYTES:
+        raise ValueError(f"line longer than {MAX_LINE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _TornLineError(f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    try:
+        record = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested more than {MAX_NESTING} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise _TornLineError(f"not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if nests_deeper_than(record, MAX_NESTING):
+        raise ValueError(f"JSON nested more than {MAX_NESTING} levels deep")
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {_json_type(record)}")
+    return record
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string"}.get(
+        type(value), "an array" if isinstance(value, list) else "an object"
+    )
+
+
+def _field(record: dict[str, Any], key: str, kinds: tuple[type, ...], what: str) -> None:
+    value = record.get(key)
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds) or (value is None and type(None) in kinds)
+    if not ok:
+        raise ValueError(f"{key}: expected {what}, got {_json_type(value)}")
+
+
+def _header(path: Path, record: dict[str, Any]) -> SessionHeader:
+    try:
+        _field(record, "id", (str,), "a string")
+        _field(record, "cwd", (str,), "a string")
+        if "version" in record:
+            _field(record, "version", (int,), "an integer")
+        if "timestamp" in record:
+            _field(record, "timestamp", (str,), "an ISO 8601 string")
+    except ValueError as exc:
+        raise SessionFileError(f"{path}:1: malformed session header: {exc}") from None
+    known = {k: record[k] for k in ("version", "id", "timestamp", "cwd") if k in record}
+    return SessionHeader(**known)
+
+
+_STR, _OPT_STR, _INT_OR_NONE = (str,), (str, type(None)), (int, type(None))
+
+_ENTRY_FIELDS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    # type -> field -> (types, description); session-format.md
+    "model_change": {"provider": (_STR, "a string"), "modelId": (_STR, "a string")},
+    "session_info": {"name": (_OPT_STR, "a string")},
+    "label": {"targetId": (_STR, "a string"), "label": (_OPT_STR, "a string or null")},
+    "custom": {"customType": (_STR, "a string")},
+    "custom_message": {"customType": (_STR, "a string"), "display": ((bool,), "a boolean")},
+    "compaction": {
+        "summary": (_STR, "a string"),
+        "firstKeptEntryId": (_OPT_STR, "a string or null"),
+        "tokensBefore": (_INT_OR_NONE, "an integer"),
+    },
+    "branch_summary": {"summary": (_STR, "a string"), "fromId": (_OPT_STR, "a string or null")},
+    "thinking_level_change": {"thinkingLevel": (_STR, "a string")},
+}
+
+
+def _check_entry(record: dict[str, Any]) -> None:
+    kind = record.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("an entry needs a string 'type'")
+    if kind == "session":
+        raise ValueError("a second session header")
+    modelled = kind in _ENTRY_TYPES
+    if modelled or "id" in record:
+        _field(record, "id", _STR, "a string")
+    if modelled or "parentId" in record:
+        _field(record, "parentId", _OPT_STR, "a string or null")
+        if "parentId" not in record:
+            raise ValueError("parentId: missing")
+    if "timestamp" in record:
+        _field(record, "timestamp", _STR, "an ISO 8601 string")
+    for key, (kinds, what) in _ENTRY_FIELDS.get(kind, {}).items():
+        if key in record or kind in ("model_change", "custom", "label"):
+            _field(record, key, kinds, what)
+    if kind == "message":
+        from pi_sandbox.supervisor.boundary.agent_messages import check_agent_message
+
+        check_agent_message(record.get("message"), where="message", allow_unknown_role=True)
+    elif kind == "custom_message":
+        content = record.get("content")
+        if not isinstance(content, str):
+            from pi_sandbox.supervisor.boundary.agent_messages import check_content_blocks
+
+            check_content_blocks(content, where="content")
+
+
+def _check_tree(path: Path, records: list[tuple[int, dict[str, Any]]]) -> None:
+    """No entry is its own ancestor (a cycle would make the leaf's branch endless)."""
+    parent: dict[str, Any] = {}
+    line_of: dict[str, int] = {}
+    for number, record in records:
+        entry_id = record.get("id")
+        if isinstance(entry_id, str):
+            parent[entry_id] = record.get("parentId")
+            line_of[entry_id] = number
+    done: set[str] = set()
+    for start in parent:
+        trail: list[str] = []
+        on_trail: set[str] = set()
+        current: Any = start
+        while isinstance(current, str) and current in parent and current not in done:
+            if current in on_trail:
+                cycle = [*trail[trail.index(current) :], current]
+                raise SessionFileError(
+                    f"{path}:{line_of[current]}: parentId cycle: {' -> '.join(cycle[:10])}"
+                )
+            trail.append(current)
+            on_trail.add(current)
+            current = parent[current]
+        done.update(trail)

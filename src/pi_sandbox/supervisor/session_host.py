@@ -38,11 +38,24 @@ from pi_sandbox.errors import (
     UsageError,
     WorkerError,
 )
+from pi_sandbox.policies._extension_limits import LimitRules
 from pi_sandbox.protocol import methods
 from pi_sandbox.supervisor.agent_session import (
     AgentSession,
     build_system_prompt,
-    custom_message,
+)
+from pi_sandbox.supervisor.boundary import (
+    DELIVERY_MODES,
+    ExtensionBudgets,
+    LimitExceededError,
+    MessageRefusedError,
+    check_bus_message,
+    check_entry,
+    check_text,
+    check_ui_call,
+    custom_message_from,
+    json_size,
+    user_message_from,
 )
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.providers.base import ToolDefinition
@@ -162,6 +175,10 @@ class SessionHost:
         self._quiet = trio.Event()
         self._quiet.set()
         self._nursery: trio.Nursery | None = None
+        # issue 13 §4: rates, session budgets and strikes of every extension.
+        rules = pool.config.extension_rules
+        self.budgets = ExtensionBudgets(rules.limits if rules is not None else LimitRules())
+        self._reported_refusals: set[tuple[Path, str]] = set()
         pool.host = self
         session.active_tools = self.active_definitions
         session.system_prompt = self.system_prompt
@@ -314,6 +331,11 @@ class SessionHost:
             if self.keep_going:
                 await self.emit({"type": "error", "error": f"provider error: {exc}"})
             return None
+        except WorkerError as exc:  # a fail-closed hook stopped the run (issue 13 §1)
+            self.errors.append(exc)
+            if self.keep_going:
+                await self.emit({"type": "error", "error": str(exc)})
+            return None
 
     async def submit(self, text: str, images: list[dict[str, Any]] | None = None) -> str:
         """Handle one user input: a ``/command``, else the ``input`` event, else an
@@ -322,6 +344,8 @@ class SessionHost:
         Raises:
             ProviderError: the provider failed.
             UsageError: ``/name`` is ambiguous (the message lists the candidates).
+            HookFailedError: a fail-closed hook (``input``, ``context`` …) failed and
+                the prompt or request was not sent (issue 13 §1).
         """
         if text.startswith("/"):
             name, _, args = text[1:].partition(" ")
@@ -550,7 +574,18 @@ class SessionHost:
         return lambda: self.bus_listeners.get(channel, []).remove(listener)
 
     async def bus_emit(self, source: ExtensionSource | None, channel: str, data: Any) -> None:
-        """Deliver ``data`` on ``channel`` to every subscriber of the current generation."""
+        """Deliver ``data`` on ``channel`` to every subscriber of the current generation.
+
+        From an extension (``source``), the message is bounded first (``bus_bytes``,
+        ``bus_per_s``; issue 13 §4): a refused one is dropped and counted against it.
+        """
+        if source is not None:
+            try:
+                check_bus_message(data, self.budgets.limits(source.origin))
+                self.budgets.take(source.path, source.origin, "bus")
+            except MessageRefusedError as exc:
+                await self.refused(source, "events.emit", exc)
+                return
         for listener in list(self.bus_listeners.get(channel, [])):
             try:
                 result = listener(data)
@@ -606,10 +641,103 @@ class SessionHost:
             )
         if call.op in _COMMAND_ONLY and worker not in self._command_workers:
             raise _refuse(f"ctx.{call.op} is only available in a command handler")
+        self.budgets.begin_session(self.session.writer.header.id)
         try:
             return await handler(worker=worker, source=source, **call.args)
         except TypeError as exc:
             raise _refuse(f"{call.op}: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+        except MessageRefusedError as exc:
+            # issue 13 §4: a bad value or a limit: refused before anything was
+            # written, audited, and counted against the extension.
+            await self.refused(source, call.op, exc)
+            limit = isinstance(exc, LimitExceededError)
+            raise _refuse(
+                f"{call.op}: {exc}", methods.ERROR_HOST if limit else methods.ERROR_INVALID_PARAMS
+            ) from exc
+
+    # --- boundary refusals (issue 13 §4) -----------------------------------------------------
+
+    async def refused(self, source: ExtensionSource, op: str, exc: MessageRefusedError) -> None:
+        """An action (or a notification) of extension ``source`` was refused: audit
+        it, show the first refusal of each action, count a strike, and disable the
+        extension once it reaches ``extensions.limits.strikes``."""
+        if source.path in self.pool.disabled:
+            return  # its worker is being stopped; its last frames change nothing
+        self.budgets.begin_session(self.session.writer.header.id)
+        limit = isinstance(exc, LimitExceededError)
+        self.audit(
+            {
+                "event": "extension",
+                "action": "limit_exceeded" if limit else "value_refused",
+                "extension": str(source.path),
+                "op": op,
+                "reason": str(exc)[:1000],
+            }
+        )
+        if (source.path, op) not in self._reported_refusals:
+            self._reported_refusals.add((source.path, op))
+            await self.report(
+                [
+                    {
+                        "path": str(source.path),
+                        "message": f"{op} refused: {str(exc)[:1000]} (further refusals of "
+                        "this action are audited, not shown)",
+                    }
+                ],
+                "limits",
+            )
+        if (not limit or exc.strike) and self.budgets.strike(source.path, source.origin):
+            strikes = self.budgets.limits(source.origin).strikes
+            await self.disable_extension(
+                source,
+                f"{strikes} of its actions were refused (extensions.limits.strikes); "
+                f"the last: {op}: {str(exc)[:300]}",
+            )
+
+    async def disable_extension(self, source: ExtensionSource, reason: str) -> None:
+        """Disable extension ``source`` for the rest of the session: its worker is
+        killed and not restarted (`WorkerPool.disabled`), with a notice and an audit
+        record. A hook for ``extensions.required`` (issue 13 §2) belongs here: a
+        required extension disabled this way must fail the run."""
+        if source.path in self.pool.disabled:
+            return
+        self.pool.disabled[source.path] = reason
+        self.audit(
+            {
+                "event": "extension",
+                "action": "disabled",
+                "extension": str(source.path),
+                "reason": reason[:1000],
+            }
+        )
+        await self.report(
+            [
+                {
+                    "path": str(source.path),
+                    "message": f"extension {source.path} is disabled for this session: {reason}",
+                }
+            ],
+            "limits",
+        )
+        for current, worker in list(self.pool.extensions):
+            if current.path == source.path:
+                worker.failure = WorkerError(f"disabled for this session: {reason}")
+                worker.kill()
+
+    def admit_log(self, worker: WorkerProcess) -> bool:
+        """Whether a ``log`` notification of ``worker`` is kept (``logs_per_s``);
+        a refused one is dropped and counted against its extension."""
+        index = self.pool.index_of(worker)
+        if index is None:
+            return True  # a tool worker or an ended generation's: bounded elsewhere
+        source = self.pool.extensions[index][0]
+        try:
+            self.budgets.take(source.path, source.origin, "logs")
+        except LimitExceededError as exc:
+            if self._nursery is not None:
+                self._nursery.start_soon(self.refused, source, "log", exc)
+            return False
+        return True
 
     # Each _op_<name>(worker, source, **args) answers one action.
 
@@ -622,8 +750,14 @@ class SessionHost:
         deliver_as: Any = None,
         trigger_turn: bool = False,
     ) -> None:
-        if not isinstance(message, dict):
-            raise _refuse("send_message: message must be an object", methods.ERROR_INVALID_PARAMS)
+        limits = self.budgets.limits(source.origin)
+        entry = custom_message_from(message, limits, where="message", timestamp=now_ms())
+        if deliver_as not in DELIVERY_MODES:
+            raise MessageRefusedError(
+                "deliver_as: expected null, 'steer', 'follow_up' or 'next_turn'"
+            )
+        if not isinstance(trigger_turn, bool):
+            raise MessageRefusedError("trigger_turn: expected a boolean")
         turns = trigger_turn or (self.session.running and deliver_as != "next_turn")
         if turns and not self.pool.capabilities(source).get("send_user_messages", False):
             # Starting or extending a run on its own (a triggered turn, a steering or
@@ -645,17 +779,23 @@ class SessionHost:
                 f"capability, which the policy does not grant extension {source.path}",
                 methods.ERROR_CAPABILITY,
             )
-        entry = custom_message(message)
+        self._charge_write(source, json_size(entry))
         await self._deliver(entry, deliver_as, trigger_turn)
+
+    def _charge_write(self, source: ExtensionSource, size: int) -> None:
+        """One session write of ``size`` bytes: the writes rate, then the session
+        budgets (issue 13 §4). Raises `LimitExceededError`."""
+        self.budgets.take(source.path, source.origin, "writes")
+        self.budgets.charge(source.path, source.origin, size)
 
     async def _op_send_user_message(
         self, *, worker: Any, source: Any, text: str, deliver_as: str = "steer"
     ) -> None:
-        message = {
-            "role": "user",
-            "content": [{"type": "text", "text": str(text)}],
-            "timestamp": now_ms(),
-        }
+        limits = self.budgets.limits(source.origin)
+        message = user_message_from(text, limits, where="message", timestamp=now_ms())
+        if deliver_as not in DELIVERY_MODES[1:]:
+            raise MessageRefusedError("deliver_as: expected 'steer', 'follow_up' or 'next_turn'")
+        self._charge_write(source, json_size(message))
         await self._deliver(message, deliver_as, True)
 
     async def _deliver(self, message: dict[str, Any], deliver_as: Any, trigger: bool) -> None:
@@ -685,10 +825,15 @@ class SessionHost:
     async def _op_append_entry(
         self, *, worker: Any, source: Any, custom_type: str, data: Any = None
     ) -> str:
-        return self.session.writer.append_custom(str(custom_type), data)["id"]
+        size = check_entry(custom_type, data, self.budgets.limits(source.origin))
+        self._charge_write(source, size + len(custom_type))
+        return self.session.writer.append_custom(custom_type, data)["id"]
 
     async def _op_set_session_name(self, *, worker: Any, source: Any, name: str) -> None:
-        self.session.writer.append_session_info(str(name))
+        limits = self.budgets.limits(source.origin)
+        check_text("name", name, limits.text_chars)
+        self._charge_write(source, json_size(name))
+        self.session.writer.append_session_info(name)
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -696,11 +841,15 @@ class SessionHost:
     async def _op_set_label(
         self, *, worker: Any, source: Any, entry_id: str, label: Any = None
     ) -> None:
+        limits = self.budgets.limits(source.origin)
+        check_text("entry_id", entry_id, 64, key="")
+        check_text("label", label, limits.text_chars, optional=True)
         if entry_id not in self.session.writer.by_id:
             raise _refuse(
                 f"set_label: no entry {entry_id!r} in this session", methods.ERROR_INVALID_PARAMS
             )
-        self.session.writer.append_label(entry_id, None if label is None else str(label))
+        self._charge_write(source, json_size(label) + len(entry_id))
+        self.session.writer.append_label(entry_id, label)
 
     async def _op_exec_check(self, *, worker: Any, source: Any, argv: list[str]) -> None:
         self.audit(
@@ -730,10 +879,12 @@ class SessionHost:
         self, *, worker: Any, source: Any, names: list[str] | None
     ) -> None:
         if names is not None and (
-            not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+            not isinstance(names, list)
+            or len(names) > 10_000  # more than any registry holds: a flood, not a choice
+            or not all(isinstance(n, str) and len(n) <= 64 for n in names)
         ):
             raise _refuse(
-                "set_active_tools: names must be a list of strings or null",
+                "set_active_tools: names must be a list of tool names or null",
                 methods.ERROR_INVALID_PARAMS,
             )
         self.active = None if names is None else list(dict.fromkeys(names))
@@ -785,7 +936,8 @@ class SessionHost:
 
     async def _op_set_model(self, *, worker: Any, source: Any, model: str) -> bool:
         provider = self.session.provider
-        name, _, model_id = str(model).rpartition("/")
+        check_text("model", model, self.budgets.limits(source.origin).text_chars)
+        name, _, model_id = model.rpartition("/")
         if name and name != provider.name:
             raise _refuse(
                 f"set_model: provider {name!r} is not available in this run (only {provider.name!r})"
@@ -793,6 +945,7 @@ class SessionHost:
         if not model_id:
             raise _refuse("set_model: model id is empty", methods.ERROR_INVALID_PARAMS)
         previous = {"provider": provider.name, "id": provider.model}
+        self._charge_write(source, json_size(model_id))
         provider.model = model_id
         self.session.writer.append_model_change(provider.name, model_id)
         self.audit(
@@ -849,7 +1002,9 @@ class SessionHost:
     async def _op_compact(
         self, *, worker: Any, source: Any, instructions: Any = None
     ) -> dict[str, Any]:
-        return await self.compact(None if instructions is None else str(instructions))
+        limits = self.budgets.limits(source.origin)
+        check_text("instructions", instructions, limits.message_bytes, optional=True)
+        return await self.compact(instructions)
 
     async def compact(self, instructions: str | None = None) -> dict[str, Any]:
         """Compact the session (``ctx.compact()``, RPC ``compact``): the messages
@@ -971,11 +1126,11 @@ class SessionHost:
     async def _op_ui(
         self, *, worker: Any, source: Any, kind: str, timeout: Any = None, **args: Any
     ) -> Any:
+        check_ui_call(kind, args, self.budgets.limits(source.origin))
+        self.budgets.take(source.path, source.origin, "ui")
         if kind in ("notify", "set_status", "set_widget"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
-        if kind not in _UI_DEFAULTS:
-            raise _refuse(f"ctx.ui: unknown dialog {kind!r}", methods.ERROR_INVALID_PARAMS)
         if not self.pool.config.has_ui or self.ui_closed:
             return _UI_DEFAULTS[kind]
         self._ui_ids += 1
@@ -1332,16 +1487,30 @@ class SessionHost:
         policy gate decides and the tool worker runs it in the sandbox. The output is
         added to the session as a ``bashExecution`` message.
 
+        ``user_bash`` fails closed (issue 13 §1): a handler that raises, returns a
+        malformed result, times out or whose worker crashes (or is disabled) blocks
+        the command.
+
         Returns:
             ``{"output": str, "exit_code": int | None, "cancelled": bool, "by": str}``.
 
         Raises:
-            HostCallError: the policy denied the command.
+            HostCallError: the policy denied the command, or a ``user_bash`` handler
+                failed (the message names the extension and the failure).
         """
         outcome = await self.pool.dispatch(
             "user_bash", {"command": command, "cwd": str(self.session.cwd)}
         )
         await self.report(outcome.errors, "user_bash")
+        if outcome.failure is not None:
+            self.audit(
+                {
+                    "event": "extension",
+                    "action": "user_bash_blocked",
+                    "reason": outcome.failure,
+                }
+            )
+            raise _refuse(f"Blocked: a user_bash hook failed (fail-closed): {outcome.failure}")
         supplied = outcome.state.get("result")
         if isinstance(supplied, dict) and isinstance(supplied.get("result"), dict):
             supplied = supplied["result"]
@@ -1359,15 +1528,13 @@ class SessionHost:
             }
         else:
             if supplied is not None:
-                await self.report(
-                    [
-                        {
-                            "message": "user_bash: a result must be {'result': {'output': str, "
-                            "'exit_code': int}}; ignored, the command runs"
-                        }
-                    ],
-                    "user_bash",
+                # A handler answered with something that is not a result: it is a
+                # malformed return, and user_bash fails closed (issue 13 §1).
+                problem = (
+                    "user_bash: a result must be {'result': {'output': str, 'exit_code': int}}"
                 )
+                await self.report([{"message": problem}], "user_bash")
+                raise _refuse(f"Blocked: a user_bash hook returned a malformed result: {problem}")
             from pi_sandbox.supervisor.providers.base import ToolCall
 
             pipeline = self.session.pipeline

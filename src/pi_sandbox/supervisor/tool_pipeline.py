@@ -10,7 +10,8 @@ For one assistant message's sibling tool calls:
 5. Execute in the owning worker. Preflight runs in source order, execution is
    concurrent, writes to the same path are serialised, and results come back in
    source order.
-6. ``tool_result`` hooks (chained patches, fail-open).
+6. ``tool_result`` hooks (chained patches), fail-closed: when one fails the result is
+   withheld (issue 13 §1).
 
 The gate decides, the sandbox enforces: nothing here checks paths for safety.
 """
@@ -314,6 +315,13 @@ class ToolPipeline:
 
     async def _preflight(self, call: ToolCall) -> _Prepared:
         item = _Prepared(call, copy.deepcopy(call.arguments))
+        if required := self.pool.required_failure():
+            # issue 13 §2: without a required guard no tool call runs, and the run
+            # ends after this batch (the caller turns it into exit status 1).
+            item.tool = self.pool.tools.get(call.name)
+            item.early = _error_result(f"Blocked: {required}", blocked_by="extension")
+            item.blocked = item.terminate = True
+            return item
         item.tool = self.pool.tools.get(call.name)
         if item.tool is None or (self.tool_filter is not None and not self.tool_filter(call.name)):
             item.tool = None
@@ -543,7 +551,18 @@ class ToolPipeline:
         self, item: _Prepared, result: dict[str, Any], terminate: bool = False
     ) -> tuple[dict[str, Any], bool]:
         """``tool_result`` hooks: field patches (content, details, is_error, terminate);
-        returns the result and whether it asks to end the run."""
+        returns the result and whether it asks to end the run.
+
+        Fail-closed (issue 13 §1): when a handler fails (raises, returns a malformed
+        patch, times out, its worker crashes) or the combined patch is not a valid
+        result, the result is *withheld*: the model, the output and the session file
+        get an error result naming the extension and the failure, never the original.
+
+        Raises:
+            WorkerCrashedError: an extension with a ``tool_result`` handler is disabled
+                (it crashed past its restart budget): every later result would be
+                withheld too, so the run ends (the result is not passed on).
+        """
         if not self.pool.subscribed("tool_result"):
             return result, terminate
         payload = {
@@ -557,6 +576,10 @@ class ToolPipeline:
         }
         outcome = await self.pool.dispatch("tool_result", payload)
         await self._report(outcome.errors, "tool_result")
+        if outcome.fatal:
+            raise WorkerCrashedError(f"cannot run tool_result hooks: {outcome.fatal}")
+        if outcome.failure is not None:
+            return _withheld(item.call.name, outcome.failure), terminate
         state = outcome.state
         try:
             # A patch is untrusted worker output: it must still be a valid tool result.
@@ -570,8 +593,20 @@ class ToolPipeline:
             patched.pop("terminate", None)
             return patched, bool(state.get("terminate", terminate))
         except (pydantic.ValidationError, KeyError) as exc:
-            await self._report([{"message": f"tool_result patch rejected: {exc}"}], "tool_result")
-            return result, terminate
+            problem = f"the combined tool_result patch is not a valid result: {exc}"
+            await self._report([{"message": problem}], "tool_result")
+            return _withheld(item.call.name, problem), terminate
+
+
+def _withheld(tool: str, failure: str) -> dict[str, Any]:
+    """The error result that replaces a tool result a failed ``tool_result`` handler
+    was to transform (issue 13 §1): the original reaches neither the model nor the
+    session file."""
+    return _error_result(
+        f"The result of {tool} was withheld because a tool_result hook failed: {failure}",
+        blocked_by="extension",
+        withheld=True,
+    )
 
 
 def _limits_reached(before: dict[str, int], worker: WorkerProcess) -> str | None:

@@ -44,6 +44,7 @@ from pi_sandbox.sandbox.persistence_guard import (
 )
 from pi_sandbox.sandbox.profile import SandboxProfile, shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
+from pi_sandbox.supervisor.boundary.extension_values import check_handler_result
 from pi_sandbox.supervisor.extension_discovery import (
     ExtensionSource,
     discover_extensions,
@@ -103,12 +104,18 @@ class DispatchOutcome:
     Attributes:
         state: the final ``hook_kinds`` state.
         errors: one message per failed handler or worker (for ``extension_error``).
-        fatal: set when a fail-closed event (``tool_call``) met a disabled extension:
-            every later call would be blocked, so the session should end.
+        failure: set when a handler of a fail-closed event failed (raised, returned
+            a malformed result, timed out, its worker crashed or is disabled): the
+            first failure's message, naming the extension. The caller must then act
+            as ``hook_kinds.ON_FAILURE`` says (block, withhold, stop, cancel…) and
+            not use ``state`` as a transformed value (issue 13 §1).
+        fatal: set when a fail-closed event met a disabled extension: every later
+            event would fail the same way, so the session should end.
     """
 
     state: dict[str, Any]
     errors: list[dict[str, str]] = field(default_factory=list)
+    failure: str | None = None
     fatal: str | None = None
 
 
@@ -137,7 +144,11 @@ class PoolConfig:
         audit_logs: further audit log files (the policy's ``audit.file``), treated
             like ``audit_log``.
         extension_rules: the policy's ``extensions`` section (capabilities); None:
-            the defaults of `ExtensionRules`.
+            the defaults of `ExtensionRules`. Its ``handler_timeout_for`` replaces
+            ``hook_timeout_s`` per extension (issue 13 §3).
+        extension_settings: the sandbox settings of managed, user and command-line
+            extensions' workers (`Policy.higher_tier_sandbox`: without the project
+            tier, issue 13 §3); None: ``settings``.
     """
 
     cwd: Path
@@ -155,6 +166,7 @@ class PoolConfig:
     audit_log: Path | None = None
     audit_logs: tuple[Path, ...] = ()
     extension_rules: ExtensionRules | None = None
+    extension_settings: SandboxSettings | None = None
 
 
 class WorkerPool:
@@ -180,6 +192,11 @@ class WorkerPool:
         self._respawn_lock = trio.Lock()
         self._restarts: dict[Path, int] = {}
         self.disabled: dict[Path, str] = {}
+        # Extensions of the current generation that failed to load: path → (source, error).
+        self.failed_to_load: dict[Path, tuple[ExtensionSource, str]] = {}
+        # What discovery refused by policy (set by the caller), for required-extension
+        # messages.
+        self.refused: list[tuple[ExtensionSource, str]] = []
         # The session host (actions, bus, reports); set before `start`.
         self.host: Any = None
         self.commands: dict[str, RegisteredCommand] = {}
@@ -336,6 +353,7 @@ class WorkerPool:
         sandboxed: bool,
         extra_ro: Sequence[Path] = (),
         network: bool = True,
+        settings: SandboxSettings | None = None,
     ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
@@ -348,7 +366,7 @@ class WorkerPool:
                 home=self.config.home,
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
-                settings=self.config.settings,
+                settings=self.config.settings if settings is None else settings,
                 proxy_socket=self._proxy_socket if network else None,
                 protect=(*self.config.policy_files, *self._audit_paths()),
                 hide=self._audit_paths(),
@@ -363,6 +381,8 @@ class WorkerPool:
                     # Missing protected paths: not mounted, quarantined if created.
                     "watched": list(profile.missing_protected),
                     "network": profile.network,
+                    # Host sockets bound in (sandbox.sockets, issue 13 §5).
+                    "sockets": [inside for _, inside in profile.sockets],
                     "seccomp": profile.seccomp,
                     "cgroups": list(self.cgroups.controllers) if self.cgroups else [],
                     "limits": dataclasses.asdict(profile.limits),
@@ -593,6 +613,9 @@ class WorkerPool:
                 # The policy's network allowlist reaches an extension only with the
                 # ``network`` capability (issue 4; off by default).
                 network=capabilities["network"],
+                # A project's policy governs only the project's own extensions
+                # (issue 13 §3): the user's guard keeps the user's limits.
+                settings=None if source.origin == "project" else self.config.extension_settings,
             )
             worker = WorkerProcess(spec, generation=self.generation)
             worker.tool_updates = on_tool_update
@@ -601,6 +624,7 @@ class WorkerPool:
                 await worker.start(nursery, timeout_s=self.config.handshake_timeout_s)
             except RemoteError as exc:
                 text = str(exc).removeprefix(f"{worker.name}: ")
+                self.failed_to_load[source.path] = (source, text)
                 self.load_errors.append(
                     {
                         "path": str(source.path),
@@ -610,6 +634,7 @@ class WorkerPool:
                 )
                 return
             except WorkerError as exc:
+                self.failed_to_load[source.path] = (source, str(exc))
                 self.load_errors.append(
                     {
                         "path": str(source.path),
@@ -635,6 +660,10 @@ class WorkerPool:
         worker.host_call = self._host_call
         worker.extension_notifications = self._extension_notification
         worker.error_logs = self._error_log
+        worker.admit_log = self._admit_log
+
+    def _admit_log(self, worker: WorkerProcess) -> bool:
+        return self.host is None or self.host.admit_log(worker)
 
     async def _host_call(self, worker: WorkerProcess, request: Any) -> Any:
         if self.host is None:
@@ -695,6 +724,8 @@ class WorkerPool:
         if self._closing or self.generation != generation:
             return  # stopped on purpose: the session ends, or its generation did
         path = str(worker.spec.init_params.get("path") or worker.name)
+        if Path(path) in self.disabled:
+            return  # disabled and stopped on purpose (its limits, issue 13 §4): said already
         how = f"exit status {worker.returncode}" if worker.returncode is not None else "it stopped"
         if worker.returncode is not None and worker.returncode < 0:
             import signal as _signal
@@ -958,9 +989,13 @@ class WorkerPool:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
         A worker that times out, crashes or answers with garbage counts as a failed
-        handler: ``tool_call`` is blocked (fail-closed; later extensions' handlers still
-        run, the first failure stays the reason), other events keep the previous
-        state (DESIGN §4). A handler past its deadline, or one whose caller was
+        handler. For a fail-closed event (``hook_kinds.ON_FAILURE``, issue 13 §1) the
+        first failure is ``outcome.failure``: ``tool_call`` is blocked (later
+        extensions' handlers still run and see the call, the first failure stays the
+        reason); every other fail-closed event stops at the failing extension (its
+        value goes to no later handler) and the caller blocks, withholds, stops or
+        cancels. Notifications and ``resources_discover`` keep the previous state and
+        go on (DESIGN §4). A handler past its deadline, or one whose caller was
         cancelled (abort), gets ``$/cancel``; if it has not returned within
         `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
         Never raises for worker failures; trio cancellation propagates.
@@ -972,12 +1007,12 @@ class WorkerPool:
         """
         state = hook_kinds.initial_state(event, payload)
         outcome = DispatchOutcome(state)
-        deadline = self.config.hook_timeout_s if timeout_s is None else timeout_s
         # tool_call fails closed on the first failing handler (error, deadline, crash,
         # malformed result), but the handlers after it still run and see the call
         # (issue 5 case 4): the block, with the first failure's reason, is applied
         # once every handler ran; none of them can lift it.
         first_failure: str | None = None
+        fails_closed = hook_kinds.fails_closed(event)
         indices = [
             i
             for i, (_, worker) in enumerate(self.extensions)
@@ -989,15 +1024,16 @@ class WorkerPool:
             if index >= len(self.extensions):
                 break
             source = self.extensions[index][0]
+            deadline = self._deadline(source, timeout_s)
             worker = await self.ensure_extension_worker(index)
             if worker is None:
                 message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
                 state, stop = hook_kinds.apply_error(event, state, message)
                 outcome.errors.append({"path": str(source.path), "message": message})
-                if stop:
-                    # A fail-closed hook that can never run again would block every
-                    # call for the rest of the session: the caller ends the run.
-                    outcome.fatal = message
+                if fails_closed:
+                    # A fail-closed hook that can never run again would fail every
+                    # later event too: the caller ends the run.
+                    outcome.fatal = outcome.failure = first_failure or message
                     break
                 continue
             if worker.registrations is None or event not in worker.registrations.events:
@@ -1009,6 +1045,9 @@ class WorkerPool:
                 # A worker may not undo what earlier workers decided (a role change,
                 # dropped messages or paths): the transition is checked, not just the shape.
                 hook_kinds.check_transition(event, state, result.state)
+                # ...and what becomes a message is checked against pi's schemas and
+                # the extension's limits (issue 13 §4): a bad one counts as a failure.
+                check_handler_result(self, source, event, result.state)
             except trio.Cancelled:
                 self._settle(worker)
                 raise
@@ -1026,9 +1065,10 @@ class WorkerPool:
                 else:
                     message = f"{event} handler in {source.path} failed: {exc}"
                 outcome.errors.append({"path": str(source.path), "message": message})
-                if event == "tool_call":
+                if fails_closed:
                     first_failure = first_failure or message
-                    continue
+                    if event == "tool_call":
+                        continue
                 state, stop = hook_kinds.apply_error(event, state, message)
                 if stop:
                     break
@@ -1037,18 +1077,77 @@ class WorkerPool:
                 {"path": str(source.path), "message": e.message, "traceback": e.traceback}
                 for e in result.errors
             ]
-            if event == "tool_call" and result.errors:
-                # The worker ran its other handlers and left the block to us.
+            if fails_closed and result.errors:
                 first_failure = first_failure or result.errors[0].message
+                if event != "tool_call":
+                    # The worker stopped at its failing handler; what it returns is
+                    # not a value to pass on (and not trusted to say so): fold the
+                    # failure into the state this worker was given.
+                    state, _ = hook_kinds.apply_error(event, state, first_failure)
+                    break
+                # tool_call: the worker ran its other handlers and left the block to us.
             state = result.state
             # The worker's own `stopped` flag is advisory: the chain ends only on a
             # decisive state (a real block, a cancel), judged here.
             if hook_kinds.is_decisive(event, state):
                 break
         if first_failure is not None and not outcome.fatal:
-            state, _ = hook_kinds.apply_error(event, state, first_failure)
+            if event == "tool_call":
+                state, _ = hook_kinds.apply_error(event, state, first_failure)
+            outcome.failure = first_failure
         outcome.state = state
         return outcome
+
+    def required_failure(self) -> str | None:
+        """Why a required extension (policy ``extensions.required``, issue 13 §2) is not
+        active, or None when every required pattern matches a running extension.
+
+        A pattern is unmet when no extension of the current generation matching it
+        is loaded and not disabled: it failed to load, was refused by the policy,
+        was disabled after crashing past its restart budget, or was never found.
+        A worker between a crash and its restart still counts as active.
+        """
+        rules = self.config.extension_rules
+        if rules is None or not rules.required:
+            return None
+        for pattern, policy_file in rules.required:
+
+            def meets(source: ExtensionSource, pattern: str = pattern) -> bool:
+                return rules.requirement_met(
+                    pattern,
+                    extension_name(source.path),
+                    source.path,
+                    source.origin,
+                    discovered=source.discovered,
+                )
+
+            matching = [source for source, _ in self.extensions if meets(source)]
+            if any(source.path not in self.disabled for source in matching):
+                continue
+            failed = [(s, error) for s, error in self.failed_to_load.values() if meets(s)]
+            refused = [(s, why) for s, why in self.refused if meets(s)]
+            if matching:
+                why = f"{matching[0].path} is disabled: {self.disabled[matching[0].path]}"
+            elif failed:
+                why = f"{failed[0][0].path} failed to load: {failed[0][1]}"
+            elif refused:
+                why = f"{refused[0][0].path} was refused: {refused[0][1]}"
+            else:
+                why = "no extension matching it was found (is it installed, or given with -e?)"
+            return f"required extension {pattern!r} (policy {policy_file}) is not active: {why}"
+        return None
+
+    def _deadline(self, source: ExtensionSource, timeout_s: float | None) -> float:
+        """One handler call's deadline (seconds) for ``source``: the policy's for its
+        origin (issue 13 §3: a project's ``handler_timeout_s`` binds only project
+        extensions), never longer than a caller's ``timeout_s``."""
+        rules = self.config.extension_rules
+        deadline = (
+            self.config.hook_timeout_s
+            if rules is None
+            else rules.handler_timeout_for(source.origin)
+        )
+        return deadline if timeout_s is None else min(deadline, timeout_s)
 
     def _settle(self, worker: WorkerProcess) -> None:
         if self._nursery is not None:
@@ -1076,6 +1175,7 @@ class WorkerPool:
     async def start_generation(self, sources: Sequence[ExtensionSource]) -> None:
         """Start a new generation's extension workers (after `end_generation`)."""
         self.load_errors = []
+        self.failed_to_load = {}
         await self._start_extensions(sources)
         self._build_registry()
 

@@ -118,6 +118,8 @@ class WorkerProcess:
         # Called with (this worker, the host/call request); returns the result or
         # raises HostCallError. Set by the pool for extension workers.
         self.host_call: Callable[[WorkerProcess, RequestMessage], Awaitable[Any]] | None = None
+        # Whether to keep a ``log`` notification (the host's rate limit, issue 13 §4).
+        self.admit_log: Callable[[WorkerProcess], bool] | None = None
         # Called with (this worker, a registrations/update or bus/emit notification).
         self.extension_notifications: (
             Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
@@ -414,6 +416,8 @@ class WorkerProcess:
                 log = LogParams.model_validate(message.params)
             except pydantic.ValidationError as exc:
                 raise ProtocolError(f"{self.name}: invalid log notification: {exc}") from exc
+            if self.admit_log is not None and not self.admit_log(self):
+                return  # past its rate (issue 13 §4): dropped, counted by the host
             self.logs.append(log)
             del self.logs[:-_MAX_KEPT_LOGS]
             if log.level == "error" and self.error_logs is not None:

@@ -586,6 +586,11 @@ class ExtensionAPI:
         starts a turn when it is idle."""
         if isinstance(message, str):
             message = {"content": message}
+        if not isinstance(message, dict):
+            raise TypeError("send_message: message must be a dict or a string")
+        if not isinstance(message.get("content", ""), str | list):
+            # The supervisor refuses it too (issue 13 §4); said here without a round trip.
+            raise TypeError("send_message: content must be a string or a list of text/image blocks")
         if deliver_as is not None and deliver_as not in DELIVERY_MODES:
             raise ValueError(f"send_message: deliver_as must be None or one of {DELIVERY_MODES}")
         self._call(

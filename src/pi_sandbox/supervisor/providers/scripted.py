@@ -26,11 +26,18 @@ import pydantic
 import trio
 import yaml
 
+from pi_sandbox.bounded_yaml import index_yaml
 from pi_sandbox.errors import ProviderError
 
 from .base import AssistantTurn, TextDeltaCallback, ToolCall, ToolDefinition
 
-__all__ = ["ScriptedProvider", "load_script"]
+__all__ = ["SCRIPT_MAX_DEPTH", "ScriptedProvider", "load_script"]
+
+SCRIPT_MAX_DEPTH = 256
+"""Deepest YAML nesting in a script. Deeper than policy files' 64 (and than the
+worker protocol's 100): a script stands for a model, and a model may send tool
+arguments nested too deeply, which the tool pipeline must refuse (tests rely on
+it). The node and alias bounds are the policy files' (`pi_sandbox.bounded_yaml`)."""
 
 
 class _ScriptToolCall(pydantic.BaseModel):
@@ -94,6 +101,15 @@ def _parse_yaml(path: Path, text: str) -> tuple[Any, list[int]]:
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            # The same bounds as policy files (issue 13 §4): no alias bombs, no
+            # self-containing aliases, no nesting past MAX_DEPTH, checked before
+            # anything is constructed.
+            over = index_yaml(node, max_depth=SCRIPT_MAX_DEPTH).over_bounds
+            if over:
+                line, key, problem = over[0]
+                at = f" ({_format_loc(key)})" if key else ""
+                raise ProviderError(f"script {path}: line {line}{at}: {problem}")
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -126,6 +142,8 @@ def load_script(path: Path) -> list[AssistantTurn]:
 
     Raises:
         ProviderError: the file cannot be read, is not valid YAML (names the line),
+            goes past the YAML bounds of `pi_sandbox.bounded_yaml` (an alias bomb,
+            a recursive alias, nesting deeper than `SCRIPT_MAX_DEPTH`: names the line),
             its top level is not a list, or a turn is malformed (names the file, the
             1-based turn and its line, and the bad field), or two tool calls share an id.
     """

@@ -1,0 +1,250 @@
+"""A lower tier can only tighten — including timing (issue 13 §3).
+
+A value that governs the user's or the organisation's extensions can be set only
+by their own tier or a higher one; a project file governs only the project's own
+code (its extensions, and the tool worker that runs its commands). Every test
+loads real files from ``tmp_path`` with `PolicyLocations`; the worker pool is
+built without starting a process (its deadline and profile choices are pure).
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pi_sandbox.policies import Policy, PolicyLocations, load_effective_policy
+from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
+from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+
+DEFAULT_LIMITS = SandboxLimits()
+
+
+class Files:
+    """A managed directory, a user file and a project file under one tmp dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.managed_dir = root / "managed.d"
+        self.managed_dir.mkdir()
+        self.workspace = root / "ws"
+        (self.workspace / ".pi").mkdir(parents=True)
+        self.user = root / "agent" / "policy.yaml"
+        self.user.parent.mkdir()
+        self.project = self.workspace / ".pi" / "policy.yaml"
+
+    def managed(self, text: str) -> None:
+        _write(self.managed_dir / "50-org.yaml", text)
+
+    def set_user(self, text: str) -> None:
+        _write(self.user, text)
+
+    def set_project(self, text: str) -> None:
+        _write(self.project, text)
+
+    def load(self) -> Policy:
+        return load_effective_policy(
+            PolicyLocations(
+                policy_files=(),
+                managed_dirs=(self.managed_dir,),
+                user_file=self.user,
+                project_file=self.project,
+            )
+        )
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Files:
+    return Files(tmp_path)
+
+
+def _pool(policy: Policy, workspace: Path) -> WorkerPool:
+    """A pool configured the way ``pi`` configures it (supervisor/run.py), unstarted."""
+    pool = WorkerPool(
+        PoolConfig(
+            cwd=workspace,
+            agent_dir=workspace.parent / "agent",
+            home=workspace.parent,
+            sandbox=False,
+            settings=policy.sandbox,
+            extension_rules=policy.extensions,
+            hook_timeout_s=policy.extensions.handler_timeout_s,
+            extension_settings=policy.higher_tier_sandbox,
+        )
+    )
+    shutil.rmtree(pool._log_dir, ignore_errors=True)  # no worker starts: no logs
+    return pool
+
+
+USER_EXTENSION = ExtensionSource(Path("/home/u/.pi/agent/extensions/redact.py"), "user")
+CLI_EXTENSION = ExtensionSource(Path("/opt/guards/guard.py"), "cli")
+
+
+def _project_extension(files: Files) -> ExtensionSource:
+    return ExtensionSource(files.workspace / ".pi" / "extensions" / "helper.py", "project")
+
+
+# -- extensions.handler_timeout_s ------------------------------------------------------------
+
+
+def test_a_project_handler_timeout_does_not_shorten_the_user_extensions_deadline(files):
+    # The issue's example: a repository's 0.1 s must not make the user's redaction
+    # hook time out on every call.
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 0.1\n")
+    policy = files.load()
+    assert policy.extensions.handler_timeout_s == 30.0
+    assert policy.extensions.handler_timeout_for("user") == 30.0
+    assert _pool(policy, files.workspace)._deadline(USER_EXTENSION, None) == 30.0
+
+
+def test_control_a_project_handler_timeout_binds_the_projects_own_extensions(files):
+    # Control: the 0.1 s is real — under the old merge every extension got it, and
+    # the project's own extensions still do.
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 0.1\n")
+    policy = files.load()
+    assert policy.extensions.project_handler_timeout_s == 0.1
+    pool = _pool(policy, files.workspace)
+    assert pool._deadline(_project_extension(files), None) == 0.1
+    origins = [o for o in policy.provenance if o.key.startswith("extensions.handler_timeout_s")]
+    assert [(o.key, o.value, o.tier) for o in origins] == [
+        ("extensions.handler_timeout_s[project extensions]", 0.1, "project")
+    ]
+
+
+def test_a_project_handler_timeout_does_not_shorten_command_line_extensions(files):
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 0.5\n")
+    policy = files.load()
+    assert _pool(policy, files.workspace)._deadline(CLI_EXTENSION, None) == 30.0
+
+
+def test_the_user_tier_sets_its_own_extensions_deadline_and_the_project_only_its_own(files):
+    files.set_user("version: 1\nextensions:\n  handler_timeout_s: 5\n")
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 0.2\n")
+    policy = files.load()
+    assert policy.extensions.handler_timeout_for("user") == 5.0
+    assert policy.extensions.handler_timeout_for("project") == 0.2
+
+
+def test_a_project_cannot_lengthen_the_deadline_of_its_own_extensions(files):
+    files.managed("version: 1\nextensions:\n  handler_timeout_s: 2\n")
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 60\n")
+    policy = files.load()
+    assert policy.extensions.handler_timeout_for("project") == 2.0
+    assert policy.extensions.handler_timeout_for("user") == 2.0
+
+
+def test_a_managed_handler_timeout_binds_every_extension(files):
+    files.managed("version: 1\nextensions:\n  handler_timeout_s: 3\n")
+    policy = files.load()
+    pool = _pool(policy, files.workspace)
+    assert pool._deadline(USER_EXTENSION, None) == 3.0
+    assert pool._deadline(_project_extension(files), None) == 3.0
+
+
+def test_a_callers_shorter_deadline_still_applies_to_every_extension(files):
+    # session_shutdown passes its own bound: it may only shorten the policy's.
+    files.set_project("version: 1\nextensions:\n  handler_timeout_s: 0.1\n")
+    pool = _pool(files.load(), files.workspace)
+    assert pool._deadline(USER_EXTENSION, 5.0) == 5.0
+    assert pool._deadline(_project_extension(files), 5.0) == 0.1
+
+
+# -- sandbox.* for the workers of non-project extensions ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"),
+    [
+        ("memory_mb", 128),
+        ("processes", 16),
+        ("open_files", 64),
+        ("cpu_seconds", 1),
+        ("address_space_mb", 512),
+        ("file_size_mb", 1),
+        ("tmp_size_mb", 1),
+    ],
+)
+def test_a_project_limit_does_not_starve_the_user_extensions_worker(files, limit, value):
+    files.set_project(f"version: 1\nsandbox:\n  limits: {{{limit}: {value}}}\n")
+    policy = files.load()
+    # Control: the project's own code (the tool worker, project extensions) gets it.
+    assert getattr(policy.sandbox.limits, limit) == value
+    assert policy.higher_tier_sandbox is not None
+    assert getattr(policy.higher_tier_sandbox.limits, limit) == getattr(DEFAULT_LIMITS, limit)
+
+
+def test_a_user_limit_binds_the_user_extensions_worker(files):
+    files.set_user("version: 1\nsandbox:\n  limits: {memory_mb: 1024}\n")
+    files.set_project("version: 1\nsandbox:\n  limits: {memory_mb: 256}\n")
+    policy = files.load()
+    assert policy.sandbox.limits.memory_mb == 256
+    assert policy.higher_tier_sandbox.limits.memory_mb == 1024
+
+
+def test_project_filesystem_rules_do_not_reach_the_user_extensions_worker(files):
+    files.set_project(
+        """
+        version: 1
+        sandbox:
+          filesystem: {workspace: read, deny_read: [/home], deny_write: [/tmp]}
+          environment: {allow: []}
+        """
+    )
+    files.set_user("version: 1\nsandbox:\n  environment: {allow: [LANG_EXTRA]}\n")
+    policy = files.load()
+    assert not policy.sandbox.workspace_writable
+    assert "/home" in policy.sandbox.deny_read
+    assert policy.sandbox.environment_allow == ()
+    higher = policy.higher_tier_sandbox
+    assert higher.workspace_writable
+    assert "/home" not in higher.deny_read and "/tmp" not in higher.deny_write
+    assert higher.environment_allow == ("LANG_EXTRA",)
+
+
+def test_the_network_stays_run_wide_for_every_worker(files):
+    # One egress proxy serves a run: a project's narrower allowlist applies to all.
+    files.set_user(
+        "version: 1\nsandbox:\n  network: {mode: allowlist, allow: [a.example, b.example]}\n"
+    )
+    files.set_project("version: 1\nsandbox:\n  network: {mode: allowlist, allow: [a.example]}\n")
+    policy = files.load()
+    assert policy.sandbox.network_allow == ("a.example",)
+    assert policy.higher_tier_sandbox.network_allow == ("a.example",)
+
+
+def test_without_a_project_file_every_worker_has_the_same_settings(files):
+    files.set_user("version: 1\nsandbox:\n  limits: {memory_mb: 512}\n")
+    policy = files.load()
+    assert policy.higher_tier_sandbox is None
+    assert policy.sandbox.limits.memory_mb == 512
+
+
+def test_the_pool_gives_user_extensions_the_higher_tier_settings_and_project_ones_the_full(
+    files, monkeypatch
+):
+    files.set_project("version: 1\nsandbox:\n  limits: {memory_mb: 128}\n")
+    policy = files.load()
+    pool = _pool(policy, files.workspace)
+    seen: list[SandboxSettings] = []
+
+    def fake_profile(role, **kwargs):
+        seen.append(kwargs["settings"])
+        raise _Stop
+
+    import pi_sandbox.supervisor.worker_pool as worker_pool
+
+    monkeypatch.setattr(worker_pool, "worker_profile", fake_profile)
+    for settings in (pool.config.extension_settings, None):
+        with pytest.raises(_Stop):
+            pool._spec("x", {}, role="extension", sandboxed=True, settings=settings)
+    assert [s.limits.memory_mb for s in seen] == [DEFAULT_LIMITS.memory_mb, 128]
+
+
+class _Stop(Exception):
+    pass
