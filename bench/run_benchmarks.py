@@ -30,6 +30,9 @@ Sections (see bench/README.md):
 (j) resource discovery: ``load_skills`` (pi mode) over 1,000 planted skills (10 % invalid)
     plus ``load_prompt_templates`` over 200 templates, against a bare ``os.walk`` of the
     same tree, alternated in one run (target ≤ 3x).
+(k) no trace (issue 14 §1): the persistence guard's per-call ``check()`` on a 2,000-directory
+    repository, and a sandboxed ``bash true`` call through the pipeline in it (guard
+    included), against a fresh bare bwrap of the same profile (target ≤ 1.3x).
 
 Timing is ``time.perf_counter_ns``; every figure is printed in ms with 2 decimals.
 """
@@ -3026,6 +3029,101 @@ def bench_resources(env: Env, report: Report) -> None:
     )
 
 
+# --- (k) no trace: the persistence guard ---------------------------------------------------
+
+K_DIRS = 2000  # directories of the repository-shaped workspace
+K_FILES_PER_DIR = 5
+K_TARGET = 1.3  # issue 14 §1: the sandboxed bash call stays within 1.3x a fresh bare bwrap
+
+
+def write_k_repo(path: Path) -> int:
+    """A git repository with ``K_DIRS`` directories (nested four levels, 5 files each)
+    and a committed history; returns the number of directories the guard records."""
+    path.mkdir()
+    for i in range(K_DIRS):
+        directory = path / f"pkg{i % 10}" / f"mod{i % 100}" / f"sub{i}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for j in range(K_FILES_PER_DIR):
+            (directory / f"f{j}.py").write_text(f"x = {i * j}\n")
+    git_env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "tree"],
+    ):
+        subprocess.run(["git", *args], cwd=path, env=git_env, check=True, capture_output=True)
+    from pi_sandbox.sandbox.persistence_guard import PersistenceGuard
+
+    return PersistenceGuard([str(path)], quarantine_dir=str(path.parent / "k-q")).directories
+
+
+def bench_no_trace(env: Env, report: Report) -> None:
+    """(k) per-call cost of the persistence guard (issue 14 §1), against a fresh bare
+    bwrap of the same profile in the same run: ``guard.check()`` alone, and a
+    ``bash true`` call through the pipeline (which runs the check after the call)."""
+    if not env.bwrap:
+        report.notes.append("(k) skipped: no working bwrap")
+        return
+    from pi_sandbox.sandbox.persistence_guard import PersistenceGuard
+
+    repo = env.root / "k-repo"
+    directories = write_k_repo(repo)
+    n = env.sizes.pipeline
+    k_env = Env(env.root, repo, env.home, env.agent_dir, env.hooks, env.bwrap, env.sizes)
+    profile = worker_profile("tool", workspace=repo, home=env.home, agent_dir=env.agent_dir)
+    argv = sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap)
+    guard = PersistenceGuard(profile.rw_binds, quarantine_dir=str(env.root / "k-q"))
+    checks: list[int] = []
+    pipeline: list[int] = []
+    fresh: list[int] = []
+    # Alternate the three in blocks, against drift on a shared machine.
+    for _ in range(5):
+        pipeline += trio.run(lambda: _pipeline_series(k_env, sandbox=True, n=max(1, n // 5)))
+        fresh += spawn_series(argv, {}, max(1, n // 5))
+        for _ in range(max(1, n // 5)):
+            start = time.perf_counter_ns()
+            found = guard.check()
+            checks.append(time.perf_counter_ns() - start)
+            if found:
+                raise RuntimeError(f"(k) the guard found {found} in an untouched tree")
+    report.add_series("k.bwrap_fresh", fresh)
+    report.add_series("k.pipeline", pipeline)
+    report.add_series("k.guard_check", checks)
+    floor = "bwrap <tool profile> -- bash -c true, fresh, p50"
+    report.row(
+        "(k)",
+        f"guard.check() alone, {directories:,}-directory repository, p50",
+        "k.guard_check",
+        base="k.bwrap_fresh",
+        base_label=floor,
+    )
+    report.row(
+        "(k)",
+        "bash true via ToolPipeline, sandboxed + guard, same repository, p50",
+        "k.pipeline",
+        base="k.bwrap_fresh",
+        base_label=floor,
+    )
+    report.row(
+        "(k)",
+        "  same, p90",
+        "k.pipeline",
+        "p90",
+        base="k.bwrap_fresh",
+        base_key="p90",
+        base_label="  same floor, p90",
+    )
+    call, bare = report.stat("k.pipeline"), report.stat("k.bwrap_fresh")
+    check = report.stat("k.guard_check")
+    assert call is not None and bare and check is not None
+    report.notes.append(
+        f"(k) target sandboxed bash call p50 <= {K_TARGET:g}x a fresh bare bwrap: {call:.2f} ms "
+        f"vs {bare:.2f} ms = {call / bare:.2f}x: {'met' if call / bare <= K_TARGET else 'NOT met'}; "
+        f"of which guard.check() {check:.2f} ms ({check / bare:.2f}x the floor) over "
+        f"{directories:,} directories, {K_DIRS * K_FILES_PER_DIR:,} files"
+    )
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -3047,7 +3145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
     )
     parser.add_argument(
-        "--only", default="abcdefghij", help="sections to run, e.g. 'abc' (default: all)"
+        "--only", default="abcdefghijk", help="sections to run, e.g. 'abc' (default: all)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
@@ -3106,6 +3204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     sections.append(("j", "(j) resource discovery", lambda: bench_resources(env, report)))
+    sections.append(("k", "(k) no trace: persistence guard", lambda: bench_no_trace(env, report)))
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
     try:

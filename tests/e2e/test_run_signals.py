@@ -64,27 +64,9 @@ def marked_processes(marker: str) -> dict[int, str]:
 
 
 def new_entries(workspace: Path, before: set[str]) -> list[str]:
-    """Names in ``workspace`` that were not there before the run.
-
-    While the placeholder directories of issue 3 exist (empty directories bwrap
-    creates for missing protected paths, removed once no sandboxed run of this
-    user is active — other test runs may be), an *empty* directory with such a
-    name is not counted; anything else is.
-    """
-    from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
-
-    placeholder_names = {Path(p).parts[0] for p in PROTECTED_IN_WORKSPACE} | {"HEAD"}
-    extra = []
-    for name in sorted(set(os.listdir(workspace)) - before):
-        path = workspace / name
-        try:
-            if name in placeholder_names and path.is_dir() and not any(path.iterdir()):
-                continue
-        except FileNotFoundError:
-            continue  # a placeholder another run's end just removed
-        if os.path.lexists(path):
-            extra.append(name)
-    return extra
+    """Names in ``workspace`` that were not there before the run: a run leaves
+    nothing in the user's tree, not even empty directories (issue 14 §1)."""
+    return sorted(set(os.listdir(workspace)) - before)
 
 
 EXTENSION = """

@@ -3,26 +3,22 @@
 Each test drives ``pi --sandbox`` with a scripted ``bash`` call that tries to plant
 something git, a later pi run or another tool would execute, then checks the host.
 The attacks come from an adversarial review: renaming a protected path's parent,
-a bare-repository layout, the agent directory inside the workspace, placeholders
-left by a killed run.
+a bare-repository layout, the agent directory inside the workspace. What a run
+leaves in the workspace after each way of ending is in test_sandbox_no_trace.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
-
-PLACEHOLDER_NAMES = (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json")
 
 
 def script_for(tmp_path: Path, command: str | list[str]) -> Path:
@@ -146,11 +142,12 @@ def test_the_root_cannot_become_a_bare_repository_and_new_repositories_are_repor
         " mkdir -p lib/.git",
     )
     assert result.returncode == 0, result.stderr
-    assert "head=0" not in tool_text(result.stdout)
-    assert not (workspace / "HEAD").exists()  # the placeholder is gone, nothing planted
+    assert not (workspace / "HEAD").exists()  # quarantined after the call
+    assert not (workspace / "lib" / ".git").exists()
     reported = "\n".join(warnings(result.stdout))
+    assert f"created {workspace / 'HEAD'}" in reported
+    assert f"created {workspace / 'lib' / '.git'}" in reported
     assert f"{workspace / 'sub'} a git repository" in reported
-    assert f"{workspace / 'lib'} a git repository" in reported
     git = subprocess.run(
         ["git", "status"], cwd=workspace, capture_output=True, text=True, check=False
     )
@@ -169,30 +166,6 @@ def test_an_agent_directory_inside_the_workspace_cannot_be_planted(tmp_path, wor
     assert result.returncode == 0, result.stderr
     assert "ext=0" not in tool_text(result.stdout)
     assert not (agent / "extensions").exists()
-
-
-def test_placeholders_of_a_killed_run_are_removed_by_the_next_run(tmp_path, workspace):
-    proc = subprocess.Popen(
-        pi_argv(workspace, script_for(tmp_path, "sleep 60")),
-        env=pi_env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (workspace / ".pi").exists():
-            assert time.monotonic() < deadline, "the sandbox never started"
-            time.sleep(0.05)
-        time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert (workspace / ".pi").is_dir()  # left behind by the killed run
-
-    result = pi(tmp_path, workspace, "true")
-    assert result.returncode == 0, result.stderr
-    left = [name for name in PLACEHOLDER_NAMES if os.path.lexists(workspace / name)]
-    assert left == []
 
 
 def test_an_audit_log_inside_the_workspace_is_neither_readable_nor_writable(tmp_path, workspace):
@@ -299,24 +272,3 @@ def test_a_mode_change_to_a_host_device_node_is_put_back_after_the_call(tmp_path
     assert result.returncode == 0, result.stderr
     assert "pi put it back" in "\n".join(warnings(result.stdout))
     assert tool_text(result.stdout).splitlines()[-1] == "666"  # repaired before the next call
-
-
-def test_another_runs_placeholders_are_not_reported_as_created_by_a_tool(tmp_path, workspace):
-    slow_dir = tmp_path / "slow"
-    slow_dir.mkdir()
-    slow = subprocess.Popen(
-        pi_argv(workspace, script_for(slow_dir, "sleep 4")),
-        env=pi_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not os.path.lexists(workspace / ".pi") and time.monotonic() < deadline:
-            time.sleep(0.05)  # the slow run's placeholders exist now
-        quick = pi(tmp_path, workspace, "true")
-        assert quick.returncode == 0, quick.stderr
-        assert "a tool created it" not in quick.stdout + quick.stderr
-    finally:
-        slow.communicate(timeout=60)

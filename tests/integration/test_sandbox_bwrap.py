@@ -17,7 +17,9 @@ import pytest
 
 from pi_sandbox.errors import SandboxUnavailableError
 from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
+from pi_sandbox.sandbox.persistence_guard import PersistenceGuard
 from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
+from pi_sandbox.sandbox.settings import SandboxSettings
 
 SENTINEL = "PI-SANDBOX-SENTINEL-5d1f0c7e"
 
@@ -287,8 +289,12 @@ def test_probe_of_a_working_bwrap_passes_every_time(bwrap):
     probe_bwrap(bwrap)
 
 
-def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(tmp_path):
-    """The .git swap attack: rename .git away and plant a new one with a hook and fsmonitor."""
+@pytest.mark.parametrize("git_mode", ["read", "commit"])
+def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(tmp_path, git_mode):
+    """The .git swap attack: rename .git away and plant a new one with a hook and
+    fsmonitor, or point commondir elsewhere. With git "commit" the directory is
+    writable, so a new commondir can be written inside; the persistence guard
+    quarantines it right after the call (issue 14 §1, §2)."""
     try:
         bwrap = find_bwrap()
         probe_bwrap(bwrap)
@@ -299,13 +305,19 @@ def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(
     (workspace / ".git" / "config").write_text("[core]\n")
     (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     profile = worker_profile(
-        "tool", workspace=workspace, home=tmp_path / "home", agent_dir=tmp_path / "agent"
+        "tool",
+        workspace=workspace,
+        home=tmp_path / "home",
+        agent_dir=tmp_path / "agent",
+        settings=SandboxSettings(git=git_mode),
     )
+    guard = PersistenceGuard(profile.rw_binds, quarantine_dir=str(tmp_path / "q"))
     attack = (
         "mv .git .git-orig; echo mv=$?; "
         "echo '[core]\\n fsmonitor = touch PWNED' >> .git/config; echo config=$?; "
-        "echo x > .git/commondir; echo commondir=$?; "
-        "rm -rf .git; echo rm=$?; true"
+        "echo x > .git/hooks/pre-commit; echo hook=$?; "
+        "rm -rf .git; echo rm=$?; "
+        "echo x > .git/commondir; echo commondir=$?; true"
     )
     seccomp_fd = seccomp_memfd()
     argv = build_bwrap_argv(profile, ["/bin/sh", "-c", attack], bwrap=bwrap, seccomp_fd=seccomp_fd)
@@ -313,9 +325,17 @@ def test_sandboxed_bash_cannot_replace_or_redirect_the_workspaces_git_directory(
         out = _run(argv, seccomp_fd)
     finally:
         os.close(seccomp_fd)
-    assert "mv=0" not in out.stdout and "config=0" not in out.stdout
-    assert "commondir=0" not in out.stdout
+    findings = guard.check()
+    for attempt in ("mv", "config", "hook", "rm"):
+        assert f"{attempt}=0" not in out.stdout
+    if git_mode == "read":
+        assert "commondir=0" not in out.stdout
+        assert findings == []
+        assert (workspace / ".git" / "HEAD").exists()
+    # (with "commit", rm -rf deletes what is not protected: history is not code)
+    else:
+        assert [f.path for f in findings] == [str(workspace / ".git" / "commondir")]
     assert (workspace / ".git" / "config").read_text() == "[core]\n"
     assert not (workspace / ".git" / "commondir").exists()
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
     assert not (workspace / ".git-orig").exists()
-    assert (workspace / ".git" / "HEAD").exists()

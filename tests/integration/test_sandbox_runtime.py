@@ -1,5 +1,5 @@
-"""Sandboxed workers as the pool starts them: seccomp, status fd, cgroups, placeholders,
-fd hygiene and fail-closed start-up (issue 3), with real bwrap."""
+"""Sandboxed workers as the pool starts them: seccomp, status fd, cgroups, the
+persistence guard, fd hygiene and fail-closed start-up (issue 3), with real bwrap."""
 
 from __future__ import annotations
 
@@ -14,21 +14,10 @@ import trio
 from pi_sandbox.errors import SandboxUnavailableError
 from pi_sandbox.protocol import methods
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter
-from pi_sandbox.sandbox.placeholders import PlaceholderLease
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
 
 pytestmark = pytest.mark.usefixtures("require_bwrap")
-
-
-@pytest.fixture(autouse=True)
-def private_placeholder_bookkeeping(tmp_path, monkeypatch):
-    """Placeholders are removed only when no other sandboxed run of this user is
-    active: give these in-process runs their own bookkeeping, so that a pi run
-    elsewhere on the machine cannot keep their placeholders alive."""
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
-    monkeypatch.setattr("pi_sandbox.sandbox.placeholders.state_dir", lambda: str(state))
 
 
 def make_pool(tmp_path: Path, workspace: Path, **settings) -> WorkerPool:
@@ -98,36 +87,43 @@ async def test_the_tool_worker_runs_under_seccomp_with_no_capabilities(tmp_path,
     assert worker.sandbox_exit_code is not None
 
 
-async def test_missing_persistence_paths_are_read_only_and_cleaned_up(tmp_path, workspace):
+async def test_missing_persistence_paths_leave_nothing_on_the_host_and_planted_ones_are_quarantined(
+    tmp_path, workspace
+):
+    (workspace / "README").write_text("hi\n")
+    before = sorted(os.listdir(workspace))
     pool = make_pool(tmp_path, workspace)
     async with running(pool):
+        # the model's listing is the real one, and so is the host's (issue 14 §1)
+        assert sorted(os.listdir(workspace)) == before
+        assert (await bash(pool, "ls -A")).split() == before
         out = await bash(
             pool,
-            "mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit; echo git=$?;"
             "git init -q . ; echo init=$?;"
-            "mkdir -p .pi/extensions; echo 'x' > .pi/extensions/x.py; echo pi=$?;"
+            "mkdir -p .pi/extensions && echo 'x' > .pi/extensions/x.py; echo pi=$?;"
+            "mkdir -p sub/.vscode && echo '{}' > sub/.vscode/tasks.json; touch .envrc;"
             "echo ok > notes.txt; echo notes=$?",
         )
         assert "notes=0" in out
-        for name in ("git", "init", "pi"):
-            assert f"{name}=0" not in out
-        # while the run lasts, the host sees empty placeholder directories
-        assert (workspace / ".git").is_dir() and not any((workspace / ".git").iterdir())
+        await pool.check_persistence()
+        # (the inotify-driven check may have taken some during the call already)
+        findings = pool.quarantined
+        moved = {f.path for f in findings if f.moved_to}
+        assert moved == {
+            str(workspace / ".git"),
+            str(workspace / ".pi"),
+            str(workspace / "sub" / ".vscode"),
+            str(workspace / ".envrc"),
+        }
+        # quarantined, not lost: it is where the report says
+        assert all(os.path.lexists(f.moved_to) for f in findings if f.moved_to)
     assert (workspace / "notes.txt").read_text() == "ok\n"
-    for name in (".git", ".pi", ".agents", ".vscode", ".idea", ".envrc", ".mcp.json", ".claude"):
-        assert not os.path.lexists(workspace / name), name
+    assert sorted(os.listdir(workspace)) == sorted([*before, "notes.txt", "sub"])
+    assert os.listdir(workspace / "sub") == []
+    events = [r for r in pool.audit_records if r["event"] == "quarantine"]
+    assert {r["path"] for r in events if r["moved_to"]} == moved
     profile_records = [r for r in pool.audit_records if r["event"] == "sandbox_profile"]
     assert profile_records and profile_records[0]["role"] == "tool"
-
-
-async def test_placeholders_stay_while_another_run_is_active(tmp_path, workspace):
-    other = PlaceholderLease.acquire()
-    pool = make_pool(tmp_path, workspace)
-    async with running(pool):
-        pass
-    assert (workspace / ".pi").is_dir()  # the other run may be relying on it
-    assert str(workspace / ".pi") in other.release([])  # the last one out removes it
-    assert not (workspace / ".pi").exists()
 
 
 async def test_a_descriptor_left_inheritable_in_the_supervisor_is_closed_inside(
@@ -228,13 +224,17 @@ async def test_host_sysctls_and_proc_files_cannot_be_written(tmp_path, workspace
     assert out.strip().splitlines()[-1] == "1"  # /proc/sys is a read-only mount
 
 
-def test_a_run_sees_the_placeholders_another_run_recorded(tmp_path, monkeypatch):
-    from pi_sandbox.sandbox import placeholders
+async def test_a_guard_that_cannot_record_every_directory_says_so(tmp_path, workspace, monkeypatch):
+    import functools
 
-    monkeypatch.setattr(placeholders, "state_dir", lambda: str(tmp_path))
-    other, mine = PlaceholderLease.acquire(), PlaceholderLease.acquire()
-    other.record([str(tmp_path / "ws" / ".pi")])
-    assert str(tmp_path / "ws" / ".pi") in mine.recorded()
-    mine.release([])  # another run is still inside: nothing removed, list kept
-    assert str(tmp_path / "ws" / ".pi") in mine.recorded()  # still readable after release
-    other.release([])
+    from pi_sandbox.sandbox.persistence_guard import PersistenceGuard
+
+    (workspace / "a" / "b").mkdir(parents=True)
+    monkeypatch.setattr(
+        "pi_sandbox.supervisor.worker_pool.PersistenceGuard",
+        functools.partial(PersistenceGuard, max_directories=1),
+    )
+    pool = make_pool(tmp_path, workspace)
+    async with running(pool):
+        assert pool.guard_warning is not None
+        assert "could not record every directory" in pool.guard_warning

@@ -678,6 +678,8 @@ def test_04_read_denied_directories_are_invisible_and_not_writable(h: Harness):
 # 5. Persistence: .git hooks and config, .pi/extensions
 
 
+QUARANTINE_NOTICE = "a sandboxed tool created"
+
 PLANTED = (
     ".git/hooks/pre-commit",
     ".git/hooks/post-checkout",
@@ -759,18 +761,32 @@ def git_repo(path: Path) -> Path:
     return path
 
 
+# What makes git run code or change where it points (issue 14 §2); with the default
+# sandbox.filesystem.git "commit" the rest of .git (objects, refs, index) may change.
+GIT_CODE_ENTRIES = ("config", "config.worktree", "hooks", "info", "commondir", "gitdir")
+
+
+def git_code_tree(git_dir: Path) -> dict[str, bytes | None]:
+    return {
+        rel: data
+        for rel, data in tree(git_dir).items()
+        if rel.split("/")[0] in GIT_CODE_ENTRIES or rel == "objects/info/alternates"
+    }
+
+
 def host_problems(root: Path, git_before: dict | None) -> list[str]:
     """What a run left behind in ``root`` that git or pi would act on."""
     problems = [f"{root / rel} exists" for rel in PLANTED if os.path.lexists(root / rel)]
-    problems += [f"{root / n} exists" for n in (".git-old", ".pi-old") if os.path.lexists(root / n)]
     if git_before is not None:
-        if tree(root / ".git") != git_before:
-            problems.append(f"{root / '.git'} changed")
+        # An existing .git is a mount point: it cannot be renamed away. (A .pi the
+        # tool made itself and renamed, .pi-old, is an ordinary directory.)
+        if os.path.lexists(root / ".git-old"):
+            problems.append(f"{root / '.git-old'} exists")
+        if git_code_tree(root / ".git") != git_before:
+            problems.append(f"{root / '.git'}: config, hooks or pointers changed")
     else:
-        for name in (".git", ".pi"):
-            for rel, data in tree(root / name).items():
-                if data:  # placeholders may stay behind as empty entries, never with content
-                    problems.append(f"{root / name / rel} was planted ({data[:60]!r})")
+        # No mount points are made for missing paths (issue 14 §1): nothing at all.
+        problems += [f"{root / n} exists" for n in (".git", ".pi") if os.path.lexists(root / n)]
     config = root / ".git" / "config"
     if config.is_file() and re.search(rb"hooksPath|fsmonitor", config.read_bytes()):
         problems.append(f"{config} has hooksPath/fsmonitor")
@@ -783,7 +799,7 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
 
     # A: a git workspace whose .git/hooks does not exist and that has no .pi.
     ws_git = git_repo(h.tmp / "ws-git")
-    before = tree(ws_git / ".git")
+    before = git_code_tree(ws_git / ".git")
     # B: a fresh workspace with neither .git nor .pi.
     ws_fresh = h.tmp / "ws-fresh"
     ws_fresh.mkdir()
@@ -795,10 +811,13 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
         )
         run.assert_finished()
         got = outcomes(run["bash"])
+        # An attempt either fails inside, or creates a path that does not exist
+        # (nothing is mounted there: issue 14 §1) and is quarantined and reported
+        # right after the call; host_problems checks that nothing stayed.
         problems += [
-            f"{workspace.name}: bash {n}: {got.get(n)}"
+            f"{workspace.name}: bash {n}: {got.get(n)} without a quarantine report"
             for n in PERSISTENCE_NAMES
-            if got.get(n) != "FAIL"
+            if got.get(n) != "FAIL" and QUARANTINE_NOTICE not in run.output
         ]
         if got.get("control") != "OK":
             problems.append(f"{workspace.name}: control write in the workspace failed")
@@ -815,7 +834,7 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
     root_git = git_repo(ws / "root-git")
     root_fresh = ws / "root-fresh"
     root_fresh.mkdir()
-    before = tree(root_git / ".git")
+    before = git_code_tree(root_git / ".git")
     roots = ["root-git", "root-fresh"]
     run = h.run(
         [
@@ -840,9 +859,9 @@ def test_05_persistence_paths_are_not_writable(h: Harness):
         got = outcomes(run["bash"])
         for tag in ("g_", "f_"):
             problems += [
-                f"roots: bash {tag}{n}: {got.get(tag + n)}"
+                f"roots: bash {tag}{n}: {got.get(tag + n)} without a quarantine report"
                 for n in PERSISTENCE_NAMES
-                if got.get(tag + n) != "FAIL"
+                if got.get(tag + n) != "FAIL" and QUARANTINE_NOTICE not in run.output
             ]
             if got.get(f"{tag}control") != "OK":
                 problems.append(f"roots: control write in {tag} root failed")

@@ -14,8 +14,8 @@ import pi_sandbox.sandbox
 from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv, worker_profile
 from pi_sandbox.sandbox.bwrap_args import BASELINE_FLAGS
-from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
-from pi_sandbox.sandbox.settings import SandboxLimits
+from pi_sandbox.sandbox.profile import GIT_READ_ONLY, PROTECTED_IN_WORKSPACE, is_within
+from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 
 BWRAP = "/opt/bwrap/bwrap"
 
@@ -355,17 +355,38 @@ def test_tool_worker_profile_writes_the_workspace_and_protects_persistence_paths
 
     assert profile.rw_binds == (str(ws),)
     assert str(ws) not in profile.ro_binds
-    # every persistence path, whether it exists or not; .git whole
-    assert set(profile.protected) == {str(ws / rel) for rel in PROTECTED_IN_WORKSPACE}
-    # the existing .git is re-bound; each missing one gets a placeholder
-    assert (str(ws / ".git"), "bind") in profile.protect_mounts
-    assert (str(ws / ".pi"), "placeholder") in profile.protect_mounts
-    assert str(ws / ".pi") in profile.placeholders
-    assert str(ws / ".git") not in profile.placeholders
+    # every persistence path, whether it exists or not; in .git (git: commit) only
+    # what makes git run code or change where it points (issue 14 §2)
+    expected = {str(ws / rel) for rel in PROTECTED_IN_WORKSPACE if rel != ".git"}
+    expected |= {str(ws / ".git" / rel) for rel in GIT_READ_ONLY}
+    assert set(profile.protected) == expected
+    # existing ones are re-bound; missing ones are not mounted at all (issue 14 §1)
+    assert (str(ws / ".git" / "hooks"), "bind") in profile.protect_mounts
+    assert (str(ws / ".git" / "config"), "bind") in profile.protect_mounts
+    assert str(ws / ".pi") in profile.missing_protected
+    assert all(kind == "bind" for _, kind in profile.protect_mounts)
+    # .git itself is writable but pinned: `mv .git x` fails with EBUSY
+    assert str(ws / ".git") in profile.pins
     assert profile.cwd == str(ws)
     assert profile.network == "none"
     assert profile.seccomp is True
     assert profile.tmp_size_bytes == SandboxLimits().tmp_size_mb * 1024 * 1024
+
+
+def test_git_read_keeps_the_whole_git_directory_read_only(layout):
+    ws = layout["workspace"]
+    profile = worker_profile(
+        "tool",
+        workspace=ws,
+        home=layout["home"],
+        agent_dir=layout["agent_dir"],
+        settings=SandboxSettings(git="read"),
+    )
+
+    assert (str(ws / ".git"), "bind") in profile.protect_mounts
+    assert not any(
+        is_within(p, str(ws / ".git")) and p != str(ws / ".git") for p in profile.protected
+    )
 
 
 def test_extension_worker_profile_sees_the_workspace_read_only(layout):
@@ -528,7 +549,7 @@ def test_a_workspace_inside_home_does_not_protect_home_files_it_cannot_reach(lay
     assert all(p.startswith(str(layout["workspace"])) for p in profile.protected)
 
 
-def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_path: Path):
+def test_tool_profile_with_protected_paths_proxy_and_seccomp_builds_exact_argv(tmp_path: Path):
     root = os.path.realpath(tmp_path)
     ws = f"{root}/-proj x"  # a leading dash and a space: still one argv element each
     os.makedirs(f"{ws}/.git")
@@ -571,19 +592,11 @@ def test_tool_profile_with_placeholders_proxy_and_seccomp_builds_exact_argv(tmp_
         "--ro-bind",
         "/usr",
         "/usr",
-        # existing: re-bound read-only; missing: a read-only placeholder at the
-        # first missing ancestor (.vscode, not .vscode/tasks.json)
+        # existing: re-bound read-only; missing (.pi, .vscode/tasks.json): no
+        # mount at all, so bwrap creates nothing on the host (issue 14 §1)
         "--ro-bind",
         f"{ws}/.git",
         f"{ws}/.git",
-        "--tmpfs",
-        f"{ws}/.pi",
-        "--remount-ro",
-        f"{ws}/.pi",
-        "--tmpfs",
-        f"{ws}/.vscode",
-        "--remount-ro",
-        f"{ws}/.vscode",
         "--ro-bind",
         f"{root}/egress.sock",
         "/run/pi-sandbox/egress.sock",

@@ -70,18 +70,20 @@ def test_hooks_path_and_included_files_are_protected(layout):
     found = mounts(profile)
     assert found[str(ws / ".githooks")] == "bind"
     assert found[str(ws / ".gitconfig")] == "bind"
-    assert found[str(ws / "conf")] == "placeholder"  # missing: its first missing ancestor
+    # missing: not mounted (no entry on the host), watched by the persistence guard
+    assert str(ws / "conf" / "extra.inc") in profile.missing_protected
+    assert str(ws / "conf") not in found
     argv = build_bwrap_argv(profile, ["true"], bwrap="bwrap", seccomp_fd=3)
     at = argv.index(str(ws / ".githooks"))
     assert argv[at - 1] == "--ro-bind"
 
 
-def test_missing_hooks_dir_and_included_file_get_placeholders(layout):
+def test_missing_hooks_dir_and_included_file_are_left_to_the_guard(layout):
     ws = layout["ws"]
     add_config(layout, "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../.gitconfig\n")
-    found = mounts(profile_for(layout))
-    assert found[str(ws / ".githooks")] == "placeholder"
-    assert found[str(ws / ".gitconfig")] == "placeholder"
+    profile = profile_for(layout)
+    assert str(ws / ".githooks") not in mounts(profile)
+    assert {str(ws / ".githooks"), str(ws / ".gitconfig")} <= set(profile.missing_protected)
 
 
 def test_the_worktree_root_is_the_base_of_hooks_path_and_git_dir_of_include(layout):
@@ -89,8 +91,11 @@ def test_the_worktree_root_is_the_base_of_hooks_path_and_git_dir_of_include(layo
     add_config(layout, "[core]\n\thooksPath = tools/hooks\n[include]\n\tpath = local.inc\n")
     profile = profile_for(layout)
     assert str(ws / "tools" / "hooks") in profile.protected
-    # .git/local.inc is already covered by .git itself: not added again
-    assert str(ws / ".git" / "local.inc") not in profile.protected
+    # git "commit" leaves .git writable: an included file in it is protected itself
+    assert str(ws / ".git" / "local.inc") in profile.protected
+    # git "read": already covered by .git itself, not added again
+    read = profile_for(layout, git="read")
+    assert str(ws / ".git" / "local.inc") not in read.protected
 
 
 def test_includes_are_followed_into_what_they_name(layout):

@@ -1230,3 +1230,38 @@ def test_a_project_cannot_narrow_what_the_audit_log_records(files):
     policy = files.load()
     assert "tool_call" in policy.audit.include and "trust" in policy.audit.include
     assert any("audit.include" in line and str(project) in line for line in policy.diagnostics)
+
+
+# -- sandbox.filesystem.git (issue 14 §2) ---------------------------------------------
+
+
+def test_git_defaults_to_commit(files):
+    policy = files.load()
+    assert policy.sandbox.git == "commit"
+    assert one_origin(policy, "sandbox.filesystem.git").tier == "default"
+
+
+@pytest.mark.parametrize("tier", ["managed", "user", "project"])
+def test_any_tier_saying_git_read_wins(files, tier):
+    files.managed("version: 1\nsandbox:\n  filesystem: {git: commit}\n", name="10-a.yaml")
+    text = "version: 1\nsandbox:\n  filesystem: {git: read}\n"
+    setter = {"managed": files.managed, "user": files.set_user, "project": files.set_project}
+    path = setter[tier](text)
+    policy = files.load()
+    assert policy.sandbox.git == "read"
+    assert one_origin(policy, "sandbox.filesystem.git") == ValueOrigin(
+        "sandbox.filesystem.git", "read", tier, (str(path),)
+    )
+
+
+def test_git_takes_only_read_or_commit(files):
+    path = _write(files.root / "bad.yaml", "version: 1\nsandbox:\n  filesystem: {git: write}\n")
+    with pytest.raises(PolicyFileError, match="git"):
+        load_policy_file(path)
+
+
+def test_the_ci_readonly_preset_keeps_git_read_only():
+    from pi_sandbox.policies import load_policies
+
+    preset = Path(__file__).parents[2] / "policies" / "ci-readonly.yaml"
+    assert load_policies([preset]).sandbox.git == "read"

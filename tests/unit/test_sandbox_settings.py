@@ -279,23 +279,19 @@ def test_limits_and_tmp_size_follow_the_policy(layout):
     assert "RLIMIT_CPU" not in profile.limits.rlimits()
 
 
-def test_missing_protected_paths_get_a_placeholder_at_their_first_missing_ancestor(tmp_path):
+def test_missing_protected_paths_are_not_mounted_and_are_left_to_the_guard(tmp_path):
+    # A mount point would be a new directory on the host (issue 14 §1).
     root = os.path.realpath(tmp_path)
     os.makedirs(f"{root}/ws/.git")
+    protected = (f"{root}/ws/.git/hooks", f"{root}/ws/.pi/extensions", f"{root}/ws/a/b/c")
     profile = SandboxProfile(
-        rw_binds=(f"{root}/ws",),
-        protected=(f"{root}/ws/.git/hooks", f"{root}/ws/.pi/extensions", f"{root}/ws/a/b/c"),
-        cwd=f"{root}/ws",
-        seccomp=False,
+        rw_binds=(f"{root}/ws",), protected=protected, cwd=f"{root}/ws", seccomp=False
     )
-    assert profile.protect_mounts == (
-        (f"{root}/ws/.git/hooks", "placeholder"),
-        (f"{root}/ws/.pi", "placeholder"),
-        (f"{root}/ws/a", "placeholder"),
-    )
+    assert profile.protect_mounts == ()
+    assert set(profile.missing_protected) == set(protected)
+    assert profile.pins == ()
     argv = build_bwrap_argv(profile, ["true"], bwrap="bwrap")
-    at = argv.index(f"{root}/ws/.pi")
-    assert argv[at - 1 : at + 3] == ["--tmpfs", f"{root}/ws/.pi", "--remount-ro", f"{root}/ws/.pi"]
+    assert not any(p.startswith(f"{root}/ws/") for p in argv)
 
 
 def test_a_profile_wanting_seccomp_refuses_to_build_without_the_filter(tmp_path):
@@ -324,19 +320,6 @@ def test_policy_files_inside_a_writable_root_are_kept_read_only(layout):
     )
     assert str(ws / "policy.yaml") in profile.protected
     assert str(outside) not in profile.protected
-
-
-def test_no_placeholder_where_nothing_can_be_created(tmp_path, monkeypatch):
-    # A read-only checkout (CI): bwrap could not create the mount point, and the
-    # sandbox could not create the protected path either.
-    root = os.path.realpath(tmp_path)
-    os.makedirs(f"{root}/ws")
-    monkeypatch.setattr("pi_sandbox.sandbox.profile._host_can_create", lambda directory: False)
-    profile = SandboxProfile(
-        rw_binds=(f"{root}/ws",), protected=(f"{root}/ws/.pi",), cwd=f"{root}/ws", seccomp=False
-    )
-    assert profile.protect_mounts == ()
-    assert profile.placeholders == ()
 
 
 @pytest.mark.parametrize(

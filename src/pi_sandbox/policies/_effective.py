@@ -592,6 +592,7 @@ def _sandbox(
         "sockets": {},
     }
     workspace_read: list[tuple[str, str]] = []
+    git_read: list[tuple[str, str]] = []
     workspace_write_granted = False
     network_none_by: list[tuple[str, str]] = []
     allowlist_by: list[tuple[str, str]] = []
@@ -613,6 +614,8 @@ def _sandbox(
             workspace_read.append((tier, source))
         elif "workspace" in fs.model_fields_set and tier != "project":
             workspace_write_granted = True
+        if fs.git == "read":
+            git_read.append((tier, source))
         if "writable_roots" in fs.model_fields_set:
             refused = writable.apply(fs.writable_roots, source)
             if refused:
@@ -658,6 +661,7 @@ def _sandbox(
         network = "none"  # every host was refused: an empty allowlist is no network
     settings = SandboxSettings(
         workspace_writable=not workspace_read,
+        git="read" if git_read else "commit",
         writable_roots=writable.values(),
         read_only=tuple(union["read_only"]),
         deny_read=tuple(union["deny_read"]),
@@ -684,6 +688,7 @@ def _sandbox(
         "write" if settings.workspace_writable else "read",
         workspace_read,
     )
+    origin("sandbox.filesystem.git", settings.git, git_read)
     for key, grant in (
         ("sandbox.filesystem.writable_roots", writable),
         ("sandbox.network.allow", net_allow),

@@ -259,6 +259,10 @@ class FilesystemSection(_Strict):
     Paths are absolute, ``~/…`` or relative to the workspace."""
 
     workspace: Literal["write", "read"] = "write"
+    # issue 14 §2: "commit" lets the tool worker write a repository's objects, refs,
+    # index and logs; its config, hooks and pointers stay read-only. "read" keeps
+    # every git directory read-only. Any policy file saying "read" wins.
+    git: Literal["commit", "read"] = "commit"
     writable_roots: PolicyPaths = ()
     read_only: PolicyPaths = ()
     deny_read: PolicyPaths = ()
@@ -455,6 +459,7 @@ AUDIT_RECORDS = (
     "extension",
     "policy",
     "device_repaired",
+    "quarantine",
     "run",
 )
 """The audit record kinds (the ``event`` field of each line)."""

@@ -17,9 +17,9 @@ the argv is laid out as:
    stays read-only;
 4. pins: each directory between a writable root and a protected path bound
    writable onto itself, so it is a mount point that cannot be renamed away;
-   then protected paths, re-bound read-only after every bind so they win; a protected
-   path that does not exist gets a read-only tmpfs placeholder at its first
-   missing ancestor (bwrap creates the mount point);
+   then protected paths, re-bound read-only after every bind so they win. A
+   protected path that does not exist is not mounted: bwrap would create its mount
+   point on the host (issue 14 §1); the persistence guard quarantines it if created;
 5. deny-read masks last, so nothing can re-expose what they hide. A directory is
    covered by a tmpfs that is then remounted read-only (a writable tmpfs over a
    denied directory would hand the sandbox a private scratch space at a path the
@@ -191,11 +191,8 @@ def build_bwrap_argv(
         enclosing = _nearest_enclosing(path, binds)
         if enclosing is not None and enclosing[1]:
             argv += ["--bind", path, path]
-    for path, kind in _effective_protected(profile, binds):
-        if kind == "bind":
-            argv += ["--ro-bind", path, path]
-        else:
-            argv += ["--tmpfs", path, "--remount-ro", path]
+    for path in _effective_protected(profile, binds):
+        argv += ["--ro-bind", path, path]
 
     visible = [path for path, _ in binds]
     masked_dirs: list[str] = []
@@ -248,18 +245,16 @@ def _effective_binds(profile: SandboxProfile) -> list[tuple[str, bool]]:
     return kept
 
 
-def _effective_protected(
-    profile: SandboxProfile, binds: list[tuple[str, bool]]
-) -> list[tuple[str, str]]:
-    """Protect mounts whose path is writable after the binds, outermost only."""
-    kept: list[tuple[str, str]] = []
-    for path, kind in profile.protect_mounts:  # sorted parents-first
-        if any(is_within(path, p) for p, _ in kept):
+def _effective_protected(profile: SandboxProfile, binds: list[tuple[str, bool]]) -> list[str]:
+    """Protected paths that are writable after the binds, outermost only."""
+    kept: list[str] = []
+    for path, _ in profile.protect_mounts:  # sorted parents-first
+        if any(is_within(path, p) for p in kept):
             continue
         enclosing = _nearest_enclosing(path, binds)
         if enclosing is None or not enclosing[1]:
             continue
-        kept.append((path, kind))
+        kept.append(path)
     return kept
 
 

@@ -77,18 +77,20 @@ _ETC_ENTRIES = (
 # Paths inside a writable root whose modification would outlive the sandbox: git runs
 # hooks and honours core.* settings (core.fsmonitor, core.hooksPath) outside it, and
 # .pi holds the project's extensions and settings that the next session loads.
-# The whole of .git, not just hooks/ and config: a writable .git lets a tool swap in
-# a replacement (`mv .git x; mkdir .git`) or point `commondir` elsewhere, and git then
-# runs the planted hooks and core.fsmonitor on the host. A mount point cannot be
-# renamed (EBUSY), so binding .git itself also pins it in place. The cost: git
-# commands that write (commit, add, checkout) fail inside the sandbox.
+# .git: with sandbox.filesystem.git "read", all of it (a writable .git lets a tool
+# swap in a replacement, `mv .git x; mkdir .git`, or point `commondir` elsewhere);
+# with "commit" (the default) the directory is writable but pinned (a mount point
+# cannot be renamed: EBUSY) and everything in GIT_READ_ONLY is bound read-only.
 # .envrc is run by direnv; .vscode/.idea/.zed hold tasks an editor runs;
 # .devcontainer holds commands a dev container runs on creation; .husky holds git
 # hooks (husky points core.hooksPath there); .agents, .mcp.json, .claude, .cursor,
-# .gemini and .continue are other agents' configuration (MCP servers are commands).
+# .gemini, .continue, .windsurf and .roo are other agents' configuration (MCP
+# servers are commands); .github, .gitlab-ci.yml and .circleci are CI jobs run with
+# the repository's secrets; pre-commit and mise run what their files name.
 # Not exhaustive: a policy's deny_write adds others.
-# Every entry is protected in every writable root whether or not it exists: a
-# missing one gets a read-only placeholder (see SandboxProfile.protect_mounts).
+# An existing entry is bound read-only. A missing one is not mounted (a mount point
+# would be a new directory on the host, issue 14 §1): the persistence guard
+# (sandbox/persistence_guard.py) quarantines it if a tool creates it.
 PROTECTED_IN_WORKSPACE = (
     ".git",
     ".pi",
@@ -101,15 +103,37 @@ PROTECTED_IN_WORKSPACE = (
     ".cursor",
     ".gemini",
     ".continue",
+    ".windsurf",
+    ".roo",
     ".zed",
     ".devcontainer",
     ".husky",
+    ".github",
+    ".gitlab-ci.yml",
+    ".circleci",
+    ".pre-commit-config.yaml",
+    ".mise.toml",
+    "mise.toml",
 )
 
-# Shell start-up files: protected in a writable root when they exist there. A missing
-# one is not given a placeholder: nothing runs a project directory's .bashrc, and
-# twelve empty directories in every project during a run would be noise (a writable
-# root that contains HOME, where they do run, is refused by the CLI).
+# Entries of a git directory kept read-only with sandbox.filesystem.git "commit"
+# (issue 14 §2): what makes git run code (config: core.fsmonitor, hooksPath, pager,
+# sshCommand, filters, aliases, includes; hooks/; info/, for info/attributes) or
+# change where it points (commondir, gitdir, objects/info/alternates). Bound when
+# they exist; a missing one is quarantined by the persistence guard if created.
+GIT_READ_ONLY = (
+    "config",
+    "config.worktree",
+    "hooks",
+    "info",
+    "commondir",
+    "gitdir",
+    "objects/info/alternates",
+)
+
+# Shell start-up files: protected in a writable root when they exist there; one a
+# tool creates at the top of a writable root is quarantined by the persistence guard
+# (a writable root that contains HOME, where they do run, is refused by the CLI).
 _SHELL_RC_FILES = (
     ".bashrc",
     ".bash_profile",
@@ -245,7 +269,7 @@ def _canonical_set(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(canonical, key=path_key))
 
 
-ProtectKind = Literal["bind", "placeholder"]
+ProtectKind = Literal["bind"]
 
 
 class SandboxProfile(BaseModel):
@@ -264,9 +288,8 @@ class SandboxProfile(BaseModel):
             system directory.
         protected: paths inside writable roots kept read-only (deny-write). An
             existing one is re-bound read-only after the writable roots; a missing
-            one is covered by a read-only placeholder at its first missing
-            ancestor (see `protect_mounts`). Each must lie inside some ``rw_binds``
-            entry.
+            one is not mounted (see `missing_protected`). Each must lie inside some
+            ``rw_binds`` entry.
         deny_read: paths masked last, so they win over every bind: an existing
             directory by a read-only tmpfs, any other existing path by ``/dev/null``.
             Whether each path exists and is a directory is recorded when the profile
@@ -287,6 +310,9 @@ class SandboxProfile(BaseModel):
         limits: the resource limits the worker applies to itself and its commands.
         seccomp: whether the worker runs under the seccomp filter
             (`pi_sandbox.sandbox.seccomp_filter`); the caller passes its fd.
+        git_dirs: writable roots that are git directories outside the workspace
+            (a linked worktree's or submodule's, with ``git: commit``), for the
+            persistence guard (`pi_sandbox.sandbox.persistence_guard`).
         sockets: ``(host socket, path inside)`` pairs of the policy's
             ``sandbox.sockets`` (issue 13 §5), bound read-only after the deny masks.
 
@@ -315,10 +341,12 @@ class SandboxProfile(BaseModel):
     symlinks: tuple[tuple[str, str], ...] = ()
     limits: SandboxLimits = SandboxLimits()
     seccomp: bool = True
+    git_dirs: tuple[str, ...] = ()
     sockets: tuple[tuple[str, str], ...] = ()
 
     _deny_masks: tuple[tuple[str, DenyKind], ...] = PrivateAttr(default=())
     _protect_mounts: tuple[tuple[str, ProtectKind], ...] = PrivateAttr(default=())
+    _missing_protected: tuple[str, ...] = PrivateAttr(default=())
     _pins: tuple[str, ...] = PrivateAttr(default=())
     _proc_covers: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
@@ -406,29 +434,23 @@ class SandboxProfile(BaseModel):
                 masks.append((path, "file"))
         self._deny_masks = tuple(masks)
         mounts: dict[str, ProtectKind] = {}
+        missing: list[str] = []
         for path in self.protected:
             if os.path.lexists(path):
                 mounts.setdefault(path, "bind")
-                continue
-            roots = [r for r in self.rw_binds if is_within(path, r)]
-            if not roots:
-                continue  # the "after" validator reports it
-            root = max(roots, key=len)
-            missing = path
-            while os.path.dirname(missing) != root and not os.path.lexists(
-                os.path.dirname(missing)
-            ):
-                missing = os.path.dirname(missing)
-            if _host_can_create(os.path.dirname(missing)):
-                mounts.setdefault(missing, "placeholder")
+            else:
+                # Not mounted: a mount point would be a new entry on the host
+                # (issue 14 §1). The persistence guard watches for it instead.
+                missing.append(path)
         self._protect_mounts = tuple(sorted(mounts.items(), key=lambda item: path_key(item[0])))
+        self._missing_protected = tuple(missing)
         # Every directory between a writable root and a protected path becomes a
         # mount point of its own (a writable bind onto itself): a mount point
         # cannot be renamed or removed (EBUSY), so `mv sub x; mkdir -p sub/.git`
         # cannot move a protected path out of the way and recreate it.
         pins: set[str] = set()
-        # Every mount destination inside a writable root: protected paths and
-        # placeholders, deny-read masks, read-only binds nested in a writable root.
+        # Every mount destination inside a writable root: existing protected paths,
+        # deny-read masks, read-only binds nested in a writable root.
         # Renamed away, a parent would leave the mask behind in this sandbox and, in
         # the next one (a respawned worker reuses the profile), make bwrap create the
         # destination afresh at the old path, or through a symlink put there.
@@ -474,19 +496,21 @@ class SandboxProfile(BaseModel):
 
     @property
     def protect_mounts(self) -> tuple[tuple[str, ProtectKind], ...]:
-        """How each ``protected`` path is kept read-only, parents first.
+        """The ``protected`` paths that existed at validation, as ``(path,
+        "bind")``, parents first: each is re-bound read-only onto itself.
 
-        ``(path, "bind")``: the path existed at validation and is re-bound
-        read-only onto itself. ``(path, "placeholder")``: ``path`` is the first
-        missing ancestor of a protected path that did not exist (and whose parent
-        the host lets this user write: otherwise nothing can create it and no
-        placeholder is needed); bwrap creates it
-        as an empty directory (on the host too, since its parent is a writable
-        bind) and mounts a read-only tmpfs over it, so nothing can be created
-        there inside the sandbox. The caller removes placeholders once the
-        sandbox is gone (`placeholders`).
+        A protected path that did not exist is not mounted (see
+        `missing_protected`).
         """
         return self._protect_mounts
+
+    @property
+    def missing_protected(self) -> tuple[str, ...]:
+        """The ``protected`` paths that did not exist at validation. Nothing is
+        mounted for them: bwrap would have to create a mount point, a new entry in
+        the user's tree (issue 14 §1). The supervisor's persistence guard
+        (`pi_sandbox.sandbox.persistence_guard`) quarantines one a tool creates."""
+        return self._missing_protected
 
     @property
     def proc_covers(self) -> tuple[tuple[str, str], ...]:
@@ -507,33 +531,12 @@ class SandboxProfile(BaseModel):
         """
         return self._pins
 
-    @property
-    def placeholders(self) -> tuple[str, ...]:
-        """Host paths bwrap will create as empty directories (see `protect_mounts`)."""
-        return tuple(path for path, kind in self._protect_mounts if kind == "placeholder")
-
-
-def _host_can_create(directory: str) -> bool:
-    """Whether an entry can be created in ``directory`` on the host.
-
-    When it cannot (a read-only file system, as in a CI checkout, or a directory
-    this user may not write), the sandbox, running as the same user, cannot
-    create the protected path either, and bwrap could not create a placeholder's
-    mount point: none is needed.
-    """
-    try:
-        if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            return False
-    except OSError:
-        return False
-    return os.access(directory, os.W_OK)
-
 
 def shared_directories(home: str | Path) -> list[tuple[str, str]]:
     """Directories no sandbox may see whole, as ``(what, canonical path)``: HOME
     (every dotfile and token store), the temporary and runtime directories
     (``$XDG_RUNTIME_DIR``, ``/run``) and the sandbox bookkeeping directory (other runs' worker logs, egress proxy
-    sockets, placeholder lists; a read-only bind still lets a process connect to
+    sockets, persistence guard quarantine; a read-only bind still lets a process connect to
     the Unix sockets in it)."""
     found = [("home directory", os.path.realpath(home))]
     found.append(("temporary directory", os.path.realpath(tempfile.gettempdir())))
@@ -796,7 +799,28 @@ def worker_profile(
     for real in rw_real:
         ro.discard(real)
 
-    protected = _protected_paths(rw_real, settings, workspace=workspace_str, home=home_str)
+    # A linked worktree's or submodule's git directories live outside it (a .git
+    # file names them): with git "commit" they are writable roots of their own, with
+    # git's code paths read-only; with "read" they are only visible.
+    git_roots: list[str] = []
+    for root in list(rw_real):
+        located = _repository_git_dirs(root)
+        if located is None:
+            continue
+        for git_dir in dict.fromkeys(located):
+            real = os.path.realpath(git_dir)
+            if any(is_within(real, r) for r in rw_real) or not os.path.isdir(real):
+                continue
+            if settings.git == "commit" and real not in _NEVER_WRITABLE:
+                rw.append(real)
+                rw_real.append(real)
+                git_roots.append(real)
+                ro.discard(real)
+            else:
+                expose(real)
+    protected = _protected_paths(
+        rw_real, settings, workspace=workspace_str, home=home_str, git_roots=git_roots
+    )
     # The agent directory inside a writable root (PI_CODING_AGENT_DIR in the
     # project): its extensions/ and settings would load in the next run.
     agent_real = os.path.realpath(os.path.abspath(agent_dir))
@@ -845,6 +869,7 @@ def worker_profile(
         tmp_size_bytes=tmp_size_bytes,
         symlinks=tuple((target, linkpath) for linkpath, target in sorted(links.items())),
         limits=settings.limits,
+        git_dirs=tuple(git_roots),
     )
 
 
@@ -857,12 +882,26 @@ def _direct_names(allow: Sequence[str]) -> tuple[str, ...]:
 
 
 def _protected_paths(
-    roots: Sequence[str], settings: SandboxSettings, *, workspace: str, home: str
+    roots: Sequence[str],
+    settings: SandboxSettings,
+    *,
+    workspace: str,
+    home: str,
+    git_roots: Sequence[str] = (),
 ) -> list[str]:
-    """The deny-write paths of every writable root (canonical roots given)."""
+    """The deny-write paths of every writable root (canonical roots given).
+
+    ``git_roots`` are writable roots that are git directories (a linked worktree's,
+    outside the workspace): only git's code paths are protected in them.
+    """
     home_real = os.path.realpath(home)
+    commit = settings.git == "commit"
     protected: list[str] = []
+    for git_root in git_roots:
+        protected += _git_read_only(git_root)
     for root in roots:
+        if root in git_roots:
+            continue
         candidates = [(os.path.join(root, rel), True) for rel in PROTECTED_IN_WORKSPACE]
         candidates += [(os.path.join(root, rel), False) for rel in _SHELL_RC_FILES]
         if is_within(home_real, root):
@@ -884,6 +923,9 @@ def _protected_paths(
                         "with the directory, or set sandbox.filesystem.workspace: read"
                     )
                 continue
+            if commit and os.path.basename(candidate) == ".git" and os.path.isdir(candidate):
+                protected += _git_read_only(candidate)
+                continue
             if even_if_missing or os.path.lexists(candidate):
                 protected.append(candidate)
     if roots:
@@ -893,6 +935,10 @@ def _protected_paths(
         # writable root.
         repos = list(dict.fromkeys([os.path.realpath(workspace), *roots]))
         for kind, target in _git_config_targets(repos, home=home_real):
+            if kind == "dir" and commit:
+                git_paths = _git_read_only(target)
+                protected += [p for p in git_paths if any(is_within(p, r) for r in roots)]
+                continue
             _protect_git_target(target, kind, roots, protected)
     for path in settings.deny_write:
         given = resolve_policy_path(path, workspace=workspace, home=home)
@@ -902,6 +948,46 @@ def _protected_paths(
             _refuse_hard_links(absolute, f"sandbox.filesystem.deny_write: {path!r}")
             protected.append(absolute)
     return list(dict.fromkeys(protected))
+
+
+def _git_read_only(git_dir: str, *, depth: int = 0) -> list[str]:
+    """The `GIT_READ_ONLY` paths of ``git_dir`` (existing or not), of each linked
+    worktree's git directory (``worktrees/*``: ``config.worktree``, ``commondir``,
+    ``gitdir``) and, recursively, of each submodule's git directory under
+    ``modules/`` (issue 14 §2). With every other entry writable, git can commit.
+
+    A symlink among them would be bound at its target while the link itself stays
+    replaceable: then the whole git directory is returned instead (read-only, as
+    with git "read"), never a weaker protection.
+    """
+    paths = [os.path.join(git_dir, rel) for rel in GIT_READ_ONLY]
+    for name in _list_dir(os.path.join(git_dir, "worktrees")):
+        base = os.path.join(git_dir, "worktrees", name)
+        paths += [os.path.join(base, rel) for rel in ("config.worktree", "commondir", "gitdir")]
+    if depth < 3:
+        pending = [os.path.join(git_dir, "modules")]
+        while pending:
+            directory = pending.pop()
+            for name in _list_dir(directory):
+                child = os.path.join(directory, name)
+                if os.path.islink(child) or not os.path.isdir(child):
+                    if os.path.islink(child):
+                        return [git_dir]
+                    continue
+                if os.path.isfile(os.path.join(child, "HEAD")):
+                    paths += _git_read_only(child, depth=depth + 1)
+                elif len(pending) < 1000:
+                    pending.append(child)  # a submodule named a/b
+    if any(os.path.islink(p) for p in paths):
+        return [git_dir]
+    return paths
+
+
+def _list_dir(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
 
 
 # Git config keys that name a file git later runs or reads on the host: a hooks
@@ -1118,7 +1204,8 @@ def _protect_git_target(
     path: str, kind: GitTargetKind, roots: Sequence[str], protected: list[str]
 ) -> None:
     """Add one `_git_config_targets` path to ``protected`` when a tool could write
-    it: like a ``PROTECTED_IN_WORKSPACE`` entry (a placeholder when missing), and
+    it: like a ``PROTECTED_IN_WORKSPACE`` entry (watched by the persistence guard
+    when missing), and
     refused when it is reached through a symlink in a writable root.
 
     Raises:

@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["MIB", "NetworkMode", "SandboxLimits", "SandboxSettings"]
+__all__ = ["MIB", "GitMode", "NetworkMode", "SandboxLimits", "SandboxSettings"]
 
 MIB = 1024 * 1024
 
 NetworkMode = Literal["none", "allowlist"]
+GitMode = Literal["read", "commit"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,11 @@ class SandboxSettings:
     Attributes:
         workspace_writable: whether the tool worker may write the workspace
             (``filesystem.workspace: write``); extension workers never may.
+        git: ``"commit"`` (default): in a writable root the tool worker may write a
+            repository's objects, refs, index, logs, stash and branches, while
+            everything that makes git run code or change where it points stays
+            read-only (`pi_sandbox.sandbox.profile.GIT_READ_ONLY`); ``"read"``: every
+            git directory is read-only (issue 14 §2).
         writable_roots: further writable directories for the tool worker, as the
             policy wrote them. Refused when a root is a symlink, resolves outside
             the workspace, or is ``/``, HOME or a system directory.
@@ -99,6 +105,7 @@ class SandboxSettings:
     """
 
     workspace_writable: bool = True
+    git: GitMode = "commit"
     writable_roots: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     deny_read: tuple[str, ...] = ()

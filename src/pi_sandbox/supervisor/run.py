@@ -371,15 +371,6 @@ def _check_limits_fit(policy: Any) -> None:
                 )
 
 
-def _is_leftover_placeholder(path: Path, pool: Any) -> bool:
-    """An empty directory the sandbox made to protect a missing path (still held
-    by a concurrent sandboxed run), not something a tool created."""
-    try:
-        return pool.is_placeholder(str(path)) and path.is_dir() and not any(path.iterdir())
-    except OSError:
-        return False
-
-
 def _forbid_ptrace_and_proc_reads() -> None:
     """Make the supervisor non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``).
 
@@ -438,7 +429,11 @@ async def _run(
     from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
     from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.session_host import SessionHost
-    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline, report_extension_errors
+    from pi_sandbox.supervisor.tool_pipeline import (
+        ToolPipeline,
+        quarantine_event,
+        report_extension_errors,
+    )
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
 
     _forbid_ptrace_and_proc_reads()
@@ -579,14 +574,19 @@ async def _run(
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
     from pi_sandbox.sandbox.repository_scan import find_repositories
 
-    # Sandboxed tools cannot create persistence paths (placeholders protect missing
-    # ones); unsandboxed tools can, and then the run at least says so, so nobody
-    # trusts a planted .pi/ or .git unawares.
+    # A sandboxed run's persistence guard quarantines persistence paths its tools
+    # create (issue 14 §1); unsandboxed tools can create them, and then the run at
+    # least says so, so nobody trusts a planted .pi/ or .git unawares.
     absent_at_start = [
         rel for rel in PROTECTED_IN_WORKSPACE if not os.path.lexists(options.cwd / rel)
     ]
     pool = WorkerPool(config)
     stop.on_hurry.append(pool.kill_all)
+
+    async def report_quarantine(finding: Any) -> None:
+        await output(quarantine_event(finding))
+
+    pool.on_quarantine = report_quarantine
     pipeline: ToolPipeline | None = None
     writer: SessionWriter | None = None
     status = 0
@@ -647,6 +647,8 @@ async def _run(
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                if pool.guard_warning is not None:
+                    await output({"type": "warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
                 if tool_profile is not None:
                     for root in tool_profile.rw_binds:
@@ -851,9 +853,13 @@ async def _run(
             finally:
                 keep_logs = keep_logs or bool(pool.disabled)
                 await pool.aclose(keep_logs=keep_logs)
-                for rel in absent_at_start:
+                # Every sandbox is gone: the last look, for what a background process
+                # made after the last call (issue 14 §1).
+                for finding in await pool.check_persistence():
+                    await output(quarantine_event(finding))
+                for rel in absent_at_start if not pool.guarded else ():
                     path = options.cwd / rel
-                    if os.path.lexists(path) and not _is_leftover_placeholder(path, pool):
+                    if os.path.lexists(path):
                         await output(
                             {
                                 "type": "warning",
@@ -879,6 +885,8 @@ async def _run(
                             }
                         )
                     for path in sorted(after.found - before.found):
+                        if pool.accepted_worktree(path):
+                            continue
                         await output(
                             {
                                 "type": "warning",

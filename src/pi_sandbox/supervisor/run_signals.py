@@ -12,8 +12,8 @@ Python's default action while workers, sandboxes or the session file are open.
   file gets no further entry and is closed, ``session_shutdown`` reaches the
   extensions, every worker is stopped and reaped (shutdown request, SIGTERM,
   SIGKILL; bash commands go with their worker; a sandbox's whole PID namespace
-  goes with bwrap), and the run's temporary files, cgroups and placeholders are
-  removed. Exit status: 128 + the signal, 143 for ``SIGTERM``, 130 for ``SIGINT``.
+  goes with bwrap), and the run's temporary files, cgroups and user
+  namespace are removed. Exit status: 128 + the signal, 143 for ``SIGTERM``, 130 for ``SIGINT``.
 - A second ``SIGTERM`` or ``SIGINT`` during that tear-down does not interrupt it;
   it kills every worker at once instead of waiting for them
   (`RunStop.on_hurry`), so the tear-down ends within moments.

@@ -56,6 +56,26 @@ def _error_result(text: str, **details: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "details": details, "is_error": True}
 
 
+def quarantine_event(finding: Any) -> dict[str, Any]:
+    """The ``warning`` event (stderr notice, JSON event) for one persistence-guard
+    `Finding` (issue 14 §1): what appeared, why it is protected, where it went."""
+    if finding.moved_to is not None:
+        what = f"pi moved it to {finding.moved_to}: review it there before you use it"
+    else:
+        what = finding.error or "it could not be moved"
+    return {
+        "type": "warning",
+        "message": f"a sandboxed tool created {finding.path} ({finding.rule}), which a "
+        f"later git, editor or agent run would act on; {what}",
+        "quarantine": {
+            "path": finding.path,
+            "rule": finding.rule,
+            "moved_to": finding.moved_to,
+            "error": finding.error,
+        },
+    }
+
+
 async def report_extension_errors(emit: EmitFn, errors: list[dict[str, str]], event: str) -> None:
     """Emit one ``extension_error`` event per failure.
 
@@ -190,6 +210,9 @@ class ToolPipeline:
             async with trio.open_nursery() as nursery:
                 for index, item in enumerate(prepared):
                     nursery.start_soon(execute, index, item)
+        # Before anything else on the host acts on what the calls wrote (issue 14 §1).
+        for finding in await self.pool.check_persistence():
+            await self.emit(quarantine_event(finding))
         for path in self.pool.repair_host_devices():
             self.pool.repaired_devices.append(path)
             await self.emit(

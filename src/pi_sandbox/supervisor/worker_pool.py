@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,13 @@ from pi_sandbox.sandbox.identity import (
     unreachable_sources,
     workspace_identity,
 )
-from pi_sandbox.sandbox.placeholders import PlaceholderLease
-from pi_sandbox.sandbox.profile import shared_directories
+from pi_sandbox.sandbox.inotify_watch import DirectoryWatch
+from pi_sandbox.sandbox.persistence_guard import (
+    Finding,
+    PersistenceGuard,
+    remove_legacy_placeholders,
+)
+from pi_sandbox.sandbox.profile import SandboxProfile, shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.boundary.extension_values import check_handler_result
 from pi_sandbox.supervisor.extension_discovery import (
@@ -126,6 +133,10 @@ class DispatchOutcome:
     errors: list[dict[str, str]] = field(default_factory=list)
     failure: str | None = None
     fatal: str | None = None
+
+
+WATCH_INTERVAL_S = 0.05
+"""Least time between two inotify-driven persistence checks (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -216,11 +227,21 @@ class WorkerPool:
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
         self.cgroups: CgroupLimiter | None = None
-        self.placeholders: set[str] = set()
+        # Protected entries sandboxed tools created and the guard moved out of the
+        # workspace (issue 14 §1); reported as they are found.
+        self.quarantined: list[Finding] = []
+        self._guard: PersistenceGuard | None = None
+        self._guard_lock = trio.Lock()
+        self._dir_watch: DirectoryWatch | None = None
+        self._watch_scope: trio.CancelScope | None = None
+        # Reports a finding the inotify-driven check made between tool calls
+        # (run.py: the warning event); findings of the end-of-call check are
+        # returned to the tool pipeline instead.
+        self.on_quarantine: Callable[[Finding], Awaitable[None]] | None = None
+        # Set when the guard could not record the whole of the writable roots.
+        self.guard_warning: str | None = None
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
-        self._lease: PlaceholderLease | None = None
-        self._released_lease: PlaceholderLease | None = None
         self._devices: DeviceGuard | None = None
         self._proxy_socket: str | None = None
         # Root on a workspace another uid owns: the namespace every sandbox joins to
@@ -234,13 +255,98 @@ class WorkerPool:
         # filed in `extensions`/`tool_worker` (issue 14 §3).
         self._spawned: list[WorkerProcess] = []
 
-    def is_placeholder(self, path: str) -> bool:
-        """Whether ``path`` is a placeholder of this run or, per the shared list,
-        of a concurrent sandboxed run of the same user."""
-        if path in self.placeholders:
-            return True
-        lease = self._lease or self._released_lease
-        return lease is not None and path in lease.recorded()
+    @property
+    def guarded(self) -> bool:
+        """Whether the persistence guard watches the tool worker's writable roots
+        (a sandboxed tool worker with at least one writable root)."""
+        return self._guard is not None
+
+    def accepted_worktree(self, directory: str) -> bool:
+        """Whether ``directory`` is a linked worktree a sandboxed ``git worktree
+        add`` made and the persistence guard checked (not a planted repository)."""
+        return self._guard is not None and os.path.join(directory, ".git") in self._guard.accepted
+
+    async def check_persistence(self) -> list[Finding]:
+        """Quarantine protected entries sandboxed tools created since the last check
+        (`PersistenceGuard.check`, in a worker thread) and audit each one
+        (``{"event": "quarantine", ...}``). The caller reports them to the user.
+
+        Returns:
+            The new findings (also appended to `quarantined`); empty when unguarded.
+        """
+        if self._guard is None:
+            return []
+        async with self._guard_lock:
+            with trio.CancelScope(shield=True):
+                findings = await trio.to_thread.run_sync(self._guard.check)
+                if self._dir_watch is not None:
+                    self._dir_watch.add(self._guard.take_new_directories())
+        for finding in findings:
+            self.audit(
+                {
+                    "event": "quarantine",
+                    "path": finding.path,
+                    "rule": finding.rule,
+                    "moved_to": finding.moved_to,
+                    "error": finding.error,
+                }
+            )
+        self.quarantined += findings
+        return findings
+
+    async def _start_guard(self, profile: SandboxProfile) -> None:
+        """Record the tool worker's writable roots before its sandbox starts."""
+        if self._guard is not None or not profile.rw_binds:
+            return
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        quarantine = self.config.agent_dir / "quarantine" / f"{stamp}-{os.getpid()}"
+        self._guard = await trio.to_thread.run_sync(
+            functools.partial(
+                PersistenceGuard,
+                profile.rw_binds,
+                quarantine_dir=str(quarantine),
+                watched=profile.missing_protected,
+                git_dirs=profile.git_dirs,
+            )
+        )
+        if not self._guard.complete:
+            self.guard_warning = (
+                "the persistence guard could not record every directory of "
+                f"{', '.join(profile.rw_binds)} (more than {self._guard.max_directories:,} "
+                "directories, or one it cannot list): a protected name a tool creates "
+                "below those may go unnoticed; review new .git, .pi, .envrc, .vscode … "
+                "before you use them"
+            )
+        try:
+            watch = DirectoryWatch()
+        except OSError:
+            return  # no inotify: the end-of-call check alone (docs/sandbox.md)
+        watch.add(self._guard.take_new_directories())
+        self._dir_watch = watch
+        if self._nursery is not None:
+            self._nursery.start_soon(self._serve_persistence_watch, watch)
+
+    async def _serve_persistence_watch(self, watch: DirectoryWatch) -> None:
+        """Run the guard's check as soon as a watched directory gains an entry, at
+        most every `WATCH_INTERVAL_S`, until `aclose` (issue 14 §1: the window
+        between a sandboxed process creating a protected name and its quarantine
+        is one check, not the rest of the tool call)."""
+        with trio.CancelScope() as scope:
+            self._watch_scope = scope
+            try:
+                while True:
+                    await trio.lowlevel.wait_readable(watch.fd)
+                    watch.drain()
+                    for finding in await self.check_persistence():
+                        if self.on_quarantine is not None:
+                            await self.on_quarantine(finding)
+                    # A build creating thousands of files must not keep a core
+                    # busy re-checking: events meanwhile are coalesced.
+                    await trio.sleep(WATCH_INTERVAL_S)
+            finally:
+                self._dir_watch = None
+                trio.lowlevel.notify_closing(watch.fd)
+                watch.close()
 
     @property
     def log_dir(self) -> Path:
@@ -298,11 +404,6 @@ class WorkerPool:
                     *([profile.proxy_socket] if profile.proxy_socket else []),
                 ]
             )
-            self.placeholders.update(profile.placeholders)
-            if self._lease is not None:
-                # Listed before bwrap creates them: after a run killed with SIGKILL
-                # the next run to end with no other run active removes them.
-                self._lease.record(profile.placeholders)
             self.audit(
                 {
                     "event": "sandbox_profile",
@@ -310,6 +411,8 @@ class WorkerPool:
                     "role": role,
                     "writable": list(profile.rw_binds),
                     "protected": [p for p, _ in profile.protect_mounts],
+                    # Missing protected paths: not mounted, quarantined if created.
+                    "watched": list(profile.missing_protected),
                     "network": profile.network,
                     # Host sockets bound in (sandbox.sockets, issue 13 §5).
                     "sockets": [inside for _, inside in profile.sockets],
@@ -375,7 +478,7 @@ class WorkerPool:
 
     async def _prepare_sandbox(self, nursery: trio.Nursery) -> None:
         """Everything sandboxed workers share: bwrap, the seccomp program, cgroups,
-        the placeholder lease, the device guard, and the egress proxy.
+        the device guard, and the egress proxy.
 
         Raises:
             SandboxError: the workspace contains HOME, the temporary or runtime
@@ -388,7 +491,7 @@ class WorkerPool:
         # store under the sandbox's writable root, where masks cannot cover what
         # they do not name and a renamed parent defeats protection. One that
         # contains the temporary or runtime directory exposes other runs' worker
-        # logs, egress proxy sockets and placeholder bookkeeping.
+        # logs and egress proxy sockets.
         for what, path in shared_directories(self.config.home):
             if os.path.commonpath([path, workspace]) == workspace:
                 raise SandboxError(
@@ -407,7 +510,8 @@ class WorkerPool:
             self._userns = await trio.to_thread.run_sync(
                 lambda: UserNamespace.open(identity, workspace=workspace)
             )
-        self._lease = PlaceholderLease.acquire()
+        # Empty directories earlier versions left as mount points (issue 14 §1).
+        await trio.to_thread.run_sync(remove_legacy_placeholders)
         self._devices = DeviceGuard()
         settings = self.config.settings
         if settings.network_enabled:
@@ -498,6 +602,8 @@ class WorkerPool:
             # may rewrite the input), so the tools it steers must run sandboxed too.
             sandboxed=self._needs_bwrap(sources),
         )
+        if tool_spec.sandbox is not None:
+            await self._start_guard(tool_spec.sandbox)
         self.tool_worker = WorkerProcess(tool_spec, generation=self.generation)
         self._spawned.append(self.tool_worker)
         self.tool_worker.tool_updates = on_tool_update
@@ -1183,12 +1289,8 @@ class WorkerPool:
                     if id(worker) not in filed and not worker.exited.is_set():
                         nursery.start_soon(worker.aclose)
         self.repaired_devices += self.repair_host_devices()
-        if self._lease is not None:
-            # Every sandbox of this run is gone: placeholders may go unless another
-            # sandboxed run of this user is still active (see placeholders.py).
-            self._lease.release(self.placeholders)
-            self._released_lease = self._lease
-            self._lease = None
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
         if self.cgroups is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.close)
