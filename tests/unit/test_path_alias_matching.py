@@ -135,7 +135,7 @@ def test_paths_in_shell_commands_see_through_aliases(policy, ws, command):
     "command",
     [
         "cat /proc/$$/cwd/server/.env",
-        "cat /dev/fd/3 3<server/.env",
+        "cat /dev/fd/3 3<other.txt",  # 3<server/.env: denied by the target (test_redirect_targets)
         "cat ${D}/x",
         "cat $PWD/server/.env",
         "cat ./$F/.env",

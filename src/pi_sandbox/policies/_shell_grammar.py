@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pi_sandbox.policies._wrapper_table import (
     SCRIPT_OPTION_PROGRAMS,
@@ -96,6 +96,7 @@ __all__ = [
     "DANGEROUS_VARIABLES",
     "MAX_DEPTH",
     "MAX_INPUT_BYTES",
+    "Redirect",
     "SimpleCommand",
     "UnparseableCommand",
     "parse_command",
@@ -173,13 +174,40 @@ _DANGEROUS_PREFIXES = ("GIT_", "BASH_FUNC_")
 
 
 @dataclass(frozen=True)
+class Redirect:
+    """A file a redirection opens for a command (``< f``, ``> f``, ``2>> f``,
+    ``&> f``, ``>| f``, ``<> f``, ``exec 3< f``).
+
+    Descriptor duplications (``>&2``, ``<&3``, ``<&-``), here-documents,
+    here-strings and process substitutions (``< <(cmd)``) open no file and are not
+    reported.
+
+    Attributes:
+        target: the file as written, quotes removed (``"a b"`` gives ``a b``); a
+            part expanded at run time stays as written (``$D/x``).
+        access: ``"read"`` (``<``), ``"write"`` (``>``, ``>>``, ``>|``, ``&>``,
+            ``&>>``, ``>&FILE``) or ``"read-write"`` (``<>``).
+        known: False when the shell computes the name at run time (``$x``,
+            ``$(cmd)``, an unquoted glob ``*?[``, a brace expansion, ``~``...): the
+            caller cannot tell which file it is (issue 13 §5: unresolvable).
+    """
+
+    target: str
+    access: Literal["read", "write", "read-write"]
+    known: bool = True
+
+
+@dataclass(frozen=True)
 class SimpleCommand:
     """One simple command that the text would run (issue 4 Matching).
 
     Attributes:
-        argv: its words after unwrapping, quotes removed, redirections dropped,
-            e.g. ``("rm", "-rf", "x")``. Never empty. A word with a run-time
-            expansion keeps that part as written (``"$f"`` gives ``$f``).
+        argv: its words after unwrapping, quotes removed, redirections dropped
+            (the words after one are kept: ``git 2>/dev/null push`` gives
+            ``("git", "push")``), e.g. ``("rm", "-rf", "x")``. Never empty. A word
+            with a run-time expansion keeps that part as written (``"$f"`` gives
+            ``$f``). A redirection without a command (``> f``) is reported as the
+            command ``(":",)``, which bash runs the same way.
         assignments: the ``NAME=value`` words that set its environment, e.g.
             ``("AWS_PROFILE=prod",)``: the leading assignments of the command, and
             for a command run by ``env``/``sudo``, theirs plus the wrapper's own.
@@ -207,6 +235,12 @@ class SimpleCommand:
             command, an alias the parser could not expand); empty when it does
             not. A rule that does not match such a command cannot be checked
             against it (issue 13 §6).
+        redirects: the files its redirections open, in source order: its own
+            (``cat < f``, ``< f cat``), and those of the compound command, wrapper
+            or shell script it runs within (``while read l; do ...; done < f``
+            gives ``f`` to ``read``; ``sudo cat < f`` to ``sudo`` and ``cat``), not
+            those of a command substitution's outer command. The policy gate
+            matches ``path`` rules against them (issue 13 §5).
     """
 
     argv: tuple[str, ...]
@@ -217,6 +251,7 @@ class SimpleCommand:
     more_words: str = ""
     runtime_words: tuple[int, ...] = ()
     unseen: str = ""
+    redirects: tuple[Redirect, ...] = ()
 
 
 class UnparseableCommand(Exception):
@@ -1301,6 +1336,7 @@ _SIMPLE_COMMAND_FIELDS = (
     "more_words",
     "runtime_words",
     "unseen",
+    "redirects",
 )
 
 
@@ -1313,6 +1349,7 @@ def _new_simple_command(
     more_words: str = "",
     runtime_words: tuple[int, ...] = (),
     unseen: str = "",
+    redirects: tuple[Redirect, ...] = (),
 ) -> SimpleCommand:
     """``SimpleCommand(argv=..., ...)``, about three times cheaper.
 
@@ -1332,6 +1369,7 @@ def _new_simple_command(
     fields["more_words"] = more_words
     fields["runtime_words"] = runtime_words
     fields["unseen"] = unseen
+    fields["redirects"] = redirects
     return command
 
 
@@ -1404,6 +1442,81 @@ class _Item:
         self.src = src
         self.via = via
         self.here = here  # standard input is a here-document or here-string
+
+
+class _AttachRedirects:
+    """A mark on the walk's stack after the body of a redirected statement: when it
+    is reached, every command of the body has been found, and gets ``redirects``
+    (`_Walker._attach`). Never mutated."""
+
+    __slots__ = ("redirects", "start", "via")
+
+    def __init__(self, start: int, via: tuple[str, ...], redirects: tuple[Redirect, ...]) -> None:
+        self.start = start  # the position in `_Walker.out` where the body's commands start
+        self.via = via
+        self.redirects = redirects
+
+
+# The steps of `SimpleCommand.via` that start a command substitution: the
+# redirections of the command around one are not its own.
+_SUBSTITUTION_STEPS = frozenset(_SUBSTITUTION_VIA.values())
+
+
+def _redirect_of(node: Node, src: bytes) -> Redirect | None:
+    """The file a ``file_redirect`` node opens, or None (a descriptor duplication
+    ``>&2``/``<&-``, a process substitution, another kind of redirection)."""
+    if node.type != "file_redirect":
+        return None
+    operator = ""
+    target: Node | None = None
+    for child in node.children:
+        if not child.is_named:
+            operator += _text(child, src)
+        elif child.type != "file_descriptor" and target is None:
+            target = child
+    if target is None or target.type == "process_substitution":
+        return None
+    text = _text(target, src)
+    if operator.endswith("&") and (text.isdigit() or text == "-"):
+        return None
+    access: Literal["read", "write", "read-write"] = (
+        "read-write"
+        if "<" in operator and ">" in operator
+        else "write"
+        if ">" in operator
+        else "read"
+    )
+    try:
+        word = _decode([target], src)
+    except UnparseableCommand:
+        return Redirect(text, access, known=False)
+    return Redirect(word.text, access, not word.dynamic)
+
+
+def _words_after_redirect(node: Node, src: bytes) -> list[Node]:
+    """The words tree-sitter-bash puts in a redirection that bash gives to the
+    command: ``git 2>/dev/null push`` reads ``push`` as a second target of ``2>``,
+    ``cat <<EOF x`` as an argument of the here-document."""
+    if node.type == "file_redirect":
+        targets = [
+            child
+            for child in node.children
+            if child.is_named and child.type not in ("file_descriptor", "comment")
+        ]
+        return targets[1:]
+    if node.type == "heredoc_redirect":
+        return [
+            child
+            for index, child in enumerate(node.children)
+            if node.field_name_for_child(index) == "argument"
+        ]
+    return []
+
+
+def _is_descriptor(node: Node, src: bytes) -> bool:
+    """Whether a word is the descriptor of the redirection it touches (``cat 0< f``,
+    which tree-sitter-bash reads as the argument ``0`` and ``< f``)."""
+    return src[node.end_byte : node.end_byte + 1] in (b"<", b">") and _text(node, src).isdigit()
 
 
 # Node types `_Walker._visit` handles before its generic leaf and inner-node cases.
@@ -1500,6 +1613,11 @@ class _Walker:
         self.implicit_runs: list[tuple[int, str]] = []
         self.runtime_seen = False
         self.alias_bytes_left = MAX_INPUT_BYTES
+        # (id(src), start, end) of a command node -> the words of it that
+        # tree-sitter-bash put in the redirections of its statement
+        # (`_words_after_redirect`). Not id(node): py-tree-sitter makes a new Node
+        # object at each access.
+        self.extra_words: dict[tuple[int, int, int], list[Node]] = {}
 
     def finish(self) -> None:
         """Mark the commands that run a script file the same text writes
@@ -1556,11 +1674,36 @@ class _Walker:
         self._walk(_Item(root, src, via, here))
 
     def _walk(self, first: _Item) -> None:
-        stack = [first]
+        stack: list[_Item | _AttachRedirects] = [first]
         while stack:
             item = stack.pop()
-            children = self._visit(item)
+            if item.__class__ is _AttachRedirects:
+                self._attach(item.start, item.via, item.redirects)  # type: ignore[union-attr]
+                continue
+            children = self._visit(item)  # type: ignore[arg-type]
             stack.extend(reversed(children))
+
+    def _attach(self, start: int, via: tuple[str, ...], redirects: tuple[Redirect, ...]) -> None:
+        """Give ``redirects`` to the commands found since position ``start`` that run
+        within the redirected command (not in its command substitutions); without
+        any, report the redirection as the command ``:`` (bash opens the file all
+        the same: ``> f`` creates it)."""
+        depth = len(via)
+        found = False
+        for index in range(start, len(self.out)):
+            command = self.out[index]
+            if command.via[:depth] != via or not _SUBSTITUTION_STEPS.isdisjoint(
+                command.via[depth:]
+            ):
+                continue
+            self.out[index] = dataclasses.replace(command, redirects=command.redirects + redirects)
+            found = True
+        if not found:
+            self.out.append(
+                _new_simple_command(
+                    (":",), (), tuple(self.set_dangerous), False, via, redirects=redirects
+                )
+            )
 
     # -- nodes --------------------------------------------------------------
 
@@ -1572,19 +1715,22 @@ class _Walker:
         if kind in _DECLARATIONS:
             return self._declaration(item)
         if kind == "redirected_statement":
-            here = item.here or any(
-                child.type in _HERE_REDIRECTS for child in node.children_by_field_name("redirect")
-            )
-            return [
-                _Item(
-                    child, item.src, item.via, here if child.type not in _REDIRECTS else item.here
-                )
-                for child in node.children
-            ]
+            return self._redirected_statement(item)
         if kind == "heredoc_redirect":
             return self._heredoc(item)
         if kind == "file_redirect":
             self._note_redirect(item)
+            parent = node.parent
+            if parent is not None and parent.type not in (
+                "command",
+                "redirected_statement",
+                "heredoc_redirect",
+            ):
+                # `f() { ...; } < x`: opened when f runs; reported where it is
+                # defined, like the function body (`_attach` reports it as `:`).
+                found = _redirect_of(node, item.src)
+                if found is not None:
+                    self._attach(len(self.out), item.via, (found,))
         if kind in ("command_substitution", "process_substitution"):
             opener = node.children[0].type if node.children else ""
             via = (*item.via, _SUBSTITUTION_VIA.get(opener, "$(...)"))
@@ -1614,6 +1760,46 @@ class _Walker:
                 self._scan(text, item.via, item.here)
             return []
         return _children(node, item.src, item.via, item.here)
+
+    def _redirected_statement(self, item: _Item) -> list[_Item]:
+        """A statement with redirections after it (``cat < f``, ``{ ...; } > f``,
+        ``while ...; done < f``): its body, then its redirections, then the mark
+        that gives their files to the body's commands (`_attach`)."""
+        node, src = item.node, item.src
+        redirects = node.children_by_field_name("redirect")
+        here = item.here or any(child.type in _HERE_REDIRECTS for child in redirects)
+        extras = [word for child in redirects for word in _words_after_redirect(child, src)]
+        items: list[_Item] = []
+        for index, child in enumerate(node.children):
+            if child.type in _REDIRECTS:
+                items.append(_Item(child, src, item.via, item.here))
+                continue
+            if extras and node.field_name_for_child(index) == "body":
+                if child.type == "pipeline" and child.named_children:
+                    child = child.named_children[-1]  # `a | b > f x`: `x` is b's
+                if child.type != "command":
+                    # bash refuses words after the redirection of a compound command.
+                    raise UnparseableCommand(_MISREAD.format("words after a redirection"))
+                self.extra_words[(id(src), child.start_byte, child.end_byte)] = extras
+                extras = []
+                child = node.children[index]
+            items.append(_Item(child, src, item.via, here))
+        if extras:
+            raise UnparseableCommand(_MISREAD.format("words after a redirection"))
+        # `cat <<EOF > f`: tree-sitter-bash puts `> f` in the here-document.
+        files = [
+            *redirects,
+            *(
+                inner
+                for child in redirects
+                if child.type == "heredoc_redirect"
+                for inner in child.children_by_field_name("redirect")
+            ),
+        ]
+        found = tuple(filter(None, [_redirect_of(child, src) for child in files]))
+        if found:
+            items.append(_AttachRedirects(len(self.out), item.via, found))  # type: ignore[arg-type]
+        return items
 
     def _note_redirect(self, item: _Item) -> None:
         """Note the file an output redirection writes (``> f``, ``>> f``, ``&> f``,
@@ -1650,10 +1836,17 @@ class _Walker:
             self.set_dangerous.setdefault(name)
 
     def _command(self, item: _Item) -> list[_Item]:
-        fast = self._plain_command(item)
-        if fast is not None:
-            return fast
+        extra = (
+            self.extra_words.pop((id(item.src), item.node.start_byte, item.node.end_byte), None)
+            if self.extra_words
+            else None
+        )
+        if extra is None:
+            fast = self._plain_command(item)
+            if fast is not None:
+                return fast
         node, src = item.node, item.src
+        own_redirects: list[Redirect] = []
         assignments: list[str] = []
         own_dangerous: list[str] = []
         words: list[Node] = []
@@ -1679,11 +1872,22 @@ class _Walker:
                 if len(inner) == 1 and kind == "command_name" and id(inner[0]) in plain:
                     noop.add(id(child))
             elif field_name == "argument":
+                if _is_descriptor(child, src):
+                    continue  # `cat 0< f`: the descriptor of the redirection
                 words.append(child)
                 if _plain_word(child, kind, src, plain):
                     noop.add(id(child))
             elif kind in _HERE_REDIRECTS:
                 here = True
+            elif kind == "file_redirect":
+                found = _redirect_of(child, src)
+                if found is not None:
+                    own_redirects.append(found)
+                if words:  # `git 2>/dev/null push`: `push` is read as a second target
+                    words.extend(_words_after_redirect(child, src))
+        if extra is not None:
+            words.extend(word for word in extra if not _is_descriptor(word, src))
+            words.sort(key=lambda word: word.start_byte)
         nested = [
             _Item(child, src, item.via, item.here)
             for child in children
@@ -1692,6 +1896,8 @@ class _Walker:
         if not words:
             for name in own_dangerous:  # `PATH=x` alone sets it for what follows
                 self.set_dangerous.setdefault(name)
+            if own_redirects:
+                self._attach(len(self.out), item.via, tuple(own_redirects))
             return nested
         groups = _group_words(words, src)
         first = groups[0][0]
@@ -1711,7 +1917,10 @@ class _Walker:
             else:
                 argv.append(_Word(text, _has_pattern(list(text), [True] * len(text))))
         dangerous = tuple(dict.fromkeys([*own_dangerous, *self.set_dangerous]))
+        position = len(self.out)
         self._emit(argv, tuple(assignments), dangerous, item.via, here)
+        if own_redirects:
+            self._attach(position, item.via, tuple(own_redirects))
         return nested
 
     def _plain_command(self, item: _Item) -> list[_Item] | None:
@@ -1742,7 +1951,7 @@ class _Walker:
                 kind = word.type
             if kind == "word":
                 text = _plain_text(word, src)
-                if text is None:
+                if text is None or _is_descriptor(word, src):
                     return None
                 if not _PATTERN_CHARS.search(text):
                     argv.append(_Word(text, False))

@@ -37,7 +37,12 @@ from pi_sandbox.policies._path_glob import (
 )
 from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
-from pi_sandbox.policies._shell_grammar import SimpleCommand, UnparseableCommand, parse_command
+from pi_sandbox.policies._shell_grammar import (
+    Redirect,
+    SimpleCommand,
+    UnparseableCommand,
+    parse_command,
+)
 
 if TYPE_CHECKING:
     from pi_sandbox.policies._effective import Policy
@@ -515,7 +520,20 @@ class _Call:
             return None
         for word in words:
             forms.extend(self._forms(word))
+        for redirect in _redirect_targets(commands):
+            forms.extend(self._redirect_forms(redirect))
         return tuple(dict.fromkeys(forms)) or None
+
+    def _redirect_forms(self, redirect: Redirect) -> tuple[str, ...]:
+        """The forms of a file a redirection opens (issue 13 §5: ``cat < .env``,
+        ``echo x > .git/hooks/pre-commit``). ``path`` rules have no access kind:
+        a read (``<``) and a write (``>``, ``>>``, ``&>``, ``>|``, ``<>``) are both
+        matched. A name the shell computes at run time is unresolvable."""
+        raw = redirect.target
+        if redirect.known or not self._resolve_symlinks:
+            return self._forms(raw)
+        self._unresolved(f"the {redirect.access} redirection target {raw!r} is named at run time")
+        return candidate_paths(raw, self._workspace, resolve_symlinks=False)
 
     def _forms(self, raw: str) -> tuple[str, ...]:
         """The forms of one path (`resolve_candidates`); an unresolvable one is
@@ -565,6 +583,29 @@ _MAX_FILE_WORDS = 256  # words per call checked against path globs
 _MAX_GLOB_MATCHES = 64  # files a glob word may name, per word
 _MAX_GLOB_PARTS = 6  # path components of a glob word the gate expands
 _MAX_GLOB_SCAN = 4096  # directory entries the gate reads for all globs of one call
+
+
+# Redirection targets that open no file a rule can protect: the tool's own
+# standard streams and the null device (`2>/dev/null`, `>/dev/stderr`).
+_STANDARD_STREAMS = frozenset(
+    {"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
+)
+
+
+def _redirect_targets(commands: Sequence[SimpleCommand]) -> list[Redirect]:
+    """The distinct files the redirections of ``commands`` open, at most
+    `_MAX_FILE_WORDS` (more: one unknown target stands for the rest, so the
+    rules yield ``unparseable``)."""
+    seen: dict[Redirect, None] = {}
+    for command in commands:
+        for redirect in command.redirects:
+            if redirect.known and redirect.target in _STANDARD_STREAMS:
+                continue
+            if len(seen) >= _MAX_FILE_WORDS and redirect not in seen:
+                seen[Redirect("…", redirect.access, known=False)] = None
+                return list(seen)
+            seen[redirect] = None
+    return list(seen)
 
 
 class _GlobTooWide(Exception):
