@@ -183,6 +183,32 @@ def test_an_unresolvable_alias_says_so_and_gets_the_unparseable_decision(workspa
     assert "unparseable: ask decides" in output
 
 
+# Redirections of the secret (the gate once dropped redirection targets).
+REDIRECTIONS = [
+    "cat < server/.env",
+    "exec 3< server/.env; cat <&3",
+    "cat 0< server/.env",
+    "while read l; do echo $l; done < server/.env",
+    "grep PASSWORD < server/.env",
+    "< server/.env cat",
+    "cat < srv/.env",
+]
+
+
+def test_no_redirection_of_a_denied_file_returns_the_sentinel(workspace):
+    workspace.deny()
+    output = workspace.run(*[bash(command) for command in REDIRECTIONS])
+    assert SENTINEL not in output
+    assert "secrets are off limits" in output
+
+
+def test_control_without_the_deny_rule_every_redirection_returns_the_sentinel(workspace):
+    output = workspace.run(*[bash(f"echo OUT-{i}-; {c}") for i, c in enumerate(REDIRECTIONS)])
+    for i, command in enumerate(REDIRECTIONS):
+        # The call's output (a JSON string: "\\n" escaped) is its marker, then the secret.
+        assert f"OUT-{i}-\\nDB_PASSWORD={SENTINEL}" in output, (command, output[:4000])
+
+
 def _can_bind_mount(tmp: Path) -> bool:
     source, target = tmp / "probe-src", tmp / "probe-dst"
     source.mkdir()
