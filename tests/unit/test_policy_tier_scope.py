@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.policies import Policy, PolicyLocations, load_effective_policy
+from pi_sandbox.policies._extension_limits import LIMIT_DEFAULTS
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
@@ -248,3 +249,97 @@ def test_the_pool_gives_user_extensions_the_higher_tier_settings_and_project_one
 
 class _Stop(Exception):
     pass
+
+
+# -- extensions.required, on_load_error, limits; sandbox.sockets, filesystem.git ------------
+
+
+def test_a_project_cannot_set_required_extensions_or_the_load_error_rule(files):
+    files.set_user("version: 1\nextensions:\n  required: [redact]\n  on_load_error: stop\n")
+    files.set_project(
+        "version: 1\nextensions:\n  required: ['*/.pi/extensions/*']\n  on_load_error: continue\n"
+    )
+    policy = files.load()
+    assert [pattern for pattern, _ in policy.extensions.required] == ["redact"]
+    assert policy.extensions.on_load_error == "stop"
+    for key in ("required", "on_load_error"):
+        assert any(f"extensions.{key} ignored" in line for line in policy.diagnostics), key
+
+
+def test_control_the_user_tier_sets_required_extensions_and_the_load_error_rule(files):
+    files.set_user("version: 1\nextensions:\n  required: [redact]\n  on_load_error: continue\n")
+    policy = files.load()
+    assert [pattern for pattern, _ in policy.extensions.required] == ["redact"]
+    assert policy.extensions.on_load_error == "continue"
+
+
+# The schema's lower bounds (`ExtensionLimitsSection`): half a default may be below.
+_LIMIT_FLOOR = {"entry_bytes": 1024, "message_bytes": 1024, "bus_bytes": 1024, "text_chars": 64}
+PROJECT_LIMITS = [key for key in LIMIT_DEFAULTS if key != "session_bytes_total"]
+
+
+@pytest.mark.parametrize("key", PROJECT_LIMITS)
+def test_a_project_limit_binds_only_the_projects_own_extensions(files, key):
+    lowered = max(LIMIT_DEFAULTS[key] // 2, _LIMIT_FLOOR.get(key, 1))
+    files.set_project(f"version: 1\nextensions:\n  limits: {{{key}: {lowered}}}\n")
+    limits = files.load().extensions.limits
+    for origin in ("user", "cli"):
+        assert getattr(limits.for_origin(origin), key) == LIMIT_DEFAULTS[key], origin
+    assert getattr(limits.for_origin("project"), key) == lowered
+
+
+@pytest.mark.parametrize("key", PROJECT_LIMITS)
+def test_a_project_cannot_raise_a_limit_even_for_its_own_extensions(files, key):
+    files.set_user(f"version: 1\nextensions:\n  limits: {{{key}: {LIMIT_DEFAULTS[key]}}}\n")
+    files.set_project(f"version: 1\nextensions:\n  limits: {{{key}: {LIMIT_DEFAULTS[key] + 1}}}\n")
+    policy = files.load()
+    assert getattr(policy.extensions.limits.for_origin("project"), key) == LIMIT_DEFAULTS[key]
+    assert any(f"extensions.limits.{key}: " in line for line in policy.diagnostics)
+
+
+def test_a_project_cannot_set_the_limit_shared_by_every_extension(files):
+    files.set_project("version: 1\nextensions:\n  limits: {session_bytes_total: 2048}\n")
+    policy = files.load()
+    total = LIMIT_DEFAULTS["session_bytes_total"]
+    assert policy.extensions.limits.shared.session_bytes_total == total
+    assert policy.extensions.limits.for_origin("project").session_bytes_total == total
+    assert any("session_bytes_total ignored" in line for line in policy.diagnostics)
+
+
+def test_a_user_limit_binds_every_extension_and_the_managed_one_is_a_ceiling(files):
+    files.managed("version: 1\nextensions:\n  limits: {strikes: 10}\n")
+    files.set_user("version: 1\nextensions:\n  limits: {strikes: 20, ui_per_s: 5}\n")
+    limits = files.load().extensions.limits
+    for origin in ("user", "cli", "project"):
+        assert limits.for_origin(origin).strikes == 10
+        assert limits.for_origin(origin).ui_per_s == 5
+
+
+def test_a_project_cannot_bind_host_sockets(files):
+    files.set_project("version: 1\nsandbox:\n  sockets: [/run/h10-no-such.sock]\n")
+    policy = files.load()
+    assert policy.sandbox.sockets == ()
+    assert any("sandbox.sockets" in line for line in policy.diagnostics)
+
+
+def test_control_the_user_tier_binds_host_sockets_for_every_worker(files):
+    files.set_user("version: 1\nsandbox:\n  sockets: [/run/h10-no-such.sock]\n")
+    files.set_project("version: 1\nsandbox:\n  limits: {memory_mb: 128}\n")
+    policy = files.load()
+    assert policy.sandbox.sockets == ("/run/h10-no-such.sock",)
+    assert policy.higher_tier_sandbox.sockets == ("/run/h10-no-such.sock",)
+
+
+def test_a_project_git_read_binds_the_tool_worker_not_the_user_extensions(files):
+    files.set_project("version: 1\nsandbox:\n  filesystem: {git: read}\n")
+    policy = files.load()
+    assert policy.sandbox.git == "read"
+    assert policy.higher_tier_sandbox.git == "commit"
+
+
+def test_a_project_cannot_undo_a_user_git_read(files):
+    files.set_user("version: 1\nsandbox:\n  filesystem: {git: read}\n")
+    files.set_project("version: 1\nsandbox:\n  filesystem: {git: commit}\n")
+    policy = files.load()
+    assert policy.sandbox.git == "read"
+    assert policy.higher_tier_sandbox.git == "read"
