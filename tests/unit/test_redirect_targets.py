@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.policies import _tool_gate, evaluate_tool_call, load_policies
-from pi_sandbox.policies._shell_grammar import Redirect, parse_command
+from pi_sandbox.policies._shell_grammar import Redirect, UnparseableCommand, parse_command
 
 POLICY = """\
 version: 1
@@ -236,3 +236,40 @@ def test_words_after_the_redirection_of_a_compound_command_are_unparseable(polic
 )
 def test_simple_commands_carry_their_redirection_targets(text, expected):
     assert [(c.argv, c.redirects) for c in parse_command(text)] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # tree-sitter-bash reads `cat <a | cat <b` as `(cat <a | cat) <b`; bash
+        # gives `<b` to the second cat only.
+        (
+            "cat <a | cat <b | cat <c",
+            [
+                (("cat",), (Redirect("a", "read"),)),
+                (("cat",), (Redirect("b", "read"),)),
+                (("cat",), (Redirect("c", "read"),)),
+            ],
+        ),
+        ("a && b > f", [(("a",), ()), (("b",), (Redirect("f", "write"),))]),
+        ("a | b > f x", [(("a",), ()), (("b", "x"), (Redirect("f", "write"),))]),
+        (
+            "cat <<EOF > f && rm q\nEOF",
+            [(("cat",), (Redirect("f", "write"),)), (("rm", "q"), ())],
+        ),
+        (
+            "while read l; do echo $l; done < f",
+            [(("read", "l"), (Redirect("f", "read"),)), (("echo", "$l"), (Redirect("f", "read"),))],
+        ),
+    ],
+)
+def test_a_redirection_belongs_to_the_commands_bash_gives_it_to(text, expected):
+    assert [(c.argv, c.redirects) for c in parse_command(text)] == expected
+
+
+def test_deeply_nested_redirected_statements_are_unparseable_not_slow():
+    # Each level visits every command within it: 1000 levels of 3000 commands
+    # would be 3 million steps; the walk gives up after 100 000.
+    text = "{ " * 1000 + "a;" * 3000 + " } <f;" * 1000
+    with pytest.raises(UnparseableCommand, match="too many commands within redirected"):
+        parse_command(text)

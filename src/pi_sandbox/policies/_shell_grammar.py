@@ -1396,6 +1396,8 @@ _CODE_MARKERS = re.compile(r"\$[({\[]|`")
 _DECLARATIONS = frozenset({"declaration_command", "unset_command"})
 _MISREAD = "the shell grammar misreads {} here"
 _MAX_SCANNED_EXPANSIONS = 64
+# Commands (and bare redirections) `_Walker._attach` may visit for one text.
+_MAX_REDIRECT_WORK = 100_000
 # The text of a backtick substitution up to its closing backtick.
 _BACKTICK_END = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
 # A newline in an unquoted word that no backslash escapes.
@@ -1447,14 +1449,29 @@ class _Item:
 class _AttachRedirects:
     """A mark on the walk's stack after the body of a redirected statement: when it
     is reached, every command of the body has been found, and gets ``redirects``
-    (`_Walker._attach`). Never mutated."""
+    (`_Walker._attach`). Its `_BeginRedirects`, before the body, sets ``start``."""
 
     __slots__ = ("redirects", "start", "via")
 
-    def __init__(self, start: int, via: tuple[str, ...], redirects: tuple[Redirect, ...]) -> None:
-        self.start = start  # the position in `_Walker.out` where the body's commands start
+    def __init__(self, via: tuple[str, ...], redirects: tuple[Redirect, ...]) -> None:
+        self.start = -1  # the position in `_Walker.out` where the body's commands start
         self.via = via
         self.redirects = redirects
+
+
+class _BeginRedirects:
+    """A mark on the walk's stack before the body of a redirected statement."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, end: _AttachRedirects) -> None:
+        self.end = end
+
+
+# Bodies whose redirections tree-sitter-bash puts after the whole statement, where
+# bash gives them to the last element only (`a | b > f`, `a && b < f`; nested
+# to the left: `cat <a | cat <b` is read as `(cat <a | cat) <b`).
+_LAST_ELEMENT_TAKES_REDIRECTS = frozenset({"pipeline", "list"})
 
 
 # The steps of `SimpleCommand.via` that start a command substitution: the
@@ -1530,6 +1547,7 @@ _VISITED_SPECIALLY = frozenset(
         "process_substitution",
         "variable_assignment",
         "file_redirect",
+        "function_definition",
     }
 )
 
@@ -1618,6 +1636,7 @@ class _Walker:
         # (`_words_after_redirect`). Not id(node): py-tree-sitter makes a new Node
         # object at each access.
         self.extra_words: dict[tuple[int, int, int], list[Node]] = {}
+        self.redirect_work_left = _MAX_REDIRECT_WORK
 
     def finish(self) -> None:
         """Mark the commands that run a script file the same text writes
@@ -1674,11 +1693,15 @@ class _Walker:
         self._walk(_Item(root, src, via, here))
 
     def _walk(self, first: _Item) -> None:
-        stack: list[_Item | _AttachRedirects] = [first]
+        stack: list[_Item | _BeginRedirects | _AttachRedirects] = [first]
         while stack:
             item = stack.pop()
-            if item.__class__ is _AttachRedirects:
-                self._attach(item.start, item.via, item.redirects)  # type: ignore[union-attr]
+            kind = item.__class__
+            if kind is not _Item:
+                if kind is _BeginRedirects:
+                    item.end.start = len(self.out)  # type: ignore[union-attr]
+                else:
+                    self._attach(item.start, item.via, item.redirects)  # type: ignore[union-attr]
                 continue
             children = self._visit(item)  # type: ignore[arg-type]
             stack.extend(reversed(children))
@@ -1688,6 +1711,11 @@ class _Walker:
         within the redirected command (not in its command substitutions); without
         any, report the redirection as the command ``:`` (bash opens the file all
         the same: ``> f`` creates it)."""
+        self.redirect_work_left -= len(self.out) - start + 1
+        if self.redirect_work_left < 0:
+            # Each redirected statement visits the commands within it: nested
+            # ones (`{ { …; } <a; } <b`) would cost commands × depth.
+            raise UnparseableCommand("too many commands within redirected statements")
         depth = len(via)
         found = False
         for index in range(start, len(self.out)):
@@ -1720,17 +1748,18 @@ class _Walker:
             return self._heredoc(item)
         if kind == "file_redirect":
             self._note_redirect(item)
-            parent = node.parent
-            if parent is not None and parent.type not in (
-                "command",
-                "redirected_statement",
-                "heredoc_redirect",
-            ):
-                # `f() { ...; } < x`: opened when f runs; reported where it is
-                # defined, like the function body (`_attach` reports it as `:`).
-                found = _redirect_of(node, item.src)
-                if found is not None:
-                    self._attach(len(self.out), item.via, (found,))
+        elif kind == "function_definition":
+            # `f() { ...; } < x`: opened when f runs; reported where it is defined,
+            # like the function body (`_attach` reports it as `:`). (Not found
+            # through `node.parent` at the redirection: that walks from the root.)
+            found = tuple(
+                filter(
+                    None,
+                    [_redirect_of(r, item.src) for r in node.children_by_field_name("redirect")],
+                )
+            )
+            if found:
+                self._attach(len(self.out), item.via, found)
         if kind in ("command_substitution", "process_substitution"):
             opener = node.children[0].type if node.children else ""
             via = (*item.via, _SUBSTITUTION_VIA.get(opener, "$(...)"))
@@ -1761,31 +1790,17 @@ class _Walker:
             return []
         return _children(node, item.src, item.via, item.here)
 
-    def _redirected_statement(self, item: _Item) -> list[_Item]:
+    def _redirected_statement(
+        self, item: _Item
+    ) -> list[_Item | _BeginRedirects | _AttachRedirects]:
         """A statement with redirections after it (``cat < f``, ``{ ...; } > f``,
-        ``while ...; done < f``): its body, then its redirections, then the mark
-        that gives their files to the body's commands (`_attach`)."""
-        node, src = item.node, item.src
+        ``while ...; done < f``): its body, with marks around the part the
+        redirections apply to (the end mark gives their files to that part's
+        commands: `_attach`), then its redirections."""
+        node, src, via = item.node, item.src, item.via
         redirects = node.children_by_field_name("redirect")
         here = item.here or any(child.type in _HERE_REDIRECTS for child in redirects)
         extras = [word for child in redirects for word in _words_after_redirect(child, src)]
-        items: list[_Item] = []
-        for index, child in enumerate(node.children):
-            if child.type in _REDIRECTS:
-                items.append(_Item(child, src, item.via, item.here))
-                continue
-            if extras and node.field_name_for_child(index) == "body":
-                if child.type == "pipeline" and child.named_children:
-                    child = child.named_children[-1]  # `a | b > f x`: `x` is b's
-                if child.type != "command":
-                    # bash refuses words after the redirection of a compound command.
-                    raise UnparseableCommand(_MISREAD.format("words after a redirection"))
-                self.extra_words[(id(src), child.start_byte, child.end_byte)] = extras
-                extras = []
-                child = node.children[index]
-            items.append(_Item(child, src, item.via, here))
-        if extras:
-            raise UnparseableCommand(_MISREAD.format("words after a redirection"))
         # `cat <<EOF > f`: tree-sitter-bash puts `> f` in the here-document.
         files = [
             *redirects,
@@ -1797,8 +1812,41 @@ class _Walker:
             ),
         ]
         found = tuple(filter(None, [_redirect_of(child, src) for child in files]))
-        if found:
-            items.append(_AttachRedirects(len(self.out), item.via, found))  # type: ignore[arg-type]
+        end = _AttachRedirects(via, found) if found else None
+        begun = False
+        items: list[_Item | _BeginRedirects | _AttachRedirects] = []
+        for index, child in enumerate(node.children):
+            if child.type in _REDIRECTS:
+                items.append(_Item(child, src, via, item.here))
+                continue
+            if node.field_name_for_child(index) != "body":
+                items.append(_Item(child, src, via, here))
+                continue
+            # The part the redirections apply to: the last element of a pipeline
+            # or list (walked in place of the body: the same children, in order).
+            while child.type in _LAST_ELEMENT_TAKES_REDIRECTS:
+                parts = child.children
+                if not parts or not parts[-1].is_named or parts[-1].type == "comment":
+                    break
+                items.extend(_Item(part, src, via, here) for part in parts[:-1])
+                child = parts[-1]
+            if extras:
+                if child.type != "command":
+                    # bash refuses words after the redirection of a compound command.
+                    raise UnparseableCommand(_MISREAD.format("words after a redirection"))
+                self.extra_words[(id(src), child.start_byte, child.end_byte)] = extras
+                extras = []
+            if end is None:
+                items.append(_Item(child, src, via, here))
+            else:
+                # Before the redirections' own items: the commands of a pipeline
+                # after a here-document (`cat <<EOF | sh`) stand there.
+                items += [_BeginRedirects(end), _Item(child, src, via, here), end]
+                begun = True
+        if extras:
+            raise UnparseableCommand(_MISREAD.format("words after a redirection"))
+        if end is not None and not begun:
+            items[:0] = [_BeginRedirects(end), end]  # no body: `> f`
         return items
 
     def _note_redirect(self, item: _Item) -> None:
