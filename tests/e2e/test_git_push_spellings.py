@@ -40,6 +40,11 @@ SPELLINGS = [
     "enable -f ./x.so ls; ls",
     "watch git push",
     "strace -f git push",
+    # Words after a redirection belong to the command (tree-sitter-bash reads them
+    # as more redirection targets): allowed before, as a bare `git`.
+    "git 2>/dev/null push origin",
+    "git >/dev/null push",
+    "git 0</dev/null push",
 ]
 
 

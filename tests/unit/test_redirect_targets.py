@@ -204,8 +204,17 @@ def test_words_after_a_redirection_belong_to_the_command(policy, ws, command):
     assert (decision.decision, decision.rule) == ("deny", "no-push")
 
 
-def test_a_file_named_after_a_redirection_is_a_file_word(policy, ws):
-    decision = decide(policy, ws, "cat 2>/dev/null server/.env")
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat 2>/dev/null server/.env",
+        "cat <README.md server/.env",
+        "cat <<EOF server/.env\nhi\nEOF",
+        "2>/dev/null cat server/.env",
+    ],
+)
+def test_a_file_named_after_a_redirection_is_a_file_word(policy, ws, command):
+    decision = decide(policy, ws, command)
     assert (decision.decision, decision.rule) == ("deny", "no-server-env")
 
 

@@ -58,6 +58,12 @@ around it or gives up (each case is in ``tests/unit/test_shell_grammar.py``):
   starts with a backslash (``ls<newline>\\rm x`` is read as one command), two
   backtick substitutions in a row (`` `a` `b` ``), a NUL byte (bash drops it).
 
+Redirections (issue 13 §5): each command carries the files its redirections open
+(:attr:`SimpleCommand.redirects`), and a word the grammar reads as a second
+redirection target (``git 2>/dev/null push``) or a here-document argument
+(``cat <<EOF x``) is the command's word, as in bash. A redirection of a function
+definition is reported where the function is defined, as the command ``:``.
+
 Over-approximations, which only add commands or strictness: a dangerous variable
 set anywhere counts for every later command, subshell or not; a function body is
 reported where it is defined; an alias counts from its definition on (bash
