@@ -532,7 +532,7 @@ class _Call:
         raw = redirect.target
         if redirect.known or not self._resolve_symlinks:
             return self._forms(raw)
-        self._unresolved(f"the {redirect.access} redirection target {raw!r} is named at run time")
+        self._unresolved(f"{redirect.access} redirection target {raw!r} is named at run time")
         return candidate_paths(raw, self._workspace, resolve_symlinks=False)
 
     def _forms(self, raw: str) -> tuple[str, ...]:
