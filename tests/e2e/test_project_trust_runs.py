@@ -240,7 +240,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         assert not last["skills"] and not any("evil" in p for p in last["extensions"])
     finally:
         proc.stdin.close()
-        proc.wait(timeout=30)
+        proc.wait(timeout=TIMEOUT_S)
         proc.kill()
     assert any(e.get("type") == "trust_changed" for e in seen)
 
