@@ -62,6 +62,7 @@ try:
     from pi_sandbox.resources.prompt_templates import load_prompt_templates
     from pi_sandbox.resources.skills import SkillSource, load_skills
     from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
+    from pi_sandbox.sandbox.placeholders import PlaceholderLease
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
     from pi_sandbox.supervisor.providers.base import ToolCall
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
@@ -298,32 +299,36 @@ def sandbox_argv(profile: Any, command: Sequence[str], bwrap: str) -> list[str]:
 
 
 def spawn_wait_ns(argv: Sequence[str], env: dict[str, str]) -> int:
-    """posix_spawn ``argv`` (stdio on /dev/null) and wait for it; returns ns, checks exit 0.
+    """posix_spawn ``argv`` (stdin and stdout on /dev/null) and wait for it; returns ns,
+    checks exit 0 (else raises with the tail of its stderr: bwrap says why there).
 
     An argv with ``--seccomp 5`` gets a fresh memfd holding the (cached) seccomp
     program on fd 5, created inside the timed span, as WorkerProcess does.
     """
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-    ]
-    wants_seccomp = "--seccomp" in argv
-    start = time.perf_counter_ns()
-    memfd = None
-    if wants_seccomp:
-        memfd = seccomp_memfd()
-        actions.append((os.POSIX_SPAWN_DUP2, memfd, SECCOMP_FD))
-    try:
-        pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
-    finally:
-        if memfd is not None:
-            os.close(memfd)
-    _, status = os.waitpid(pid, 0)
-    elapsed = time.perf_counter_ns() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])}… exited with {code}")
+    with tempfile.TemporaryFile() as errors:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, errors.fileno(), 2),
+        ]
+        wants_seccomp = "--seccomp" in argv
+        start = time.perf_counter_ns()
+        memfd = None
+        if wants_seccomp:
+            memfd = seccomp_memfd()
+            actions.append((os.POSIX_SPAWN_DUP2, memfd, SECCOMP_FD))
+        try:
+            pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
+        finally:
+            if memfd is not None:
+                os.close(memfd)
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter_ns() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            errors.seek(0)
+            said = errors.read()[-2000:].decode("utf-8", "replace").strip()
+            raise RuntimeError(f"{' '.join(argv[:3])}… exited with {code}: {said}")
     return elapsed
 
 
@@ -399,6 +404,29 @@ class Env:
     hooks: list[Path]
     bwrap: str | None
     sizes: Sizes
+    # The sandboxes this script builds itself (not through a WorkerPool) hold a
+    # placeholder lease as a pool does: without one, any other sandboxed run of this
+    # user that ends meanwhile may remove a placeholder directory under bwrap's feet
+    # ("Can't bind mount ... Unable to find ... in mount table", issue 13 §7).
+    lease: Any = None
+    placeholders: set[str] = field(default_factory=set)
+
+    def profile(self, role: str, **extra: Any) -> Any:
+        """``worker_profile(role, ...)`` over the scratch workspace, its placeholders
+        recorded in the run's lease before any sandbox can create them."""
+        profile = worker_profile(
+            role, workspace=self.workspace, home=self.home, agent_dir=self.agent_dir, **extra
+        )
+        self.placeholders.update(profile.placeholders)
+        if self.lease is not None:
+            self.lease.record(profile.placeholders)
+        return profile
+
+    def release(self) -> None:
+        """End the lease (every sandbox of this script is gone)."""
+        if self.lease is not None:
+            self.lease.release(self.placeholders)
+            self.lease = None
 
     def pool_config(self, *, sandbox: bool) -> PoolConfig:
         return PoolConfig(
@@ -425,7 +453,8 @@ def make_env(sizes: Sizes, report: Report) -> Env:
     except Exception as exc:  # SandboxUnavailableError: sandboxed rows are skipped
         report.skip(f"sandboxed measurements: {exc}")
         bwrap = None
-    return Env(root, workspace, home, agent_dir, hooks, bwrap, sizes)
+    lease = PlaceholderLease.acquire() if bwrap else None
+    return Env(root, workspace, home, agent_dir, hooks, bwrap, sizes, lease)
 
 
 async def with_pool(
@@ -465,13 +494,7 @@ async def _handshakes(env: Env, *, sandboxed: bool, n: int, seccomp: bool = True
     profile = None
     if sandboxed:
         # As WorkerPool does: the extension role, with only the extension file bound.
-        profile = worker_profile(
-            "extension",
-            workspace=env.workspace,
-            home=env.home,
-            agent_dir=env.agent_dir,
-            extra_ro=[ext],
-        )
+        profile = env.profile("extension", extra_ro=[ext])
         if not seccomp:
             profile = profile.model_copy(update={"seccomp": False})
     ctx = {"cwd": str(env.workspace), "has_ui": False, "mode": "print"}
@@ -488,7 +511,7 @@ async def _handshakes(env: Env, *, sandboxed: bool, n: int, seccomp: bool = True
         worker = WorkerProcess(spec, generation=1)
         async with trio.open_nursery() as nursery:
             start = time.perf_counter_ns()
-            registrations = await worker.start(nursery, timeout_s=30)
+            registrations = await worker.start(nursery, timeout_s=120)
             elapsed = time.perf_counter_ns() - start
             await worker.aclose()
             nursery.cancel_scope.cancel()
@@ -692,9 +715,7 @@ def bench_pipeline(env: Env, report: Report) -> None:
         report.add_series(
             "d.pipeline_sandboxed", trio.run(lambda: _pipeline_series(env, sandbox=True, n=n))
         )
-        profile = worker_profile(
-            "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-        )
+        profile = env.profile("tool")
         argv = sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap)
         report.add_series("d.bwrap_bash_fresh", spawn_series(argv, {}, n))
         plain = profile.model_copy(update={"seccomp": False})
@@ -765,9 +786,7 @@ def bench_hardening(env: Env, report: Report) -> None:
         report.add_series(
             "d.pipeline_sandboxed", trio.run(lambda: _pipeline_series(env, sandbox=True, n=n))
         )
-    profile = worker_profile(
-        "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-    )
+    profile = env.profile("tool")
     report.add_series(
         "g.bwrap_bash",
         spawn_series(sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap), {}, n),
@@ -1994,9 +2013,7 @@ def bench_pieces(env: Env, report: Report) -> None:
             argv[0] = shutil.which(argv[0]) or argv[0]
         report.add_series(key, spawn_series(argv, run_env, n))
     if env.bwrap:
-        profile = worker_profile(
-            "extension", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-        )
+        profile = env.profile("extension")
         report.add_series(
             "f.bwrap_true",
             spawn_series(sandbox_argv(profile, ["/bin/true"], env.bwrap), {}, n),
@@ -2599,13 +2616,7 @@ async def _idle_worker_rss(env: Env, ext: Path, *, sandboxed: bool) -> tuple[int
     """(VmRSS of the worker's python, VmRSS summed over its process tree), in kB."""
     profile = None
     if sandboxed:
-        profile = worker_profile(
-            "extension",
-            workspace=env.workspace,
-            home=env.home,
-            agent_dir=env.agent_dir,
-            extra_ro=[ext],
-        )
+        profile = env.profile("extension", extra_ro=[ext])
     spec = WorkerSpec(
         name="bench idle extension",
         init_params={
@@ -2621,7 +2632,7 @@ async def _idle_worker_rss(env: Env, ext: Path, *, sandboxed: bool) -> tuple[int
     worker = WorkerProcess(spec, generation=1)
     async with trio.open_nursery() as nursery:
         try:
-            registrations = await worker.start(nursery, timeout_s=30)
+            registrations = await worker.start(nursery, timeout_s=120)
             if "tool_call" not in registrations.events:
                 raise RuntimeError(f"unexpected registrations: {registrations}")
             await trio.sleep(I_RSS_IDLE_S)
@@ -3115,6 +3126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run()
             report.section_seconds[title] = round(ms(time.perf_counter_ns() - start) / 1000, 2)
     finally:
+        env.release()
         if not args.keep:
             shutil.rmtree(env.root, ignore_errors=True)
 
