@@ -910,7 +910,7 @@ def test_06_no_network_without_a_grant(h: Harness, listener):
     # Control: unsandboxed, the same connection reaches the listener.
     control = h.run([[bash("bash", attempts[2])]], sandbox=False)
     control.expect("bash", ok=("py_connect",))
-    assert listener.connections > 0
+    assert listener.wait_for_connection()
 
 
 # ---------------------------------------------------------------------------
