@@ -301,32 +301,36 @@ def sandbox_argv(profile: Any, command: Sequence[str], bwrap: str) -> list[str]:
 
 
 def spawn_wait_ns(argv: Sequence[str], env: dict[str, str]) -> int:
-    """posix_spawn ``argv`` (stdio on /dev/null) and wait for it; returns ns, checks exit 0.
+    """posix_spawn ``argv`` (stdin and stdout on /dev/null) and wait for it; returns ns,
+    checks exit 0 (else raises with the tail of its stderr: bwrap says why there).
 
     An argv with ``--seccomp 5`` gets a fresh memfd holding the (cached) seccomp
     program on fd 5, created inside the timed span, as WorkerProcess does.
     """
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-    ]
-    wants_seccomp = "--seccomp" in argv
-    start = time.perf_counter_ns()
-    memfd = None
-    if wants_seccomp:
-        memfd = seccomp_memfd()
-        actions.append((os.POSIX_SPAWN_DUP2, memfd, SECCOMP_FD))
-    try:
-        pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
-    finally:
-        if memfd is not None:
-            os.close(memfd)
-    _, status = os.waitpid(pid, 0)
-    elapsed = time.perf_counter_ns() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])}… exited with {code}")
+    with tempfile.TemporaryFile() as errors:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, errors.fileno(), 2),
+        ]
+        wants_seccomp = "--seccomp" in argv
+        start = time.perf_counter_ns()
+        memfd = None
+        if wants_seccomp:
+            memfd = seccomp_memfd()
+            actions.append((os.POSIX_SPAWN_DUP2, memfd, SECCOMP_FD))
+        try:
+            pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions)
+        finally:
+            if memfd is not None:
+                os.close(memfd)
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter_ns() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            errors.seek(0)
+            said = errors.read()[-2000:].decode("utf-8", "replace").strip()
+            raise RuntimeError(f"{' '.join(argv[:3])}… exited with {code}: {said}")
     return elapsed
 
 
@@ -403,6 +407,14 @@ class Env:
     bwrap: str | None
     sizes: Sizes
 
+    def profile(self, role: str, **extra: Any) -> Any:
+        """``worker_profile(role, ...)`` over the scratch workspace. Since issue 14 §1
+        a profile creates nothing on the host, so the sandboxes this script builds
+        itself need no lease against other runs' clean-up."""
+        return worker_profile(
+            role, workspace=self.workspace, home=self.home, agent_dir=self.agent_dir, **extra
+        )
+
     def pool_config(self, *, sandbox: bool) -> PoolConfig:
         return PoolConfig(
             cwd=self.workspace, agent_dir=self.agent_dir, home=self.home, sandbox=sandbox
@@ -468,13 +480,7 @@ async def _handshakes(env: Env, *, sandboxed: bool, n: int, seccomp: bool = True
     profile = None
     if sandboxed:
         # As WorkerPool does: the extension role, with only the extension file bound.
-        profile = worker_profile(
-            "extension",
-            workspace=env.workspace,
-            home=env.home,
-            agent_dir=env.agent_dir,
-            extra_ro=[ext],
-        )
+        profile = env.profile("extension", extra_ro=[ext])
         if not seccomp:
             profile = profile.model_copy(update={"seccomp": False})
     ctx = {"cwd": str(env.workspace), "has_ui": False, "mode": "print"}
@@ -491,7 +497,7 @@ async def _handshakes(env: Env, *, sandboxed: bool, n: int, seccomp: bool = True
         worker = WorkerProcess(spec, generation=1)
         async with trio.open_nursery() as nursery:
             start = time.perf_counter_ns()
-            registrations = await worker.start(nursery, timeout_s=30)
+            registrations = await worker.start(nursery, timeout_s=120)
             elapsed = time.perf_counter_ns() - start
             await worker.aclose()
             nursery.cancel_scope.cancel()
@@ -695,9 +701,7 @@ def bench_pipeline(env: Env, report: Report) -> None:
         report.add_series(
             "d.pipeline_sandboxed", trio.run(lambda: _pipeline_series(env, sandbox=True, n=n))
         )
-        profile = worker_profile(
-            "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-        )
+        profile = env.profile("tool")
         argv = sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap)
         report.add_series("d.bwrap_bash_fresh", spawn_series(argv, {}, n))
         plain = profile.model_copy(update={"seccomp": False})
@@ -768,9 +772,7 @@ def bench_hardening(env: Env, report: Report) -> None:
         report.add_series(
             "d.pipeline_sandboxed", trio.run(lambda: _pipeline_series(env, sandbox=True, n=n))
         )
-    profile = worker_profile(
-        "tool", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-    )
+    profile = env.profile("tool")
     report.add_series(
         "g.bwrap_bash",
         spawn_series(sandbox_argv(profile, ["bash", "-c", "true"], env.bwrap), {}, n),
@@ -1999,9 +2001,7 @@ def bench_pieces(env: Env, report: Report) -> None:
             argv[0] = shutil.which(argv[0]) or argv[0]
         report.add_series(key, spawn_series(argv, run_env, n))
     if env.bwrap:
-        profile = worker_profile(
-            "extension", workspace=env.workspace, home=env.home, agent_dir=env.agent_dir
-        )
+        profile = env.profile("extension")
         report.add_series(
             "f.bwrap_true",
             spawn_series(sandbox_argv(profile, ["/bin/true"], env.bwrap), {}, n),
@@ -2604,13 +2604,7 @@ async def _idle_worker_rss(env: Env, ext: Path, *, sandboxed: bool) -> tuple[int
     """(VmRSS of the worker's python, VmRSS summed over its process tree), in kB."""
     profile = None
     if sandboxed:
-        profile = worker_profile(
-            "extension",
-            workspace=env.workspace,
-            home=env.home,
-            agent_dir=env.agent_dir,
-            extra_ro=[ext],
-        )
+        profile = env.profile("extension", extra_ro=[ext])
     spec = WorkerSpec(
         name="bench idle extension",
         init_params={
@@ -2626,7 +2620,7 @@ async def _idle_worker_rss(env: Env, ext: Path, *, sandboxed: bool) -> tuple[int
     worker = WorkerProcess(spec, generation=1)
     async with trio.open_nursery() as nursery:
         try:
-            registrations = await worker.start(nursery, timeout_s=30)
+            registrations = await worker.start(nursery, timeout_s=120)
             if "tool_call" not in registrations.events:
                 raise RuntimeError(f"unexpected registrations: {registrations}")
             await trio.sleep(I_RSS_IDLE_S)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -98,6 +99,14 @@ class Listener:
                 return
             self.connections += 1
             conn.close()
+
+    def wait_for_connection(self, timeout: float = 60) -> bool:
+        """True once a connection was accepted: one made just before a run ended may
+        still wait in the backlog for the accepting thread (generous, issue 13 §7)."""
+        deadline = time.monotonic() + timeout
+        while self.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.connections > 0
 
     def close(self) -> None:
         self._stop.set()

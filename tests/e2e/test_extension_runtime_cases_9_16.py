@@ -39,6 +39,11 @@ from pi_sandbox.supervisor.worker_pool import (
 pytestmark = pytest.mark.e2e
 
 RUNTIME = Path(__file__).resolve().parent.parent / "fixtures" / "extensions" / "runtime"
+# How long a wait for an event, a file line or a response may take before the test
+# fails. Generous on purpose (issue 13 §7): every wait ends as soon as its condition
+# holds, and on a saturated 2-core machine starting or restarting a worker alone can
+# take seconds; only a product that never gets there waits this long.
+WAIT_S = 120.0
 
 
 def fixture(name: str) -> Path:
@@ -139,7 +144,7 @@ class Rpc:
         self.proc.stdin.flush()
         return request_id
 
-    def wait(self, predicate: Any, *, after: int = 0, timeout: float = 60) -> tuple[int, dict]:
+    def wait(self, predicate: Any, *, after: int = 0, timeout: float = WAIT_S) -> tuple[int, dict]:
         """The first event at index >= ``after`` matching ``predicate``."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -155,13 +160,13 @@ class Rpc:
                     )
                 self._cond.wait(min(left, 0.2))
 
-    def call(self, kind: str, *, timeout: float = 60, **fields: Any) -> tuple[int, dict]:
+    def call(self, kind: str, *, timeout: float = WAIT_S, **fields: Any) -> tuple[int, dict]:
         request_id = self.send(kind, **fields)
         return self.wait(
             lambda e: e.get("type") == "response" and e.get("id") == request_id, timeout=timeout
         )
 
-    def submit(self, message: str, *, timeout: float = 60) -> int:
+    def submit(self, message: str, *, timeout: float = WAIT_S) -> int:
         """Send ``prompt``, retrying while the previous job is still settling; returns
         the index of the accepted response."""
         deadline = time.monotonic() + timeout
@@ -173,7 +178,7 @@ class Rpc:
             assert time.monotonic() < deadline, response
             time.sleep(0.05)
 
-    def prompt(self, message: str, *, timeout: float = 60) -> list[dict]:
+    def prompt(self, message: str, *, timeout: float = WAIT_S) -> list[dict]:
         """Run one prompt to its ``agent_end``; returns the run's events."""
         start = self.submit(message, timeout=timeout)
         end, _ = self.wait(lambda e: e.get("type") == "agent_end", after=start, timeout=timeout)
@@ -187,13 +192,14 @@ class Rpc:
             except OSError:
                 pass
         try:
-            return self.proc.wait(timeout=60)
+            return self.proc.wait(timeout=WAIT_S)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+            # The readers end at pi's end of output; events read late would be lost.
             for thread in self._threads:
-                thread.join(timeout=10)
+                thread.join(timeout=WAIT_S)
 
 
 def of_type(events: list[dict], kind: str) -> list[dict]:
@@ -228,7 +234,7 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def wait_for_lines(path: Path, count: int, timeout: float = 20) -> list[str]:
+def wait_for_lines(path: Path, count: int, timeout: float = WAIT_S) -> list[str]:
     deadline = time.monotonic() + timeout
     while len(read_lines(path)) < count:
         assert time.monotonic() < deadline, (path, read_lines(path))
@@ -236,7 +242,7 @@ def wait_for_lines(path: Path, count: int, timeout: float = 20) -> list[str]:
     return read_lines(path)
 
 
-def wait_for_file(path: Path, timeout: float = 30) -> None:
+def wait_for_file(path: Path, timeout: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
@@ -399,7 +405,7 @@ class _NoProvider:
 
 
 async def _wait_lines(path: Path, count: int) -> list[str]:
-    with trio.fail_after(20):
+    with trio.fail_after(WAIT_S):
         while len(read_lines(path)) < count:
             await trio.sleep(0.02)
     return read_lines(path)
@@ -607,20 +613,20 @@ def test_case_15_abort_ends_a_hung_context_handler_and_its_worker_is_restarted(t
         assert lines[0].startswith("start:startup:") and lines[1].startswith("hang:")
         old_pid = lines[1].split(":")[1]
         assert lines[0] == f"start:startup:{old_pid}"
-        began = time.monotonic()
-        _, response = rpc.call("abort", timeout=CANCEL_GRACE_S)
+        _, response = rpc.call("abort")
         assert response["success"] is True and response["data"] == {"aborted": True}
-        _, end = rpc.wait(
-            lambda e: e.get("type") == "agent_end", after=start, timeout=CANCEL_GRACE_S
-        )
-        assert time.monotonic() - began < CANCEL_GRACE_S
+        end_index, end = rpc.wait(lambda e: e.get("type") == "agent_end", after=start)
         assert end["aborted"] is True
         assert server.requests == []
         # Past the grace period the worker is killed, reported and restarted.
-        _, crash = rpc.wait(
+        crash_index, crash = rpc.wait(
             lambda e: e.get("type") == "extension_error" and e.get("event") == "crash",
             after=start,
         )
+        # The abort ended the run at once, not when the hung handler's worker was
+        # killed CANCEL_GRACE_S later: the order of the events shows it, where a
+        # wall-clock bound would fail on a busy machine (issue 13 §7).
+        assert end_index < crash_index
         assert Path(crash["extensionPath"]) == fixture("c15_hang")
         assert "SIGKILL" in crash["error"]
         _, restart = rpc.wait(

@@ -635,15 +635,22 @@ def test_ci_an_audit_log_that_fills_up_mid_run_stops_the_run_with_a_clear_messag
 # -- case 8: a policy file corrupted mid-session ---------------------------------------------
 
 
-def _corrupt_and_signal(policy_file: Path, marker: Path, garbage: str) -> str:
+def _corrupt_and_signal(policy_file: Path, marker: Path, garbage: str, log: Path) -> str:
     """A bash command that overwrites ``policy_file`` with ``garbage`` and sends SIGHUP
     to the pi supervisor: the parent of the tool worker, which is the shell's parent
     (field 4 of ``/proc/$PPID/stat``; no ``ps`` needed). The pid it signals is written
-    to ``marker`` so the test can check it is the supervisor's."""
+    to ``marker`` so the test can check it is the supervisor's.
+
+    It then waits until the reload is in the audit log ``log`` (up to 120 s): the
+    next tool call must come after the reload, and a fixed sleep was a guess that a
+    busy machine could lose (issue 13 §7)."""
     return (
         f"printf '{garbage}' > '{policy_file}' && "
         "read -r _ _ _ target _ < /proc/$PPID/stat && "
-        f"echo $target > '{marker}' && kill -HUP $target && sleep 0.5"
+        f"echo $target > '{marker}' && kill -HUP $target && "
+        "for _ in $(seq 1200); do "
+        f"""grep -qE '"action": "(reloaded|reload_failed)"' '{log}' && break; sleep 0.1; """
+        "done"
     )
 
 
@@ -660,7 +667,9 @@ def _run_case_8(setup: Setup, garbage: str) -> tuple[subprocess.Popen[str], str,
     victim.mkdir()
     marker = setup.root / "signalled-pid"
     log = setup.root / "audit.jsonl"
-    script = setup.script(_corrupt_and_signal(setup.user_file, marker, garbage), "rm -rf victim")
+    script = setup.script(
+        _corrupt_and_signal(setup.user_file, marker, garbage, log), "rm -rf victim"
+    )
     proc = subprocess.Popen(
         setup.argv(script, "--no-sandbox", "--mode", "json", "--audit-log", str(log)),
         env=setup.env,

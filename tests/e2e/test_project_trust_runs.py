@@ -23,7 +23,8 @@ from fake_openai import FakeOpenAI, text
 
 pytestmark = pytest.mark.e2e
 
-TIMEOUT_S = 90
+# Only a hang reaches it; generous for a saturated machine (issue 13 §7).
+TIMEOUT_S = 180
 
 
 def planted_extension(path: Path, marker: Path, body: str = "") -> Path:
@@ -243,7 +244,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         assert not last["skills"] and not any("evil" in p for p in last["extensions"])
     finally:
         proc.stdin.close()
-        proc.wait(timeout=30)
+        proc.wait(timeout=TIMEOUT_S)
         proc.kill()
     assert any(e.get("type") == "trust_changed" for e in seen)
 

@@ -110,7 +110,7 @@ class RpcSession:
         self.send(payload)
         return self.until(matches)
 
-    def close(self, timeout: float = 30) -> int:
+    def close(self, timeout: float = 120) -> int:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         try:
@@ -161,9 +161,7 @@ def test_dialog_answers_must_fit_the_dialog_and_open_dialogs_end_with_the_input(
             "extension_ui_request",
         )
         rpc.send({"type": "extension_ui_response", "ui_id": select["ui_id"], "value": "blue"})
-        deadline = time.monotonic() + 30
-        while not log.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_line(log)
         assert json.loads(log.read_text().splitlines()[0]) == {"confirm": False, "select": None}
         # A dialog left open when the client's input ends gets its default at once.
         rpc.command({"type": "prompt", "message": "/ask"}, "extension_ui_request")
@@ -295,25 +293,42 @@ def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_pat
     assert any("send_user_messages" in error for error in errors), errors
 
 
+def _wait_for_line(path: Path, timeout: float = 120) -> None:
+    """Poll until ``path`` holds a whole line (it may exist before it is written)."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, f"{path} got no line"
+        time.sleep(0.05)
+
+
+def _wait_for_file(path: Path, timeout: float = 120) -> None:
+    """Poll until ``path`` exists; generous, it ends as soon as the file is there."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
 def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_path):
     rpc = RpcSession(tmp_path, "-e", str(RUNTIME / "slow_command.py"))
+    work = tmp_path / "work"
     try:
         rpc.command({"type": "prompt", "message": "/wait"}, "response")
-        time.sleep(1)
+        _wait_for_file(work / "wait.started")
         aborted = rpc.command({"type": "abort"}, "response")
         assert aborted["data"] == {"aborted": True}
-        signal_file = tmp_path / "work" / "signal.txt"
-        deadline = time.monotonic() + 10
-        while not signal_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        signal_file = work / "signal.txt"
+        _wait_for_file(signal_file)
         assert signal_file.read_text() == "True"  # ctx.signal was set
         # A command that ignores the signal: its worker is killed after the grace period.
         rpc.command({"type": "prompt", "message": "/stuck"}, "response")
-        time.sleep(1)
+        _wait_for_file(work / "stuck.started")
         started = time.monotonic()
         rpc.command({"type": "abort"}, "response")
         rpc.until(lambda e: e.get("type") == "extension_error" and e.get("event") == "restart")
-        assert time.monotonic() - started < 10
+        # Killed and restarted, not waited for: /stuck sleeps 600 s. The bound is
+        # generous (issue 13 §7): a restart on a saturated machine takes seconds.
+        assert time.monotonic() - started < 300
         state = rpc.command({"type": "get_state"}, "response")
         assert state["data"]["is_idle"] is True
     finally:

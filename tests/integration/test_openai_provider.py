@@ -23,6 +23,8 @@ import trio
 from pi_sandbox.errors import ProviderError
 from pi_sandbox.supervisor.providers import AssistantTurn, OpenAIProvider, ToolCall, ToolDefinition
 
+# Deadline of each guarded request: generous, only a hang reaches it (issue 13 §7).
+WAIT_S = 60
 API_KEY = "sk-test-0123456789abcdef"
 MODEL = "gpt-test"
 
@@ -211,13 +213,13 @@ async def run(provider: OpenAIProvider, **kwargs: Any) -> tuple[AssistantTurn, l
 
     request: dict[str, Any] = {"system_prompt": "You are terse.", "messages": [], "tools": []}
     request.update(kwargs)
-    with trio.fail_after(10):
+    with trio.fail_after(WAIT_S):
         turn = await provider.complete(**request, on_text_delta=on_text_delta)
     return turn, deltas
 
 
 async def fails(provider: OpenAIProvider) -> str:
-    with pytest.raises(ProviderError) as caught, trio.fail_after(10):
+    with pytest.raises(ProviderError) as caught, trio.fail_after(WAIT_S):
         await provider.complete(system_prompt="", messages=[], tools=[])
     message = str(caught.value)
     assert API_KEY not in message
@@ -559,7 +561,7 @@ async def test_a_dropped_connection_is_a_provider_error_with_its_cause(
     )
 
     with pytest.raises(ProviderError, match="failed: RemoteProtocolError") as caught:
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             await server.provider().complete(system_prompt="", messages=[], tools=[])
 
     assert isinstance(caught.value.__cause__, httpx.RemoteProtocolError)
@@ -572,7 +574,7 @@ async def test_a_refused_connection_is_a_provider_error_with_its_cause() -> None
     provider = OpenAIProvider(MODEL, f"http://127.0.0.1:{port}/v1", None)
 
     with pytest.raises(ProviderError, match="cannot connect to") as caught:
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             await provider.complete(system_prompt="", messages=[], tools=[])
 
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
@@ -582,7 +584,7 @@ async def test_a_silent_server_times_out_with_a_provider_error(server: FakeOpenA
     server.replies.append(Reply(hang=True))
 
     with pytest.raises(ProviderError, match="timed out") as caught:
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             await server.provider(timeout_s=0.3).complete(system_prompt="", messages=[], tools=[])
 
     assert isinstance(caught.value.__cause__, httpx.TimeoutException)

@@ -11,6 +11,10 @@ from pi_sandbox.protocol import methods
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 
+# Deadline of each guarded step (a worker start, crash, restart or kill): generous,
+# only a hang reaches it; a saturated 2-core machine can take seconds (issue 13 §7).
+WAIT_S = 60
+
 
 class Recorder:
     def __init__(self):
@@ -105,7 +109,7 @@ async def test_tool_call_handler_hanging_past_its_deadline_blocks_the_tool(
 ):
     async with open_pool([ext("hanger")], hook_timeout_s=0.5) as pool:
         marker = workspace / "ran"
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run(
                 [ToolCall("c1", "bash", {"command": f"touch {marker}"})]
             )
@@ -116,7 +120,7 @@ async def test_tool_call_handler_hanging_past_its_deadline_blocks_the_tool(
 async def test_worker_killed_mid_tool_call_hook_blocks_the_tool(open_pool, ext, workspace):
     async with open_pool([ext("suicide")]) as pool:
         marker = workspace / "ran"
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run(
                 [ToolCall("c1", "bash", {"command": f"touch {marker}"})]
             )
@@ -131,10 +135,10 @@ async def test_worker_killed_mid_tool_execution_is_an_error_result_not_a_crash(
         # The hook also kills the worker, so call the tool directly through the worker.
         worker = pool.tools["crash_tool"].worker
         pool.extensions = []  # no hooks: go straight to execution
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "crash_tool", {})])
         assert outcome.result["is_error"] and "crash_tool failed" in text(outcome)
-        with trio.fail_after(5):
+        with trio.fail_after(WAIT_S):
             await worker.exited.wait()
 
 
@@ -175,7 +179,7 @@ async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_poo
         )
         assert text(outcome) == "echo: ok" and not outcome.result["is_error"]
         worker = pool.tools["echo"].worker
-        with trio.fail_after(5):  # the log is drained asynchronously
+        with trio.fail_after(WAIT_S):  # the log is drained asynchronously
             while "tool noise" not in worker.log_tail():
                 await trio.sleep(0.01)
         assert worker.alive
@@ -184,7 +188,7 @@ async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_poo
 async def test_a_malformed_frame_from_a_worker_kills_it_and_is_reported(open_pool, ext, workspace):
     async with open_pool([ext("garbage_channel")]) as pool:
         worker = pool.tools["corrupt"].worker
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run([ToolCall("c1", "corrupt", {})])
             await worker.exited.wait()
         assert outcome.result["is_error"] and "invalid message" in text(outcome)
@@ -211,19 +215,28 @@ async def test_invalid_arguments_and_unknown_tools_are_errors_before_any_hook(
         assert not any(r.blocked for r in results)  # the raising hook never ran
 
 
+def _rendezvous(mine: str, other: str) -> str:
+    """A bash command that creates ``mine``, then waits for ``other`` (up to 60 s) and
+    prints whether it came: only a call running beside the other one sees it."""
+    return (
+        f"touch {mine}; for _ in $(seq 600); do [ -e {other} ] && break; sleep 0.1; done; "
+        f"[ -e {other} ] && echo met-{other} || echo alone-{mine}"
+    )
+
+
 async def test_sibling_tool_calls_run_concurrently_and_return_in_source_order(open_pool, workspace):
     async with open_pool() as pool:
+        # The two slow calls wait for each other: run one after the other, the
+        # first would wait alone. A condition, not a wall-clock bound (issue 13 §7).
         calls = [
-            ToolCall("slow", "bash", {"command": "sleep 0.6; echo slow"}),
+            ToolCall("slow", "bash", {"command": _rendezvous("a", "b")}),
             ToolCall("fast", "bash", {"command": "echo fast"}),
-            ToolCall("slow2", "bash", {"command": "sleep 0.6; echo slow2"}),
+            ToolCall("slow2", "bash", {"command": _rendezvous("b", "a")}),
         ]
-        start = trio.current_time()
-        outcomes = await pipeline_for(pool, workspace).run(calls)
-        elapsed = trio.current_time() - start
+        with trio.fail_after(WAIT_S):
+            outcomes = await pipeline_for(pool, workspace).run(calls)
         assert [o.call.id for o in outcomes] == ["slow", "fast", "slow2"]
-        assert [text(o).strip() for o in outcomes] == ["slow", "fast", "slow2"]
-        assert elapsed < 1.1  # two 0.6 s sleeps overlapped
+        assert [text(o).strip() for o in outcomes] == ["met-b", "fast", "met-a"]
 
 
 async def test_cancel_stops_a_running_bash_call_and_the_late_answer_is_dropped(open_pool):
@@ -249,7 +262,7 @@ async def test_cancel_stops_a_running_bash_call_and_the_late_answer_is_dropped(o
                 "params": {"command": "echo alive"},
                 "ctx": {"cwd": "/"},
             },
-            timeout_s=10,
+            timeout_s=WAIT_S,
         )
         assert result["content"][0]["text"].strip() == "alive"
 
@@ -283,7 +296,7 @@ async def test_a_bash_call_that_kills_the_tool_worker_fails_and_the_next_call_ge
     async with open_pool() as pool:
         first = pool.tool_worker
         pipeline = pipeline_for(pool, workspace)
-        with trio.fail_after(20):
+        with trio.fail_after(WAIT_S):
             [killed] = await pipeline.run(
                 [ToolCall("c1", "bash", {"command": "kill -9 $PPID; sleep 5"})]
             )
@@ -300,7 +313,7 @@ async def test_a_hung_hook_worker_is_killed_and_the_next_call_gets_a_fresh_one(
     async with open_pool([ext("hanger")], hook_timeout_s=0.5) as pool:
         pipeline = pipeline_for(pool, workspace)
         first = pool.extensions[0][1]
-        with trio.fail_after(20):
+        with trio.fail_after(WAIT_S):
             [one] = await pipeline.run([ToolCall("c1", "bash", {"command": "true"})])
             await first.exited.wait()
             [two] = await pipeline.run([ToolCall("c2", "bash", {"command": "true"})])
@@ -316,7 +329,7 @@ async def test_an_extension_that_keeps_crashing_is_disabled_and_ends_the_run(
 
     async with open_pool([ext("suicide")]) as pool:
         pipeline = pipeline_for(pool, workspace)
-        with trio.fail_after(30):
+        with trio.fail_after(WAIT_S):
             for n in range(MAX_EXTENSION_RESTARTS + 1):
                 [outcome] = await pipeline.run([ToolCall(f"c{n}", "bash", {"command": "true"})])
                 assert outcome.blocked
@@ -339,7 +352,7 @@ async def test_system_exit_in_a_tool_is_an_error_result_and_the_worker_lives_on(
         "    pi.register_tool(name='hi', description='hi', execute=lambda p, c: 'hi')\n"
     )
     async with open_pool([extension]) as pool:
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             bye, hi = await pipeline_for(pool, workspace).run(
                 [ToolCall("a", "bye", {}), ToolCall("b", "hi", {})]
             )
@@ -360,7 +373,7 @@ async def test_an_extension_that_closes_its_channel_is_seen_as_crashed_not_waite
         "    pi.register_tool(name='close_channel', description='closes fd 3', execute=close)\n"
     )
     async with open_pool([extension]) as pool:
-        with trio.fail_after(10):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run(
                 [ToolCall("a", "close_channel", {})]
             )
@@ -381,7 +394,7 @@ async def test_a_worker_that_prints_without_end_gets_a_capped_log(open_pool, tmp
     )
     async with open_pool([extension]) as pool:
         worker = pool.tools["flood"].worker
-        with trio.fail_after(20):
+        with trio.fail_after(WAIT_S):
             [outcome] = await pipeline_for(pool, workspace).run([ToolCall("a", "flood", {})])
             while "log truncated" not in worker.log_tail(200):
                 await trio.sleep(0.01)
@@ -480,15 +493,21 @@ async def test_non_finite_tool_arguments_are_rejected_before_any_hook(open_pool,
 
 async def test_closing_the_pool_mid_command_leaves_no_bash_process_behind(open_pool, workspace):
     marker = f"pi-orphan-check-{os.getpid()}"
+
+    def running() -> list[str]:
+        return [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, marker)]
+
     async with open_pool() as pool:
         pipeline = pipeline_for(pool, workspace)
-        with trio.move_on_after(1.0):
-            await pipeline.run([ToolCall("a", "bash", {"command": f"exec -a {marker} sleep 60"})])
-    with trio.fail_after(5):
-        while True:
-            alive = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, marker)]
-            if not alive:
-                break
+        async with trio.open_nursery() as nursery:
+            command = f"exec -a {marker} sleep 600"
+            nursery.start_soon(pipeline.run, [ToolCall("a", "bash", {"command": command})])
+            with trio.fail_after(WAIT_S):  # the command runs: then the pool closes
+                while not running():
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    with trio.fail_after(WAIT_S):  # generous; the sleep would outlive it by far
+        while running():
             await trio.sleep(0.05)
 
 

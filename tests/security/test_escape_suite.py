@@ -54,7 +54,8 @@ pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 
 SENTINEL = f"SENTINEL-{uuid.uuid4().hex[:16]}-escape"
 PROBE = Path(__file__).resolve().parent.parent / "fixtures" / "seccomp_probe.py"
-RUN_TIMEOUT_S = 90
+# Only a hung run reaches it; a saturated 2-core machine makes runs slow (issue 13 §7).
+RUN_TIMEOUT_S = 300
 
 # ---------------------------------------------------------------------------
 # Attack code shared by the extension and by `python3 -c` inside bash.
@@ -929,7 +930,7 @@ def test_06_no_network_without_a_grant(h: Harness, listener):
     # Control: unsandboxed, the same connection reaches the listener.
     control = h.run([[bash("bash", attempts[2])]], sandbox=False)
     control.expect("bash", ok=("py_connect",))
-    assert listener.connections > 0
+    assert listener.wait_for_connection()
 
 
 # ---------------------------------------------------------------------------
@@ -1477,7 +1478,10 @@ LIMITS = {
     "address_space_mb": 1024,
     "tmp_size_mb": 64,
     "cpu_seconds": 2,
-    "tool_timeout_s": 6,
+    # Wall clock, and far above cpu_seconds: on a saturated machine the bash loop gets
+    # a small share of a CPU and must still reach its 2 CPU seconds (SIGXCPU) before
+    # this timeout (issue 13 §7: 6 s was not enough). It also ends the extension's loop.
+    "tool_timeout_s": 30,
 }
 
 
@@ -1500,16 +1504,16 @@ def test_12_resource_bombs_are_stopped_and_the_run_stays_responsive(h: Harness):
     try:
         for name, (command, ext_code) in bombs.items():
             turns = [
-                [bash(f"{name}_bash", command, timeout=20), tool(f"{name}_ext", f"{name}_bomb")],
-                [bash("count", py_c(FORK_COUNT), timeout=20)] if name == "fork" else [],
-                [bash("alive_bash", "echo alive", timeout=20), tool("alive_ext", "alive")],
+                [bash(f"{name}_bash", command, timeout=30), tool(f"{name}_ext", f"{name}_bomb")],
+                [bash("count", py_c(FORK_COUNT), timeout=30)] if name == "fork" else [],
+                [bash("alive_bash", "echo alive", timeout=30), tool("alive_ext", "alive")],
             ]
             run = h.run(
                 [t for t in turns if t],
                 tools={f"{name}_bomb": ext_code, **alive},
                 policy=policy(limits=LIMITS),
                 preexec_fn=cgroup.enter,
-                timeout=60,
+                timeout=300,
             )
             problems += check_bomb(name, run)
             run.assert_clean()
@@ -1526,7 +1530,9 @@ def check_bomb(name: str, run: Run) -> list[str]:
     if run.timed_out or run.proc.returncode != 0 or "alive_bash" not in run.results:
         return [f"{name}: the run did not complete: {run.describe(3000)}"]
     problems = []
-    if run.elapsed > 45:
+    # Responsive, not hung: each bomb ends by its limit or tool_timeout_s (30 s); the
+    # bound leaves a busy machine room for pi's start and three turns (issue 13 §7).
+    if run.elapsed > 180:
         problems.append(f"{name}: the run took {run.elapsed:.0f} s")
     if run.results["alive_bash"].strip() != "alive" or run.errors["alive_bash"]:
         problems.append(f"{name}: bash is not usable afterwards: {run.results['alive_bash']!r}")
@@ -1631,13 +1637,14 @@ def test_13_sigkill_of_the_supervisor_leaves_no_sandboxed_process(h: Harness):
     tag = uuid.uuid4().hex[:6]
     bash_marker, ext_marker = f"777.{int(tag, 16) % 999983}", f"778.{int(tag, 16) % 999983}"
     ext_code = consts(MARKER=ext_marker) + (
-        'child = subprocess.Popen(["sleep", MARKER])\ntime.sleep(120)\nout("slept")\n'
+        'child = subprocess.Popen(["sleep", MARKER])\ntime.sleep(600)\nout("slept")\n'
     )
     survivors: dict[int, str | None] = {}
     report: dict[str, object] = {}
 
     def kill_when_running(proc: subprocess.Popen) -> None:
-        deadline = time.monotonic() + 30
+        # Generous deadlines (issue 13 §7): both end as soon as their condition holds.
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             hits = "\n".join(_marked((bash_marker, ext_marker)))
             if bash_marker in hits and ext_marker in hits:
@@ -1647,7 +1654,7 @@ def test_13_sigkill_of_the_supervisor_leaves_no_sandboxed_process(h: Harness):
         tree_before = _descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             alive = {p: t for p, t in tree_before.items() if t and _start_time(p) == t}
             if not alive and not _marked((bash_marker, ext_marker)):

@@ -191,7 +191,7 @@ def test_control_without_the_sandbox_the_same_attack_obtains_the_secret(attack):
     proc, _ = run("--no-sandbox", "--mode", "json")
     assert proc.returncode == 0, proc.stderr
     assert SENTINEL in _tool_texts(proc.stdout)
-    assert listener.connections > 0
+    assert listener.wait_for_connection()
 
 
 def test_trust_sandboxed_without_sandbox_runs_the_tools_a_project_hook_steers_in_the_sandbox(

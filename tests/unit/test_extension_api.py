@@ -243,14 +243,18 @@ def test_exec_returns_at_its_timeout_even_when_a_grandchild_leaves_the_group(tmp
     marker = tmp_path / "escaped.pid"
     started = time.monotonic()
     result = api.exec(
-        "sh", ["-c", f"setsid sh -c 'echo $$ > {marker}; sleep 5' & echo out; sleep 30"], timeout=1
+        "sh",
+        ["-c", f"setsid sh -c 'echo $$ > {marker}; sleep 600' & echo out; sleep 600"],
+        timeout=1,
     )
-    assert time.monotonic() - started < 4
+    # Returned at its 1 s timeout, not when the escaped grandchild (holding the output
+    # pipe for 600 s) ended; the bound is generous for a saturated machine (issue 13 §7).
+    assert time.monotonic() - started < 120
     assert result["killed"] is True and result["stdout"] == "out\n"
     import os
     import signal
 
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     if marker.exists():  # clean up the escaped process (it left the group on purpose)

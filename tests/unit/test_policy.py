@@ -1030,9 +1030,11 @@ def test_a_backtracking_policy_regex_on_a_long_command_is_bounded_and_fails_clos
 
     repo = Path(__file__).resolve().parents[2]
     policy = load_policies([repo / "policies" / "untrusted-repo.yaml"])
-    start = time.monotonic()
+    # CPU seconds of this process, not the wall clock, which a saturated machine
+    # stretches several times over (issue 13 §7).
+    start = time.process_time()
     decision = evaluate_tool_call(policy, "bash", {"command": "curl|" * 2000}, workspace=tmp_path)
-    assert time.monotonic() - start < 5
+    assert time.process_time() - start < 5
     assert decision.decision in ("ask", "deny")  # never allow when a check could not finish
 
 
@@ -1044,9 +1046,9 @@ def test_many_backtracking_regexes_share_one_time_budget_per_decision(tmp_path):
         for i in range(200)
     )
     policy = policy_from(tmp_path, f"version: 1\ntool_call:\n  rules:\n{rules}\n")
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds (issue 13 §7), not the wall clock
     result = decide(policy, "bash", tmp_path, command="echo " + "a" * 5000 + "b")
-    elapsed = time.monotonic() - started
+    elapsed = time.process_time() - started
     assert result.decision == "ask" and "cannot be checked" in result.reason  # fail closed
     assert elapsed < 5, f"200 slow rules took {elapsed:.1f} s: the budget did not hold"
 
@@ -1079,7 +1081,7 @@ def test_the_examples_of_one_file_share_a_regex_time_budget(tmp_path):
         "    - {id: r, tool: bash, command_regex: '^(a|aa)+$', decision: deny, reason: x,"
         f" examples: {{not_match: [{examples}]}}}}\n",
     )
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds (issue 13 §7), not the wall clock
     with pytest.raises(PolicyFileError, match="ran out of"):
         load_policy_file(path)
-    assert time.monotonic() - started < 10  # 100 x 0.25 s would be 25 s
+    assert time.process_time() - started < 10  # 100 x 0.25 s would be 25 s

@@ -55,6 +55,11 @@ def prompt_file(directory: Path, name: str, description: str) -> Path:
     return write(directory / f"{name}.md", f"---\ndescription: {description}\n---\nBody {name}\n")
 
 
+# Deadline of `within`: long enough that only a hang reaches it, even on a saturated
+# machine that takes seconds for what takes milliseconds alone (issue 13 §7).
+HANG_S = 60.0
+
+
 def within(seconds: float, function, *args, **kwargs):
     """Run ``function`` in a daemon thread; fail if it has not returned in ``seconds``
     (a blocking read of a FIFO would hang it; the daemon thread cannot hang pytest)."""
@@ -314,7 +319,7 @@ def test_without_a_usable_default_the_project_is_undecided_or_asked(env, content
 def test_a_settings_file_that_is_a_fifo_is_ignored_without_blocking(env):
     with_resource(env)
     fifo(env[2] / "settings.json")
-    decision = within(5, resolve, env)
+    decision = within(HANG_S, resolve, env)
     assert (decision.decision, decision.source) == (None, "default")
 
 
@@ -407,11 +412,11 @@ def test_a_malformed_store_is_reported_and_the_other_inputs_decide(env, content)
     else:
         write(path, content)
     settings = user_settings(env, {"defaultProjectTrust": "never"})
-    decision = within(5, resolve, env)
+    decision = within(HANG_S, resolve, env)
     assert (decision.decision, decision.source) == ("no", f"settings {settings}")
     assert decision.stored is None
     assert decision.store_error is not None and str(path) in decision.store_error
-    decision = within(5, resolve, env, extension_answer="sandboxed")
+    decision = within(HANG_S, resolve, env, extension_answer="sandboxed")
     assert decision.decision == "sandboxed" and decision.store_error is not None
 
 
@@ -483,7 +488,7 @@ def test_an_untrusted_project_is_not_read(env, opened, layout, decision):
     write(project / "AGENTS.md", "project rules")
     skill_file(agent_dir / "skills", "user-skill", "User.")  # proves the call did its work
 
-    resources = within(5, load, env, decision)
+    resources = within(HANG_S, load, env, decision)
 
     assert [(s.name, s.source) for s in resources.skills] == [("user-skill", "user")]
     assert resources.prompts == []
@@ -509,7 +514,7 @@ def test_a_trusted_project_with_fifos_is_refused_without_blocking(env):
         fifo(pi / name)
     fifo(pi / "skills" / "s" / "SKILL.md")
     fifo(pi / "prompts" / "p.md")
-    resources = within(5, load, env, "yes")
+    resources = within(HANG_S, load, env, "yes")
     assert resources.skills == [] and resources.prompts == []
     assert resources.system_prompt is None and resources.append_system_prompt == []
     # (A FIFO SKILL.md or prompt is silently not a candidate: only regular files are.)
@@ -987,7 +992,7 @@ def test_an_existing_files_text_is_returned(tmp_path, monkeypatch):
 def test_a_fifo_is_refused_quickly_naming_the_argument(tmp_path):
     pipe = fifo(tmp_path / "pipe.md")
     with pytest.raises(ValueError, match="--append-system-prompt") as error:
-        within(5, read_prompt_text, str(pipe), argument="--append-system-prompt")
+        within(HANG_S, read_prompt_text, str(pipe), argument="--append-system-prompt")
     assert str(pipe) in str(error.value)
 
 

@@ -438,9 +438,11 @@ def test_a_pathological_ignore_pattern_does_not_stall_discovery(tmp_path):
     write(deep / "leaf.md", "x")
     write(root / "ok/SKILL.md", skill_md("ok"))
     write(root / ".gitignore", "**/" * 18 + "x\n" + "*" * 40 + "a" * 40 + "\n")
-    started = time.monotonic()
+    # CPU seconds of this process, not the wall clock, which a saturated machine
+    # stretches several times over (issue 13 §7).
+    started = time.process_time()
     skills, _ = load_skills([SkillSource(root, "project")])
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
     assert [s.name for s in skills] == ["ok"]
 
 
@@ -453,9 +455,9 @@ def test_many_costly_ignore_patterns_are_bounded_with_a_warning(tmp_path):
     write(root / "ok/SKILL.md", skill_md("ok"))
     lines = ["*a" * 60 + f"*{index}" for index in range(2000)]
     write(root / ".gitignore", "\n".join(lines) + "\n")
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds (issue 13 §7), not the wall clock
     skills, diagnostics = load_skills([SkillSource(root, "project")])
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10
     assert [s.name for s in skills] == ["ok"]
     assert any("ignore files are too costly" in d.message for d in diagnostics)
 

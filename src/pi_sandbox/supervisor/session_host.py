@@ -1383,8 +1383,8 @@ class SessionHost:
 
     def _retire(self, old: list[WorkerProcess], requester: WorkerProcess | None) -> None:
         """Stop an ended generation's workers: at once, except that the worker whose
-        command asked for the change may finish it (up to `STALE_GRACE_S`)."""
-        self.pool.retired += old
+        command asked for the change may finish it (up to `STALE_GRACE_S`). The
+        workers are already in ``pool.retired`` (`WorkerPool.end_generation`)."""
         assert self._nursery is not None
 
         async def stop() -> None:

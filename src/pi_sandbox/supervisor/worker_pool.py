@@ -1229,8 +1229,15 @@ class WorkerPool:
         """End the current generation: every extension worker is told
         (``generation/end``: its ``pi``/``ctx`` raise `StaleContextError` from now on)
         and dropped from the pool; returns them for the caller to stop (after the
-        command that asked for the change has returned). The tool worker stays."""
+        command that asked for the change has returned). The tool worker stays.
+
+        The workers join `retired` here, in the same step that drops them from the pool
+        and before the first await: an old thread's StaleContextError (``log`` error)
+        can arrive while the workers are notified, and a worker in neither list has its
+        messages dropped unseen (issue 13 §7: case 3's report went missing under load).
+        """
         old = [worker for _, worker in self.extensions]
+        self.retired += old
         self.extensions = []
         self.generation += 1
         for worker in old:
