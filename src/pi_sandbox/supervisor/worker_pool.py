@@ -1210,13 +1210,13 @@ class WorkerPool:
     def _deadline(self, source: ExtensionSource, timeout_s: float | None) -> float:
         """One handler call's deadline (seconds) for ``source``: the policy's for its
         origin (issue 13 §3: a project's ``handler_timeout_s`` binds only project
-        extensions), never longer than a caller's ``timeout_s``."""
+        extensions), never longer than the pool's ``hook_timeout_s`` (a run sets it
+        to the managed and user tiers' value, which the project's can only be below)
+        nor than a caller's ``timeout_s``."""
         rules = self.config.extension_rules
-        deadline = (
-            self.config.hook_timeout_s
-            if rules is None
-            else rules.handler_timeout_for(source.origin)
-        )
+        deadline = self.config.hook_timeout_s
+        if rules is not None:
+            deadline = min(deadline, rules.handler_timeout_for(source.origin))
         return deadline if timeout_s is None else min(deadline, timeout_s)
 
     def _settle(self, worker: WorkerProcess) -> None:
