@@ -185,6 +185,19 @@ async def test_extension_printing_to_stdout_does_not_break_the_protocol(open_poo
         assert worker.alive
 
 
+async def test_a_workers_log_is_private_to_the_user(open_pool, ext, workspace):
+    """A log may hold tool output a ``tool_result`` hook redacts before the model
+    sees it, and a kept log lives for days: 0600 in a 0700 directory."""
+    async with open_pool([ext("printer")]) as pool:
+        await pipeline_for(pool, workspace).run([ToolCall("c1", "echo", {"text": "ok"})])
+        worker = pool.tools["echo"].worker
+        with trio.fail_after(WAIT_S):
+            while "tool noise" not in worker.log_tail():
+                await trio.sleep(0.01)
+        assert worker.spec.log_path.stat().st_mode & 0o777 == 0o600
+        assert worker.spec.log_path.parent.stat().st_mode & 0o077 == 0
+
+
 async def test_a_malformed_frame_from_a_worker_kills_it_and_is_reported(open_pool, ext, workspace):
     async with open_pool([ext("garbage_channel")]) as pool:
         worker = pool.tools["corrupt"].worker

@@ -389,7 +389,14 @@ class WorkerProcess:
         # A respawned worker appends to its predecessor's log: the cap is per file.
         written = self.spec.log_path.stat().st_size if self.spec.log_path.exists() else 0
         async with trio.lowlevel.FdStream(self._log_pipe) as pipe:
-            with open(self.spec.log_path, "ab") as log:
+            # 0600: a worker's output may hold what a tool_result hook redacts before
+            # the model sees it (a kept log survives the run for days).
+            fd = os.open(
+                self.spec.log_path,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+            with open(fd, "ab") as log:
                 while True:
                     try:
                         data = await pipe.receive_some(65536)
