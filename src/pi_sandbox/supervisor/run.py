@@ -732,8 +732,8 @@ async def _run(
                 await report_extension_errors(output, pool.load_errors, "load")
                 # issue 13 §2: a guard that did not load is never silently absent.
                 pool.refused = refused
-                if (stop := load_stop_reason(pool, ci=options.ci)) is not None:
-                    raise UsageError(stop)
+                if (reason := load_stop_reason(pool, ci=options.ci)) is not None:
+                    raise UsageError(reason)
                 for warning in inactive_warnings(pool):
                     await output({"type": "warning", "message": warning})
                 pipeline = ToolPipeline(
