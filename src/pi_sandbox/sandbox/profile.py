@@ -30,6 +30,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from pi_sandbox.errors import SandboxError
+from pi_sandbox.sandbox.persistence_guard import (
+    CI_CONFIGURATION,
+    PROTECTED_ANYWHERE,
+    SHELL_STARTUP_FILES,
+)
 from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
 from pi_sandbox.sandbox.special_files import check_bindable, special_kind
 
@@ -90,31 +95,9 @@ _ETC_ENTRIES = (
 # Not exhaustive: a policy's deny_write adds others.
 # An existing entry is bound read-only. A missing one is not mounted (a mount point
 # would be a new directory on the host, issue 14 §1): the persistence guard
-# (sandbox/persistence_guard.py) quarantines it if a tool creates it.
-PROTECTED_IN_WORKSPACE = (
-    ".git",
-    ".pi",
-    ".agents",
-    ".vscode",
-    ".idea",
-    ".envrc",
-    ".mcp.json",
-    ".claude",
-    ".cursor",
-    ".gemini",
-    ".continue",
-    ".windsurf",
-    ".roo",
-    ".zed",
-    ".devcontainer",
-    ".husky",
-    ".github",
-    ".gitlab-ci.yml",
-    ".circleci",
-    ".pre-commit-config.yaml",
-    ".mise.toml",
-    "mise.toml",
-)
+# (sandbox/persistence_guard.py) quarantines it if a tool creates it. The names are
+# the guard's own, so that what is bound and what is quarantined cannot drift apart.
+PROTECTED_IN_WORKSPACE = (*sorted(PROTECTED_ANYWHERE), *CI_CONFIGURATION)
 
 # Entries of a git directory kept read-only with sandbox.filesystem.git "commit"
 # (issue 14 §2): what makes git run code (config: core.fsmonitor, hooksPath, pager,
@@ -134,17 +117,7 @@ GIT_READ_ONLY = (
 # Shell start-up files: protected in a writable root when they exist there; one a
 # tool creates at the top of a writable root is quarantined by the persistence guard
 # (a writable root that contains HOME, where they do run, is refused by the CLI).
-_SHELL_RC_FILES = (
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-)
+_SHELL_RC_FILES = SHELL_STARTUP_FILES
 
 # Start-up files under HOME that a shell, git or the agent runs later: protected when
 # a writable root contains HOME (`pi --sandbox` started in ~).
