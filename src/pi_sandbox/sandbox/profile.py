@@ -1217,6 +1217,16 @@ def _protect_git_target(
     protected.append(real)
 
 
+def _hard_links(path: str, *, follow_symlinks: bool) -> int:
+    """How many names (hard links) the regular file at ``path`` has; 0 when it is
+    missing, unreadable or not a regular file (nothing to refuse)."""
+    try:
+        info = os.stat(path, follow_symlinks=follow_symlinks)
+    except OSError:
+        return 0
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
+
+
 def _refuse_hard_links(path: str, what: str) -> None:
     """A read-only bind protects one name; another hard link to the same file in a
     writable directory would still change its content: refuse.
@@ -1224,13 +1234,10 @@ def _refuse_hard_links(path: str, what: str) -> None:
     Raises:
         SandboxError: ``path`` is a regular file with more than one link.
     """
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+    links = _hard_links(path, follow_symlinks=False)
+    if links > 1:
         raise SandboxError(
-            f"{what} has {info.st_nlink} hard links; through another name a tool could "
+            f"{what} has {links} hard links; through another name a tool could "
             "still change it. Replace the extra links with copies"
         )
 
@@ -1243,13 +1250,10 @@ def _refuse_other_names(path: str, entry: str) -> None:
         SandboxError: ``path`` (symlinks followed) is a regular file with more than
             one link; the message names the ``deny_read`` entry.
     """
-    try:
-        info = os.stat(path)
-    except OSError:
-        return
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+    links = _hard_links(path, follow_symlinks=True)
+    if links > 1:
         raise SandboxError(
-            f"sandbox.filesystem.deny_read: {entry!r} has {info.st_nlink} hard links; the "
+            f"sandbox.filesystem.deny_read: {entry!r} has {links} hard links; the "
             "sandbox masks one name and another would still show the file. Replace the "
             "extra links with copies (find / -samefile PATH lists them)"
         )
