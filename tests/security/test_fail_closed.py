@@ -187,7 +187,7 @@ async def test_every_event_fault_has_the_documented_outcome(pool_opener, tmp_pat
     """The table in hook_kinds (and docs/extensions.md): a failing handler of a
     fail-closed event is never skipped silently; fail-open events report and go on."""
     path = write_extension(tmp_path, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     async with pool_opener([path], hook_timeout_s=timeout) as pool:
         assert not pool.load_errors
         with trio.fail_after(RUN_TIMEOUT_S):
@@ -267,7 +267,7 @@ async def test_a_failing_tool_result_hook_withholds_the_result_from_the_model(
     pool_opener, tmp_path, fault
 ):
     path = write_extension(tmp_path, ["tool_result"], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     async with pool_opener([path], hook_timeout_s=timeout) as pool:
         (pool.config.cwd / "secret.txt").write_text(f"token={SENTINEL}\n")
         events: list[dict[str, Any]] = []
@@ -332,6 +332,21 @@ def policy_with_timeout(tmp_path: Path, seconds: float, extra: str = "") -> Path
     return policy
 
 
+def handler_deadline(fault: str | None) -> float:
+    """The handler deadline of a run with ``fault``: short when the handler hangs."""
+    return FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+
+
+def guard_flags(tmp_path: Path, events: list[str], fault: str | None) -> tuple[Path, list[str]]:
+    """The guard (``tmp_path/ext/guard.py``) handling ``events`` with ``fault``, and the
+    ``pi`` flags that load it under a policy with `handler_deadline`."""
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    path = write_extension(ext_dir, events, fault)
+    policy = policy_with_timeout(tmp_path, handler_deadline(fault))
+    return path, ["-e", str(path), "--policy", str(policy)]
+
+
 def session_text(tmp_path: Path) -> str:
     sessions = tmp_path / "agent" / "sessions"
     files = list(sessions.rglob("*.jsonl")) if sessions.exists() else []
@@ -345,17 +360,14 @@ def test_tool_result_secret_never_reaches_model_session_or_stdout(tmp_path, faul
     """With every fault the model gets the withheld error result and the secret is in
     no request, not in the session file and not on stdout; the control (fault None)
     shows the redaction really happens."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, ["tool_result"], fault)
+    _, guard = guard_flags(tmp_path, ["tool_result"], fault)
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "secret.txt").write_text(f"token={SENTINEL}\n")
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
     replies = [tool_calls(("r1", "read", {"path": "secret.txt"})), text("done")]
     with FakeOpenAI(replies) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("--mode", "json", "--model", "openai/x", "--base-url", server.url, "read it"),
         )
         requests = list(server.requests)
@@ -419,14 +431,11 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
     """``context`` / ``before_provider_request`` fail closed: the untransformed
     context is never sent; the run stops with exit 1 and an error naming the
     extension. The control redacts the sentinel from the request."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    path, guard = guard_flags(tmp_path, [event], fault)
     with FakeOpenAI([text("done")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("-p", "--model", "openai/x", "--base-url", server.url, f"my key is {SENTINEL}"),
         )
         requests = list(server.requests)
@@ -447,14 +456,11 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
 def test_a_failed_prompt_hook_sends_no_prompt(tmp_path, event, fault):
     """``input`` / ``before_agent_start`` fail closed: no request is sent and the run
     ends with exit 1 naming the extension. The control rewrites what is sent."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    path, guard = guard_flags(tmp_path, [event], fault)
     with FakeOpenAI([text("done")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("-p", "--model", "openai/x", "--base-url", server.url, SENTINEL),
         )
         requests = list(server.requests)
@@ -501,14 +507,11 @@ def test_answer_deltas_are_not_streamed_while_a_message_end_hook_may_redact(tmp_
 def test_a_failed_message_end_hook_records_the_withheld_form(tmp_path, fault):
     """``message_end`` may redact what is recorded: when it fails the session file
     gets a withheld form of the message (never the original) and the run ends."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, ["message_end"], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    _, guard = guard_flags(tmp_path, ["message_end"], fault)
     with FakeOpenAI([text(f"the key is {SENTINEL}")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("-p", "--model", "openai/x", "--base-url", server.url, "hello"),
         )
     recorded = session_text(tmp_path)
@@ -534,7 +537,7 @@ def test_a_failing_user_bash_hook_blocks_the_users_command(tmp_path, fault):
     if fault != "absent":
         path = write_extension(ext_dir, ["user_bash"], fault)
         args = ["-e", str(path)]
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     stdin = json.dumps({"type": "bash", "command": "touch ran-marker", "id": "b"}) + "\n"
     proc = run_pi(
         tmp_path,
@@ -573,7 +576,7 @@ def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fau
     planted = work / ".pi" / "extensions" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef extension(pi):\n    pass\n")
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     policy = policy_with_timeout(tmp_path, timeout, "trust:\n  default: yes\n")
     args = []
     if fault != "absent":
