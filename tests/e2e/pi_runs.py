@@ -23,7 +23,15 @@ from typing import Any
 
 import yaml
 
-__all__ = ["bash_script", "json_events", "pi_env", "run_pi", "scripted_argv", "tool_texts"]
+__all__ = [
+    "bash_script",
+    "fake_provider_env",
+    "json_events",
+    "pi_env",
+    "run_pi",
+    "scripted_argv",
+    "tool_texts",
+]
 
 
 def bash_script(path: Path, commands: Iterable[str]) -> Path:
@@ -70,6 +78,19 @@ def pi_env(
         "HOME": str(home),
         "PI_CODING_AGENT_DIR": str(agent or root / "agent"),
     }
+
+
+def fake_provider_env(root: Path) -> dict[str, str]:
+    """This process's environment with HOME at ``root/home`` and ``PI_CODING_AGENT_DIR``
+    at ``root/agent`` (neither created) and without the developer's ``OPENAI_API_KEY``:
+    for runs against `fake_openai`, which needs no key, so none is sent."""
+    env = {
+        **os.environ,
+        "HOME": str(root / "home"),
+        "PI_CODING_AGENT_DIR": str(root / "agent"),
+    }
+    env.pop("OPENAI_API_KEY", None)
+    return env
 
 
 def run_pi(

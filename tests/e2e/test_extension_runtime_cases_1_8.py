@@ -11,7 +11,6 @@ otherwise the scripted model. ``--mode json`` prints every event as a JSON line;
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI, text, tool_calls
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.e2e
 
@@ -41,16 +41,6 @@ def work(tmp_path: Path) -> Path:
     path = tmp_path / "work"
     path.mkdir()
     return path
-
-
-def pi_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return env
 
 
 def pi_argv(work: Path, extensions: list[str], model: list[str], *rest: str) -> list[str]:
@@ -76,7 +66,7 @@ def run_json(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     proc = subprocess.run(
         pi_argv(work, extensions, model, "--mode", "json", prompt),
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -104,7 +94,7 @@ class Rpc:
     def __init__(self, tmp_path: Path, work: Path, extensions: list[str], model: list[str]):
         self.proc = subprocess.Popen(
             pi_argv(work, extensions, model, "--mode", "rpc"),
-            env=pi_env(tmp_path),
+            env=fake_provider_env(tmp_path),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

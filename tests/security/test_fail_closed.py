@@ -15,10 +15,8 @@ stdout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +29,11 @@ from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.worker_pool import (
     MAX_EXTENSION_RESTARTS,
-    ExtensionSource,
-    PoolConfig,
-    WorkerPool,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 from fake_openai import FakeOpenAI, text, tool_calls
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.security
 
@@ -138,31 +134,13 @@ def payload_for(event: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def pool_opener(tmp_path: Path):
+def pool_opener(open_pool):
     """``open(paths, hook_timeout_s=…, required=…)``: a started WorkerPool (real,
-    unsandboxed workers), always reaped."""
+    unsandboxed workers), always reaped (conftest's ``open_pool``)."""
 
-    @asynccontextmanager
-    async def opener(paths, *, hook_timeout_s=CONTROL_TIMEOUT_S, required=()):
-        workspace = tmp_path / "workspace"
-        workspace.mkdir(exist_ok=True)
+    def opener(paths, *, hook_timeout_s=CONTROL_TIMEOUT_S, required=()):
         rules = ExtensionRules(required=tuple((r, "/etc/pi/policy.d/test.yaml") for r in required))
-        config = PoolConfig(
-            cwd=workspace,
-            agent_dir=tmp_path / "agent",
-            home=tmp_path / "home",
-            sandbox=False,
-            hook_timeout_s=hook_timeout_s,
-            extension_rules=rules,
-        )
-        pool = WorkerPool(config)
-        async with trio.open_nursery() as nursery:
-            try:
-                await pool.start(nursery, [ExtensionSource(Path(p), "cli") for p in paths])
-                yield pool
-            finally:
-                await pool.aclose()
-                nursery.cancel_scope.cancel()
+        return open_pool(paths, hook_timeout_s=hook_timeout_s, extension_rules=rules)
 
     return opener
 
@@ -300,16 +278,6 @@ async def _drop(event: dict[str, Any]) -> None:
 # --- the CLI end to end: model request, session file, stdout ---------------------------
 
 
-def pi_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return env
-
-
 def run_pi(tmp_path: Path, *args: str, stdin: str | None = None, sandbox: bool = False):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -318,7 +286,7 @@ def run_pi(tmp_path: Path, *args: str, stdin: str | None = None, sandbox: bool =
         argv.insert(3, "--no-sandbox")
     return subprocess.run(
         [*argv, *args],
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         input=stdin,
         capture_output=True,
         text=True,
@@ -588,7 +556,7 @@ def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fau
     argv += ["--policy", str(policy), "-p", "--model", "scripted", "--script", str(script), "go"]
     proc = subprocess.run(
         argv,
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
