@@ -315,6 +315,16 @@ def guard_flags(tmp_path: Path, events: list[str], fault: str | None) -> tuple[P
     return path, ["-e", str(path), "--policy", str(policy)]
 
 
+def prompt_fake_model(tmp_path: Path, *flags: str, prompt: str):
+    """``pi -p PROMPT`` with ``flags`` against a `FakeOpenAI` answering ``done``; the
+    run and the requests the model received."""
+    with FakeOpenAI([text("done")]) as server:
+        proc = run_pi(
+            tmp_path, *flags, *("-p", "--model", "openai/x", "--base-url", server.url, prompt)
+        )
+        return proc, list(server.requests)
+
+
 def session_text(tmp_path: Path) -> str:
     sessions = tmp_path / "agent" / "sessions"
     files = list(sessions.rglob("*.jsonl")) if sessions.exists() else []
@@ -400,13 +410,7 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
     context is never sent; the run stops with exit 1 and an error naming the
     extension. The control redacts the sentinel from the request."""
     path, guard = guard_flags(tmp_path, [event], fault)
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *guard,
-            *("-p", "--model", "openai/x", "--base-url", server.url, f"my key is {SENTINEL}"),
-        )
-        requests = list(server.requests)
+    proc, requests = prompt_fake_model(tmp_path, *guard, prompt=f"my key is {SENTINEL}")
     if fault is None:
         assert proc.returncode == 0, proc.stderr
         assert len(requests) == 1 and SENTINEL not in requests[0].raw
@@ -425,13 +429,7 @@ def test_a_failed_prompt_hook_sends_no_prompt(tmp_path, event, fault):
     """``input`` / ``before_agent_start`` fail closed: no request is sent and the run
     ends with exit 1 naming the extension. The control rewrites what is sent."""
     path, guard = guard_flags(tmp_path, [event], fault)
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *guard,
-            *("-p", "--model", "openai/x", "--base-url", server.url, SENTINEL),
-        )
-        requests = list(server.requests)
+    proc, requests = prompt_fake_model(tmp_path, *guard, prompt=SENTINEL)
     if fault is None:
         assert proc.returncode == 0, proc.stderr
         [request] = requests
@@ -685,14 +683,7 @@ def test_a_required_guard_that_is_not_active_stops_the_run_before_any_model_requ
     policy = tmp_path / "policy.yaml"
     policy.write_text(f"version: 1\nextensions:\n  required: [guard]\n{extra}")
     args = [] if how == "missing" else ["-e", str(guard)]
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *args,
-            *("--policy", str(policy), "-p", "--model", "openai/x", "--base-url", server.url),
-            "go",
-        )
-        requests = list(server.requests)
+    proc, requests = prompt_fake_model(tmp_path, *args, "--policy", str(policy), prompt="go")
     assert proc.returncode == 2, proc.stderr
     assert requests == []
     assert "required extension 'guard'" in proc.stderr and str(policy) in proc.stderr
