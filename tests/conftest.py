@@ -36,17 +36,21 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def open_pool(tmp_path: Path, workspace: Path):
-    """An async context manager factory that starts a WorkerPool and always reaps it."""
+    """An async context manager factory that starts a WorkerPool and always reaps it;
+    keyword arguments past ``origin`` are further `PoolConfig` fields."""
     from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
     @asynccontextmanager
-    async def opener(extensions=(), *, sandbox=False, hook_timeout_s=10.0, origin="cli"):
+    async def opener(
+        extensions=(), *, sandbox=False, hook_timeout_s=10.0, origin="cli", **config_fields
+    ):
         config = PoolConfig(
             cwd=workspace,
             agent_dir=tmp_path / "agent",
             home=tmp_path / "home",
             sandbox=sandbox,
             hook_timeout_s=hook_timeout_s,
+            **config_fields,
         )
         pool = WorkerPool(config)
         async with trio.open_nursery() as nursery:

@@ -12,8 +12,9 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["FileRefusedError", "read_regular_file"]
+__all__ = ["FileRefusedError", "read_regular_file", "special_file_kind"]
 
 
 class FileRefusedError(ValueError):
@@ -66,3 +67,20 @@ def read_regular_file(
     if len(data) > max_bytes:  # it grew since the fstat
         raise FileRefusedError(f"{path}: larger than the limit of {max_bytes} bytes")
     return data
+
+
+def special_file_kind(mode: int) -> Literal["socket", "fifo", "device"] | None:
+    """What a file of this ``st_mode`` is when it is a channel or a device rather than
+    data: ``"socket"`` (Unix socket), ``"fifo"``, ``"device"`` (character or block);
+    None for a regular file, a directory, a symlink or any other type.
+
+    The one classification the sandbox's bind checks
+    (`pi_sandbox.sandbox.special_files`) and the trust fingerprint's digests
+    (`pi_sandbox.resources.trust_fingerprint`) both use."""
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return None

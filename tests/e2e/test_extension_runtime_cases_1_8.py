@@ -11,7 +11,6 @@ otherwise the scripted model. ``--mode json`` prints every event as a JSON line;
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI, text, tool_calls
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.e2e
 
@@ -49,16 +49,6 @@ def work(tmp_path: Path) -> Path:
     return path
 
 
-def pi_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return env
-
-
 def pi_argv(work: Path, extensions: list[str], model: list[str], *rest: str) -> list[str]:
     argv = [sys.executable, "-m", "pi_sandbox.cli", "--no-sandbox", "--no-session"]
     argv += ["--no-extensions", "-C", str(work), *model]
@@ -82,7 +72,7 @@ def run_json(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     proc = subprocess.run(
         pi_argv(work, extensions, model, "--mode", "json", prompt),
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -110,7 +100,7 @@ class Rpc:
     def __init__(self, tmp_path: Path, work: Path, extensions: list[str], model: list[str]):
         self.proc = subprocess.Popen(
             pi_argv(work, extensions, model, "--mode", "rpc"),
-            env=pi_env(tmp_path),
+            env=fake_provider_env(tmp_path),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -572,27 +562,34 @@ def test_case_7_input_patches_merge_a_bad_patch_is_an_error_result_and_the_guard
 # --- case 8 -------------------------------------------------------------------------------
 
 
-def test_case_8_tool_result_chain_redacts_and_appends(tmp_path, work):
-    """Case 8: two ``tool_result`` handlers (redact, append): the model sees the
-    redacted and appended text, ``details`` are preserved, the secret never reaches
-    the provider request."""
-    secret = "SECRET-c8-4711"
+C8_SECRET = "SECRET-c8-4711"
+"""What c8_leak's tool result holds (tests/fixtures/extensions/runtime/c8_*.py)."""
+
+
+def run_case_8(tmp_path: Path, work: Path, extensions: list[str]):
+    """Case 8's run: the model calls ``c8_leak`` once, then answers; returns the run,
+    its events, the tool message of the second (last) provider request, and the
+    requests."""
     with FakeOpenAI([tool_calls(("leak1", "c8_leak", {})), text("case eight done")]) as server:
-        proc, events = run_json(
-            tmp_path,
-            work,
-            ["c8_source", "c8_redact", "c8_append"],
-            openai(server),
-            "get the token",
-        )
+        proc, events = run_json(tmp_path, work, extensions, openai(server), "get the token")
         requests = list(server.requests)
     assert proc.returncode == 0, proc.stderr
     assert len(requests) == 2
     [tool_message] = requests[1].tool_messages()
+    return proc, events, tool_message, requests
+
+
+def test_case_8_tool_result_chain_redacts_and_appends(tmp_path, work):
+    """Case 8: two ``tool_result`` handlers (redact, append): the model sees the
+    redacted and appended text, ``details`` are preserved, the secret never reaches
+    the provider request."""
+    proc, events, tool_message, requests = run_case_8(
+        tmp_path, work, ["c8_source", "c8_redact", "c8_append"]
+    )
     assert tool_message["tool_call_id"] == "leak1"
     sent = json.dumps(tool_message["content"])
     assert "token=[redacted] status=ok" in sent and "appended-by-c8" in sent
-    assert all(secret not in r.raw for r in requests)
+    assert all(C8_SECRET not in r.raw for r in requests)
     [end] = of(events, "tool_execution_end")
     assert not end["isError"]
     assert [b["text"] for b in end["result"]["content"]] == [
@@ -605,7 +602,7 @@ def test_case_8_tool_result_chain_redacts_and_appends(tmp_path, work):
     ]
     assert result_messages[0]["details"] == {"kept": [1, 2, 3], "origin": "c8_source"}
     assert not [e for e in of(events, "extension_error") if e["event"] == "tool_result"]
-    assert secret not in proc.stdout and secret not in proc.stderr
+    assert C8_SECRET not in proc.stdout and C8_SECRET not in proc.stderr
 
 
 def test_case_8_a_raising_tool_result_hook_withholds_the_result(tmp_path, work):
@@ -613,25 +610,15 @@ def test_case_8_a_raising_tool_result_hook_withholds_the_result(tmp_path, work):
     closed (the departure from issue 5's fail-open chain): the model gets an error
     result saying the result was withheld and which extension failed; the secret
     never reaches the provider, the output or the events."""
-    secret = "SECRET-c8-4711"
-    with FakeOpenAI([tool_calls(("leak1", "c8_leak", {})), text("case eight done")]) as server:
-        proc, events = run_json(
-            tmp_path,
-            work,
-            ["c8_source", "c8_redact", "c8_append", "c8_raise"],
-            openai(server),
-            "get the token",
-        )
-        requests = list(server.requests)
-    assert proc.returncode == 0, proc.stderr
-    assert len(requests) == 2
-    [tool_message] = requests[1].tool_messages()
+    proc, events, tool_message, requests = run_case_8(
+        tmp_path, work, ["c8_source", "c8_redact", "c8_append", "c8_raise"]
+    )
     sent = json.dumps(tool_message["content"])
     assert "withheld" in sent and "c8 third hook exploded" in sent and "c8_raise" in sent
-    assert all(secret not in r.raw for r in requests)
+    assert all(C8_SECRET not in r.raw for r in requests)
     [end] = of(events, "tool_execution_end")
     assert end["isError"] and end["result"]["details"]["withheld"] is True
     errors = [e for e in of(events, "extension_error") if e["event"] == "tool_result"]
     assert [e["extensionPath"] for e in errors] == [str(fixture("c8_raise"))]
     assert "c8 third hook exploded" in errors[0]["error"]
-    assert secret not in proc.stdout and secret not in proc.stderr
+    assert C8_SECRET not in proc.stdout and C8_SECRET not in proc.stderr

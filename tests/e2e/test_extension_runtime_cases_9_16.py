@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import trio
 from fake_openai import FakeOpenAI, text, tool_calls
+from pi_runs import fake_provider_env
 
 from pi_sandbox.supervisor.agent_session import AgentSession
 from pi_sandbox.supervisor.session_file import SessionWriter
@@ -64,13 +65,7 @@ def ws(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return env
+    return fake_provider_env(tmp_path)
 
 
 def policy_file(tmp_path: Path, handler_timeout_s: float) -> Path:

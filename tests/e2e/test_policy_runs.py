@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pi_runs import scripted_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -110,20 +111,9 @@ class Setup:
 
     def argv(self, script: Path, *flags: str, session: bool = False) -> list[str]:
         """The ``pi`` command line of a scripted run over the workspace."""
-        return [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            *(() if session else ("--no-session",)),
-            "-C",
-            str(self.workspace),
-            *flags,
-            "go",
-        ]
+        return scripted_argv(
+            script, self.workspace, *(() if session else ("--no-session",)), *flags
+        )
 
     def run(
         self, script: Path, *flags: str, session: bool = False

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from pi_runs import pi_env, run_pi, scripted_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -86,34 +85,19 @@ def run(
     script = root / "script.yaml"
     call = {"id": "c1", "name": "read", "arguments": {"path": "data.txt"}}
     script.write_text(yaml.safe_dump([{"tool_calls": [call]}, {"text": "done"}]))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
+    proc = run_pi(
+        scripted_argv(
+            script,
+            ws,
             "--no-session",
             "--trust",
             "yes",
             "--sandbox" if sandbox else "--no-sandbox",
-            "-C",
-            str(ws),
             "-p",
             "--mode",
             "json",
-            "go",
-        ],
-        env={
-            **os.environ,
-            "HOME": str(root / "home"),
-            "PI_CODING_AGENT_DIR": str(agent),
-            "PI_MANAGED_POLICY_DIR": str(root / "managed.d"),
-        },
-        capture_output=True,
-        text=True,
+        ),
+        env=pi_env(root, agent=agent, extra={"PI_MANAGED_POLICY_DIR": str(root / "managed.d")}),
         timeout=180,
         cwd=root,
     )

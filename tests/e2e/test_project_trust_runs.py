@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI, text
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.e2e
 
@@ -63,16 +64,6 @@ def proj(tmp_path: Path) -> Path:
     return root
 
 
-def env(tmp_path: Path) -> dict[str, str]:
-    result = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    result.pop("OPENAI_API_KEY", None)
-    return result
-
-
 def pi(
     tmp_path: Path, *args: str, stdin: str | None = None, model: list[str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -86,7 +77,7 @@ def pi(
     return subprocess.run(
         [*argv, *args],
         input=stdin,
-        env=env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -202,7 +193,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
             "--mode",
             "rpc",
         ],
-        env=env(tmp_path),
+        env=fake_provider_env(tmp_path),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,7 +5,6 @@ loopback OpenAI-compatible server where the provider request must be checked."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI, text
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.e2e
 
@@ -42,17 +42,6 @@ def argv(tmp_path: Path, *rest: str, model: list[str] | None = None) -> list[str
     ]
 
 
-def env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    values = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-        **extra,
-    }
-    values.pop("OPENAI_API_KEY", None)
-    return values
-
-
 def run_pi(
     tmp_path: Path, *args: str, model: list[str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -60,7 +49,7 @@ def run_pi(
     return subprocess.run(
         argv(tmp_path, *args, model=model),
         input=stdin,
-        env=env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
@@ -81,7 +70,7 @@ class RpcSession:
     def __init__(self, tmp_path: Path, *args: str, model: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
             argv(tmp_path, "--mode", "rpc", *args, model=model),
-            env=env(tmp_path),
+            env=fake_provider_env(tmp_path),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -136,7 +125,7 @@ def test_malformed_command_lines_each_get_one_failed_response_and_the_session_go
     proc = subprocess.run(
         argv(tmp_path, "--mode", "rpc"),
         input=stdin,
-        env=env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         timeout=120,
     )

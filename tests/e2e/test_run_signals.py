@@ -179,6 +179,17 @@ class Run:
 
         return wait_for(sleeping, "the sandboxed `sleep 300` to start")
 
+    def sigterm_during_the_call(self) -> None:
+        """Once the bash call runs, send SIGTERM and wait until pi acknowledges it:
+        the tear-down has begun."""
+        self.wait_for_sleep()
+        self.process.send_signal(signal.SIGTERM)
+        wait_for(
+            lambda: "SIGTERM received" in self.stderr(),
+            "pi to acknowledge SIGTERM",
+            detail=self.state,
+        )
+
     def wait(self) -> int:
         try:
             self.stdout, _ = self.process.communicate(timeout=DEADLINE_S)
@@ -250,11 +261,7 @@ def test_sighup_during_the_tear_down_after_sigterm_is_ignored_and_the_run_still_
     tmp_path: Path,
 ):
     run = Run(tmp_path, slow_shutdown=True)
-    run.wait_for_sleep()
-    run.process.send_signal(signal.SIGTERM)
-    wait_for(
-        lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM", detail=run.state
-    )
+    run.sigterm_during_the_call()
     # The slow extension's session_shutdown handler holds the tear-down open.
     run.process.send_signal(signal.SIGHUP)
     wait_for(lambda: "SIGHUP ignored" in run.stderr(), "pi to ignore SIGHUP", detail=run.state)
@@ -268,11 +275,7 @@ def test_a_second_sigterm_kills_the_workers_instead_of_waiting_for_a_slow_shutdo
     tmp_path: Path,
 ):
     run = Run(tmp_path, slow_shutdown=True)
-    run.wait_for_sleep()
-    run.process.send_signal(signal.SIGTERM)
-    wait_for(
-        lambda: "SIGTERM received" in run.stderr(), "pi to acknowledge SIGTERM", detail=run.state
-    )
+    run.sigterm_during_the_call()
     run.process.send_signal(signal.SIGTERM)
     # The handler never returns (RELEASE is never created): only the second
     # signal's kill ends the tear-down before the 10 s session_shutdown bound.

@@ -15,12 +15,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
+from pi_runs import bash_script, pi_env, run_pi, scripted_argv, tool_texts
+from pi_runs import json_events as events
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 
@@ -28,49 +28,12 @@ DEADLINE_S = 90.0
 
 
 def script_for(directory: Path, *commands: str) -> Path:
-    turns = [{"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in commands]
     directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "script.yaml"
-    script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
-    return script
+    return bash_script(directory / "script.yaml", commands)
 
 
 def pi_argv(workspace: Path, script: Path, *flags: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pi_sandbox.cli",
-        "--sandbox",
-        "--mode",
-        "json",
-        "--model",
-        "scripted",
-        "--script",
-        str(script),
-        "--no-session",
-        "-C",
-        str(workspace),
-        *flags,
-        "go",
-    ]
-
-
-def pi_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {**os.environ, "HOME": str(home), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
-
-
-def events(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def tool_texts(stdout: str) -> list[str]:
-    return [
-        "".join(block.get("text", "") for block in e["result"]["content"])
-        for e in events(stdout)
-        if e["type"] == "tool_execution_end"
-    ]
+    return scripted_argv(script, workspace, "--sandbox", "--mode", "json", "--no-session", *flags)
 
 
 def listing(path: Path) -> list[str]:
@@ -97,11 +60,9 @@ def test_the_models_listing_is_the_hosts_and_a_normal_exit_leaves_only_its_files
     tmp_path, workspace
 ):
     before = listing(workspace)
-    result = subprocess.run(
+    result = run_pi(
         pi_argv(workspace, script_for(tmp_path / "s", "ls -A", "echo x > made.txt")),
         env=pi_env(tmp_path),
-        capture_output=True,
-        text=True,
         timeout=DEADLINE_S,
     )
     assert result.returncode == 0, result.stderr
@@ -149,14 +110,12 @@ def test_a_signalled_supervisor_leaves_only_what_the_model_made(tmp_path, worksp
 
 def test_a_crashed_tool_worker_leaves_only_what_the_model_made(tmp_path, workspace):
     before = listing(workspace)
-    result = subprocess.run(
+    result = run_pi(
         pi_argv(
             workspace,
             script_for(tmp_path / "s", "touch one; kill -9 $PPID", "touch two; ls -A"),
         ),
         env=pi_env(tmp_path),
-        capture_output=True,
-        text=True,
         timeout=DEADLINE_S,
     )
     assert result.returncode == 0, result.stderr
@@ -185,7 +144,7 @@ PLANTS = {
 def test_every_planted_persistence_name_is_quarantined_and_reported(tmp_path, workspace):
     before = listing(workspace)
     audit = tmp_path / "audit.jsonl"
-    result = subprocess.run(
+    result = run_pi(
         pi_argv(
             workspace,
             script_for(tmp_path / "s", "; ".join(PLANTS.values()) + "; touch ordinary.txt"),
@@ -193,8 +152,6 @@ def test_every_planted_persistence_name_is_quarantined_and_reported(tmp_path, wo
             str(audit),
         ),
         env=pi_env(tmp_path),
-        capture_output=True,
-        text=True,
         timeout=DEADLINE_S,
     )
     assert result.returncode == 0, result.stderr
@@ -225,7 +182,7 @@ def test_a_protected_name_is_quarantined_while_the_call_that_made_it_still_runs(
 ):
     # The window is one inotify-driven check, not the rest of the call: the same
     # command sees its .envrc vanish (bounded loop, 60 s, never a guessed sleep).
-    result = subprocess.run(
+    result = run_pi(
         pi_argv(
             workspace,
             script_for(
@@ -235,8 +192,6 @@ def test_a_protected_name_is_quarantined_while_the_call_that_made_it_still_runs(
             ),
         ),
         env=pi_env(tmp_path),
-        capture_output=True,
-        text=True,
         timeout=DEADLINE_S,
     )
     assert result.returncode == 0, result.stderr
@@ -250,14 +205,12 @@ def test_a_protected_name_is_quarantined_while_the_call_that_made_it_still_runs(
 
 
 def test_a_plain_run_prints_the_quarantine_notice(tmp_path, workspace):
-    result = subprocess.run(
+    result = run_pi(
         [
             arg if arg != "json" else "text"
             for arg in pi_argv(workspace, script_for(tmp_path / "s", "touch .envrc"))
         ],
         env=pi_env(tmp_path),
-        capture_output=True,
-        text=True,
         timeout=DEADLINE_S,
     )
     assert result.returncode == 0, result.stderr
@@ -288,11 +241,9 @@ def test_concurrent_runs_neither_see_nor_disturb_each_other(tmp_path, workspace,
     )
     try:
         wait_for(lambda: (workspace / "a-started").exists(), "run A's call to start")
-        second = subprocess.run(
+        second = run_pi(
             pi_argv(inner, script_for(tmp_path / "b", "ls -A", "touch b-done")),
             env=pi_env(tmp_path),
-            capture_output=True,
-            text=True,
             timeout=DEADLINE_S,
         )
         out, err = first.communicate(timeout=DEADLINE_S)

@@ -12,54 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from pi_runs import bash_script, pi_env, run_pi, scripted_argv
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
-
-
-def script_for(tmp_path: Path, command: str | list[str]) -> Path:
-    commands = [command] if isinstance(command, str) else command
-    turns = [
-        {"tool_calls": [{"name": "bash", "arguments": {"command": text}}]} for text in commands
-    ]
-    script = tmp_path / "script.yaml"
-    script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
-    return script
-
-
-def pi_argv(workspace: Path, script: Path, *flags: str) -> list[str]:
-    """``pi --sandbox --mode json`` over ``script`` in ``workspace``."""
-    return [
-        sys.executable,
-        "-m",
-        "pi_sandbox.cli",
-        "--sandbox",
-        "--mode",
-        "json",
-        "--model",
-        "scripted",
-        "--script",
-        str(script),
-        "--no-session",
-        "-C",
-        str(workspace),
-        *flags,
-        "go",
-    ]
-
-
-def pi_env(tmp_path: Path, *, agent: Path | None = None, home: Path | None = None) -> dict:
-    home = home or tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {
-        **os.environ,
-        "HOME": str(home),
-        "PI_CODING_AGENT_DIR": str(agent or tmp_path / "agent"),
-    }
 
 
 def pi(
@@ -72,11 +30,11 @@ def pi(
 ):
     """Run one sandboxed session whose scripted model makes one ``bash`` call per
     command given, then stops."""
-    return subprocess.run(
-        pi_argv(workspace, script_for(tmp_path, command), *flags),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    script = bash_script(
+        tmp_path / "script.yaml", [command] if isinstance(command, str) else command
+    )
+    return run_pi(
+        scripted_argv(script, workspace, "--sandbox", "--mode", "json", "--no-session", *flags),
         env=pi_env(tmp_path, agent=agent, home=home),
     )
 

@@ -15,10 +15,8 @@ stdout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +29,11 @@ from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.worker_pool import (
     MAX_EXTENSION_RESTARTS,
-    ExtensionSource,
-    PoolConfig,
-    WorkerPool,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 from fake_openai import FakeOpenAI, text, tool_calls
+from pi_runs import fake_provider_env
 
 pytestmark = pytest.mark.security
 
@@ -138,31 +134,13 @@ def payload_for(event: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def pool_opener(tmp_path: Path):
+def pool_opener(open_pool):
     """``open(paths, hook_timeout_s=…, required=…)``: a started WorkerPool (real,
-    unsandboxed workers), always reaped."""
+    unsandboxed workers), always reaped (conftest's ``open_pool``)."""
 
-    @asynccontextmanager
-    async def opener(paths, *, hook_timeout_s=CONTROL_TIMEOUT_S, required=()):
-        workspace = tmp_path / "workspace"
-        workspace.mkdir(exist_ok=True)
+    def opener(paths, *, hook_timeout_s=CONTROL_TIMEOUT_S, required=()):
         rules = ExtensionRules(required=tuple((r, "/etc/pi/policy.d/test.yaml") for r in required))
-        config = PoolConfig(
-            cwd=workspace,
-            agent_dir=tmp_path / "agent",
-            home=tmp_path / "home",
-            sandbox=False,
-            hook_timeout_s=hook_timeout_s,
-            extension_rules=rules,
-        )
-        pool = WorkerPool(config)
-        async with trio.open_nursery() as nursery:
-            try:
-                await pool.start(nursery, [ExtensionSource(Path(p), "cli") for p in paths])
-                yield pool
-            finally:
-                await pool.aclose()
-                nursery.cancel_scope.cancel()
+        return open_pool(paths, hook_timeout_s=hook_timeout_s, extension_rules=rules)
 
     return opener
 
@@ -187,7 +165,7 @@ async def test_every_event_fault_has_the_documented_outcome(pool_opener, tmp_pat
     """The table in hook_kinds (and docs/extensions.md): a failing handler of a
     fail-closed event is never skipped silently; fail-open events report and go on."""
     path = write_extension(tmp_path, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     async with pool_opener([path], hook_timeout_s=timeout) as pool:
         assert not pool.load_errors
         with trio.fail_after(RUN_TIMEOUT_S):
@@ -267,7 +245,7 @@ async def test_a_failing_tool_result_hook_withholds_the_result_from_the_model(
     pool_opener, tmp_path, fault
 ):
     path = write_extension(tmp_path, ["tool_result"], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     async with pool_opener([path], hook_timeout_s=timeout) as pool:
         (pool.config.cwd / "secret.txt").write_text(f"token={SENTINEL}\n")
         events: list[dict[str, Any]] = []
@@ -300,16 +278,6 @@ async def _drop(event: dict[str, Any]) -> None:
 # --- the CLI end to end: model request, session file, stdout ---------------------------
 
 
-def pi_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return env
-
-
 def run_pi(tmp_path: Path, *args: str, stdin: str | None = None, sandbox: bool = False):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -318,7 +286,7 @@ def run_pi(tmp_path: Path, *args: str, stdin: str | None = None, sandbox: bool =
         argv.insert(3, "--no-sandbox")
     return subprocess.run(
         [*argv, *args],
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         input=stdin,
         capture_output=True,
         text=True,
@@ -330,6 +298,31 @@ def policy_with_timeout(tmp_path: Path, seconds: float, extra: str = "") -> Path
     policy = tmp_path / "policy.yaml"
     policy.write_text(f"version: 1\nextensions:\n  handler_timeout_s: {seconds}\n{extra}")
     return policy
+
+
+def handler_deadline(fault: str | None) -> float:
+    """The handler deadline of a run with ``fault``: short when the handler hangs."""
+    return FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+
+
+def guard_flags(tmp_path: Path, events: list[str], fault: str | None) -> tuple[Path, list[str]]:
+    """The guard (``tmp_path/ext/guard.py``) handling ``events`` with ``fault``, and the
+    ``pi`` flags that load it under a policy with `handler_deadline`."""
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    path = write_extension(ext_dir, events, fault)
+    policy = policy_with_timeout(tmp_path, handler_deadline(fault))
+    return path, ["-e", str(path), "--policy", str(policy)]
+
+
+def prompt_fake_model(tmp_path: Path, *flags: str, prompt: str):
+    """``pi -p PROMPT`` with ``flags`` against a `FakeOpenAI` answering ``done``; the
+    run and the requests the model received."""
+    with FakeOpenAI([text("done")]) as server:
+        proc = run_pi(
+            tmp_path, *flags, *("-p", "--model", "openai/x", "--base-url", server.url, prompt)
+        )
+        return proc, list(server.requests)
 
 
 def session_text(tmp_path: Path) -> str:
@@ -345,17 +338,14 @@ def test_tool_result_secret_never_reaches_model_session_or_stdout(tmp_path, faul
     """With every fault the model gets the withheld error result and the secret is in
     no request, not in the session file and not on stdout; the control (fault None)
     shows the redaction really happens."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, ["tool_result"], fault)
+    _, guard = guard_flags(tmp_path, ["tool_result"], fault)
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "secret.txt").write_text(f"token={SENTINEL}\n")
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
     replies = [tool_calls(("r1", "read", {"path": "secret.txt"})), text("done")]
     with FakeOpenAI(replies) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("--mode", "json", "--model", "openai/x", "--base-url", server.url, "read it"),
         )
         requests = list(server.requests)
@@ -419,17 +409,8 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
     """``context`` / ``before_provider_request`` fail closed: the untransformed
     context is never sent; the run stops with exit 1 and an error naming the
     extension. The control redacts the sentinel from the request."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
-            *("-p", "--model", "openai/x", "--base-url", server.url, f"my key is {SENTINEL}"),
-        )
-        requests = list(server.requests)
+    path, guard = guard_flags(tmp_path, [event], fault)
+    proc, requests = prompt_fake_model(tmp_path, *guard, prompt=f"my key is {SENTINEL}")
     if fault is None:
         assert proc.returncode == 0, proc.stderr
         assert len(requests) == 1 and SENTINEL not in requests[0].raw
@@ -447,17 +428,8 @@ def test_a_failed_request_transform_sends_nothing_to_the_model(tmp_path, event, 
 def test_a_failed_prompt_hook_sends_no_prompt(tmp_path, event, fault):
     """``input`` / ``before_agent_start`` fail closed: no request is sent and the run
     ends with exit 1 naming the extension. The control rewrites what is sent."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, [event], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
-            *("-p", "--model", "openai/x", "--base-url", server.url, SENTINEL),
-        )
-        requests = list(server.requests)
+    path, guard = guard_flags(tmp_path, [event], fault)
+    proc, requests = prompt_fake_model(tmp_path, *guard, prompt=SENTINEL)
     if fault is None:
         assert proc.returncode == 0, proc.stderr
         [request] = requests
@@ -501,14 +473,11 @@ def test_answer_deltas_are_not_streamed_while_a_message_end_hook_may_redact(tmp_
 def test_a_failed_message_end_hook_records_the_withheld_form(tmp_path, fault):
     """``message_end`` may redact what is recorded: when it fails the session file
     gets a withheld form of the message (never the original) and the run ends."""
-    ext_dir = tmp_path / "ext"
-    ext_dir.mkdir()
-    path = write_extension(ext_dir, ["message_end"], fault)
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    _, guard = guard_flags(tmp_path, ["message_end"], fault)
     with FakeOpenAI([text(f"the key is {SENTINEL}")]) as server:
         proc = run_pi(
             tmp_path,
-            *("-e", str(path), "--policy", str(policy_with_timeout(tmp_path, timeout))),
+            *guard,
             *("-p", "--model", "openai/x", "--base-url", server.url, "hello"),
         )
     recorded = session_text(tmp_path)
@@ -534,7 +503,7 @@ def test_a_failing_user_bash_hook_blocks_the_users_command(tmp_path, fault):
     if fault != "absent":
         path = write_extension(ext_dir, ["user_bash"], fault)
         args = ["-e", str(path)]
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     stdin = json.dumps({"type": "bash", "command": "touch ran-marker", "id": "b"}) + "\n"
     proc = run_pi(
         tmp_path,
@@ -573,7 +542,7 @@ def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fau
     planted = work / ".pi" / "extensions" / "planted.py"
     planted.parent.mkdir(parents=True)
     planted.write_text(f"open({str(marker)!r}, 'w').write('ran')\n\ndef extension(pi):\n    pass\n")
-    timeout = FAULT_TIMEOUT_S if fault == "timeout" else CONTROL_TIMEOUT_S
+    timeout = handler_deadline(fault)
     policy = policy_with_timeout(tmp_path, timeout, "trust:\n  default: yes\n")
     args = []
     if fault != "absent":
@@ -585,7 +554,7 @@ def test_a_failing_project_trust_hook_leaves_the_project_untrusted(tmp_path, fau
     argv += ["--policy", str(policy), "-p", "--model", "scripted", "--script", str(script), "go"]
     proc = subprocess.run(
         argv,
-        env=pi_env(tmp_path),
+        env=fake_provider_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -714,14 +683,7 @@ def test_a_required_guard_that_is_not_active_stops_the_run_before_any_model_requ
     policy = tmp_path / "policy.yaml"
     policy.write_text(f"version: 1\nextensions:\n  required: [guard]\n{extra}")
     args = [] if how == "missing" else ["-e", str(guard)]
-    with FakeOpenAI([text("done")]) as server:
-        proc = run_pi(
-            tmp_path,
-            *args,
-            *("--policy", str(policy), "-p", "--model", "openai/x", "--base-url", server.url),
-            "go",
-        )
-        requests = list(server.requests)
+    proc, requests = prompt_fake_model(tmp_path, *args, "--policy", str(policy), prompt="go")
     assert proc.returncode == 2, proc.stderr
     assert requests == []
     assert "required extension 'guard'" in proc.stderr and str(policy) in proc.stderr

@@ -9,14 +9,16 @@ runs the same attack without the sandbox and shows that host git then runs it.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+from pi_runs import bash_script, json_events, pi_env, scripted_argv
+from pi_runs import run_pi as run_argv
 
 pytestmark = [pytest.mark.security, pytest.mark.usefixtures("require_bwrap")]
 
@@ -50,39 +52,13 @@ def make_repo(path: Path) -> Path:
 
 
 def run_pi(tmp_path: Path, workspace: Path, commands: list[str], *flags: str):
-    turns = [{"tool_calls": [{"name": "bash", "arguments": {"command": c}}]} for c in commands]
-    script = tmp_path / "script.yaml"
-    script.write_text(yaml.safe_dump([*turns, {"text": "done"}]))
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pi_sandbox.cli",
-            "--mode",
-            "json",
-            "--model",
-            "scripted",
-            "--script",
-            str(script),
-            "--no-session",
-            "-C",
-            str(workspace),
-            *flags,
-            "go",
-        ],
-        env={
-            **os.environ,
-            **GIT_ENV,
-            "HOME": str(home),
-            "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-        },
-        capture_output=True,
-        text=True,
+    script = bash_script(tmp_path / "script.yaml", commands)
+    proc = run_argv(
+        scripted_argv(script, workspace, "--mode", "json", "--no-session", *flags),
+        env=pi_env(tmp_path, extra=GIT_ENV),
         timeout=180,
     )
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = json_events(proc.stdout)
     results = [
         (
             "".join(b.get("text", "") for b in e["result"]["content"]),

@@ -30,6 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+from pi_runs import pi_env, run_pi, scripted_argv
+
 pytestmark = pytest.mark.security
 
 SENTINEL = "SENTINEL-5e0c1d-alias-do-not-leak"
@@ -78,34 +81,21 @@ class Workspace:
         script = self.root / "script.yaml"
         turn = {"tool_calls": [{"id": f"c{i}", **call} for i, call in enumerate(calls)]}
         script.write_text(yaml.safe_dump([turn, {"text": "done"}]))
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pi_sandbox.cli",
-                "--model",
-                "scripted",
-                "--script",
-                str(script),
+        proc = run_pi(
+            scripted_argv(
+                script,
+                self.ws,
                 "--sandbox" if sandbox else "--no-sandbox",
-                "-C",
-                str(self.ws),
                 "--tools",
                 "read,bash",
                 "-p",
                 "--mode",
                 "json",
-                "go",
-            ],
-            env={
-                **os.environ,
-                "HOME": str(self.root / "home"),
-                "PI_CODING_AGENT_DIR": str(self.agent),
-                "PI_MANAGED_POLICY_DIR": str(self.managed),
-            },
+            ),
+            env=pi_env(
+                self.root, agent=self.agent, extra={"PI_MANAGED_POLICY_DIR": str(self.managed)}
+            ),
             cwd=self.root,
-            capture_output=True,
-            text=True,
             timeout=180,
         )
         assert proc.returncode == 0, proc.stderr

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+from pi_runs import run_pi, scripted_argv
+
 SENTINEL = "SENTINEL-7f3a9c1e-do-not-leak"
 
 
@@ -123,27 +126,7 @@ def attack(tmp_path: Path, listener):
     }
 
     def run(*flags: str) -> tuple[subprocess.CompletedProcess[str], str]:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pi_sandbox.cli",
-                *flags,
-                "--model",
-                "scripted",
-                "--script",
-                str(script),
-                "-e",
-                str(extension),
-                "-C",
-                str(workspace),
-                "go",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = run_pi(scripted_argv(script, workspace, *flags, "-e", str(extension)), env=env)
         sessions = "".join(p.read_text() for p in (agent / "sessions").rglob("*.jsonl"))
         return proc, sessions
 

@@ -507,31 +507,22 @@ def test_project_trust_anything_else_is_an_error(result):
 
 # --- transactions ---------------------------------------------------------------------
 
+TRANSACTIONS = [
+    "session_before_switch",
+    "session_before_fork",
+    "session_before_tree",
+    "session_before_compact",
+]
 
-@pytest.mark.parametrize(
-    "event",
-    [
-        "session_before_switch",
-        "session_before_fork",
-        "session_before_tree",
-        "session_before_compact",
-    ],
-)
+
+@pytest.mark.parametrize("event", TRANSACTIONS)
 def test_transaction_keeps_the_last_result_without_cancel(event):
     state, calls = fold(event, {}, [{"compaction": {"a": 1}}, {"cancel": False}, None])
     assert state == {"result": {"cancel": False}} and calls == 3
     assert not hk.is_decisive(event, state)
 
 
-@pytest.mark.parametrize(
-    "event",
-    [
-        "session_before_switch",
-        "session_before_fork",
-        "session_before_tree",
-        "session_before_compact",
-    ],
-)
+@pytest.mark.parametrize("event", TRANSACTIONS)
 def test_transaction_handler_error_cancels_the_operation(event):
     state, calls = fold(event, {}, [{"cancel": False}, RuntimeError("boom"), None])
     assert state == {"result": {"cancel": True, "reason": "boom"}} and calls == 2

@@ -10,54 +10,17 @@ built without starting a process (its deadline and profile choices are pure).
 from __future__ import annotations
 
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
+from policy_tier_files import Files
 
-from pi_sandbox.policies import Policy, PolicyLocations, load_effective_policy
+from pi_sandbox.policies import Policy
 from pi_sandbox.policies._extension_limits import LIMIT_DEFAULTS
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
 from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
 DEFAULT_LIMITS = SandboxLimits()
-
-
-class Files:
-    """A managed directory, a user file and a project file under one tmp dir."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.managed_dir = root / "managed.d"
-        self.managed_dir.mkdir()
-        self.workspace = root / "ws"
-        (self.workspace / ".pi").mkdir(parents=True)
-        self.user = root / "agent" / "policy.yaml"
-        self.user.parent.mkdir()
-        self.project = self.workspace / ".pi" / "policy.yaml"
-
-    def managed(self, text: str) -> None:
-        _write(self.managed_dir / "50-org.yaml", text)
-
-    def set_user(self, text: str) -> None:
-        _write(self.user, text)
-
-    def set_project(self, text: str) -> None:
-        _write(self.project, text)
-
-    def load(self) -> Policy:
-        return load_effective_policy(
-            PolicyLocations(
-                policy_files=(),
-                managed_dirs=(self.managed_dir,),
-                user_file=self.user,
-                project_file=self.project,
-            )
-        )
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
 @pytest.fixture

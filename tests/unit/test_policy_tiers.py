@@ -9,10 +9,10 @@ Every test builds its files under ``tmp_path`` and loads them with
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
+from policy_tier_files import Files, write_dedented
 
 from pi_sandbox.errors import PolicyFileError
 from pi_sandbox.policies import (
@@ -23,7 +23,6 @@ from pi_sandbox.policies import (
     PolicyStore,
     ValueOrigin,
     build_policy,
-    evaluate_tool_call,
     load_effective_policy,
     load_policy_file,
 )
@@ -31,54 +30,6 @@ from pi_sandbox.sandbox.settings import SandboxLimits
 from pi_sandbox.supervisor.worker_pool import ExtensionSource, discover_extensions
 
 DEFAULT_LIMITS = SandboxLimits()
-
-
-class Files:
-    """A managed directory, a user file and a project file under one tmp dir."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.managed_dir = root / "managed.d"
-        self.managed_dir.mkdir()
-        self.workspace = root / "ws"
-        (self.workspace / ".pi").mkdir(parents=True)
-        self.user = root / "agent" / "policy.yaml"
-        self.user.parent.mkdir()
-        self.project = self.workspace / ".pi" / "policy.yaml"
-        self.policy_files: list[Path] = []
-
-    def managed(self, text: str, name: str = "50-org.yaml") -> Path:
-        return _write(self.managed_dir / name, text)
-
-    def cli(self, text: str, name: str = "cli.yaml") -> Path:
-        path = _write(self.root / name, text)
-        self.policy_files.append(path)
-        return path
-
-    def set_user(self, text: str) -> Path:
-        return _write(self.user, text)
-
-    def set_project(self, text: str) -> Path:
-        return _write(self.project, text)
-
-    def locations(self, *, trusted: bool = True) -> PolicyLocations:
-        return PolicyLocations(
-            policy_files=tuple(self.policy_files),
-            managed_dirs=(self.managed_dir,),
-            user_file=self.user,
-            project_file=self.project if trusted else None,
-        )
-
-    def load(self, *, trusted: bool = True) -> Policy:
-        return load_effective_policy(self.locations(trusted=trusted))
-
-    def decide(self, policy: Policy, command: str, tool: str = "bash"):
-        return evaluate_tool_call(policy, tool, {"command": command}, workspace=self.workspace)
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return path
 
 
 @pytest.fixture
@@ -419,7 +370,7 @@ def test_a_project_can_add_deny_read_and_deny_write_but_not_read_only(files):
 
 
 @pytest.mark.parametrize("tier", ["user", "project"])
-def test_workspace_read_in_a_lower_tier_beats_write(files, tier):
+def test_workspace_read_in_a_lower_tier_beatswrite_dedented(files, tier):
     files.managed("version: 1\nsandbox:\n  filesystem: {workspace: write}\n")
     text = "version: 1\nsandbox:\n  filesystem: {workspace: read}\n"
     path = files.set_user(text) if tier == "user" else files.set_project(text)
@@ -891,7 +842,7 @@ def test_several_managed_directories_load_in_the_order_given(files, tmp_path):
     second = tmp_path / "second.d"
     second.mkdir()
     first_file = files.managed("version: 1\n", name="90-z.yaml")
-    second_file = _write(second / "00-a.yaml", "version: 1\n")
+    second_file = write_dedented(second / "00-a.yaml", "version: 1\n")
     locations = PolicyLocations(managed_dirs=(files.managed_dir, second, tmp_path / "missing"))
     policy = load_effective_policy(locations)
     assert policy.sources == (first_file, second_file)
@@ -1255,7 +1206,9 @@ def test_any_tier_saying_git_read_wins(files, tier):
 
 
 def test_git_takes_only_read_or_commit(files):
-    path = _write(files.root / "bad.yaml", "version: 1\nsandbox:\n  filesystem: {git: write}\n")
+    path = write_dedented(
+        files.root / "bad.yaml", "version: 1\nsandbox:\n  filesystem: {git: write}\n"
+    )
     with pytest.raises(PolicyFileError, match="git"):
         load_policy_file(path)
 

@@ -315,14 +315,19 @@ class EnvironmentSection(_Strict):
     allow: Annotated[tuple[EnvName, ...], BeforeValidator(_not_null)] = ()
 
 
-def _valid_socket_path(path: str) -> str:
+def _absolute_or_home(path: str, code: str, what: str) -> str:
+    """``path`` when it is absolute or starts with ``~/``; else a validation error
+    ``code`` saying ``what`` must be so (a relative path would depend on where pi
+    is started)."""
     if not (path.startswith("/") or path.startswith("~/")):
         raise PydanticCustomError(
-            "socket_path",
-            "a socket path must be absolute or start with ~/, got {path}",
-            {"path": repr(path)},
+            code, what + " must be absolute or start with ~/, got {path}", {"path": repr(path)}
         )
     return path
+
+
+def _valid_socket_path(path: str) -> str:
+    return _absolute_or_home(path, "socket_path", "a socket path")
 
 
 SocketPaths = Annotated[
@@ -467,13 +472,7 @@ AUDIT_RECORDS = (
 
 def _valid_audit_file(path: str) -> str:
     _valid_policy_path(path)
-    if not (path.startswith("/") or path.startswith("~/")):
-        raise PydanticCustomError(
-            "audit_path",
-            "audit.file must be absolute or start with ~/, got {path}",
-            {"path": repr(path)},
-        )
-    return path
+    return _absolute_or_home(path, "audit_path", "audit.file")
 
 
 class AuditSection(_Strict):

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_sandbox.path_containment import within
-from pi_sandbox.regular_files import FileRefusedError, read_regular_file
+from pi_sandbox.regular_files import FileRefusedError, read_regular_file, special_file_kind
 
 __all__ = [
     "MAX_ENTRIES_PER_RESOURCE",
@@ -396,13 +396,7 @@ class _Budget:
 
 
 def _kind_of(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    return "other"
+    return special_file_kind(mode) or "other"
 
 
 def digest_resource(

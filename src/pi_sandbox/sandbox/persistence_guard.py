@@ -54,9 +54,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "CI_CONFIGURATION",
     "GIT_CODE_PATHS",
     "PROTECTED_ANYWHERE",
     "PROTECTED_AT_ROOT",
+    "SHELL_STARTUP_FILES",
     "Finding",
     "PersistenceGuard",
     "classify",
@@ -89,22 +91,28 @@ PROTECTED_ANYWHERE = frozenset(
 """Names that are persistence wherever they appear in a writable root (issue 14 §1):
 a tool opened in that directory (git, direnv, an editor, an agent, pi) reads them."""
 
-PROTECTED_AT_ROOT = frozenset(
-    {
-        ".github",  # workflows run with the repository's CI secrets
-        ".gitlab-ci.yml",
-        ".circleci",
-        ".bashrc",
-        ".bash_profile",
-        ".bash_login",
-        ".bash_logout",
-        ".profile",
-        ".zshrc",
-        ".zprofile",
-        ".zshenv",
-        ".zlogin",
-    }
+CI_CONFIGURATION = (
+    ".github",  # workflows run with the repository's CI secrets
+    ".gitlab-ci.yml",
+    ".circleci",
 )
+"""CI configuration: jobs run with the repository's secrets (protected at the top of
+a writable root)."""
+
+SHELL_STARTUP_FILES = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+)
+"""Shell start-up files (protected at the top of a writable root, and under HOME)."""
+
+PROTECTED_AT_ROOT = frozenset({*CI_CONFIGURATION, *SHELL_STARTUP_FILES})
 """Names that matter only at the top of a writable root (CI configuration, shell
 start-up files); deeper they are ordinary files (vendored packages ship them)."""
 

@@ -30,6 +30,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from pi_sandbox.errors import SandboxError
+from pi_sandbox.sandbox.persistence_guard import (
+    CI_CONFIGURATION,
+    PROTECTED_ANYWHERE,
+    SHELL_STARTUP_FILES,
+)
 from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
 from pi_sandbox.sandbox.special_files import check_bindable, special_kind
 
@@ -90,31 +95,9 @@ _ETC_ENTRIES = (
 # Not exhaustive: a policy's deny_write adds others.
 # An existing entry is bound read-only. A missing one is not mounted (a mount point
 # would be a new directory on the host, issue 14 §1): the persistence guard
-# (sandbox/persistence_guard.py) quarantines it if a tool creates it.
-PROTECTED_IN_WORKSPACE = (
-    ".git",
-    ".pi",
-    ".agents",
-    ".vscode",
-    ".idea",
-    ".envrc",
-    ".mcp.json",
-    ".claude",
-    ".cursor",
-    ".gemini",
-    ".continue",
-    ".windsurf",
-    ".roo",
-    ".zed",
-    ".devcontainer",
-    ".husky",
-    ".github",
-    ".gitlab-ci.yml",
-    ".circleci",
-    ".pre-commit-config.yaml",
-    ".mise.toml",
-    "mise.toml",
-)
+# (sandbox/persistence_guard.py) quarantines it if a tool creates it. The names are
+# the guard's own, so that what is bound and what is quarantined cannot drift apart.
+PROTECTED_IN_WORKSPACE = (*sorted(PROTECTED_ANYWHERE), *CI_CONFIGURATION)
 
 # Entries of a git directory kept read-only with sandbox.filesystem.git "commit"
 # (issue 14 §2): what makes git run code (config: core.fsmonitor, hooksPath, pager,
@@ -134,17 +117,7 @@ GIT_READ_ONLY = (
 # Shell start-up files: protected in a writable root when they exist there; one a
 # tool creates at the top of a writable root is quarantined by the persistence guard
 # (a writable root that contains HOME, where they do run, is refused by the CLI).
-_SHELL_RC_FILES = (
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-)
+_SHELL_RC_FILES = SHELL_STARTUP_FILES
 
 # Start-up files under HOME that a shell, git or the agent runs later: protected when
 # a writable root contains HOME (`pi --sandbox` started in ~).
@@ -1244,6 +1217,16 @@ def _protect_git_target(
     protected.append(real)
 
 
+def _hard_links(path: str, *, follow_symlinks: bool) -> int:
+    """How many names (hard links) the regular file at ``path`` has; 0 when it is
+    missing, unreadable or not a regular file (nothing to refuse)."""
+    try:
+        info = os.stat(path, follow_symlinks=follow_symlinks)
+    except OSError:
+        return 0
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
+
+
 def _refuse_hard_links(path: str, what: str) -> None:
     """A read-only bind protects one name; another hard link to the same file in a
     writable directory would still change its content: refuse.
@@ -1251,13 +1234,10 @@ def _refuse_hard_links(path: str, what: str) -> None:
     Raises:
         SandboxError: ``path`` is a regular file with more than one link.
     """
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+    links = _hard_links(path, follow_symlinks=False)
+    if links > 1:
         raise SandboxError(
-            f"{what} has {info.st_nlink} hard links; through another name a tool could "
+            f"{what} has {links} hard links; through another name a tool could "
             "still change it. Replace the extra links with copies"
         )
 
@@ -1270,13 +1250,10 @@ def _refuse_other_names(path: str, entry: str) -> None:
         SandboxError: ``path`` (symlinks followed) is a regular file with more than
             one link; the message names the ``deny_read`` entry.
     """
-    try:
-        info = os.stat(path)
-    except OSError:
-        return
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+    links = _hard_links(path, follow_symlinks=True)
+    if links > 1:
         raise SandboxError(
-            f"sandbox.filesystem.deny_read: {entry!r} has {info.st_nlink} hard links; the "
+            f"sandbox.filesystem.deny_read: {entry!r} has {links} hard links; the "
             "sandbox masks one name and another would still show the file. Replace the "
             "extra links with copies (find / -samefile PATH lists them)"
         )

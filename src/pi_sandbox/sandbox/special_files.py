@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import stat
 
+from pi_sandbox.regular_files import special_file_kind
+
 __all__ = ["MAX_SCANNED_ENTRIES", "check_bindable", "special_kind"]
 
 MAX_SCANNED_ENTRIES = 50_000
@@ -21,16 +23,15 @@ MAX_SCANNED_ENTRIES = 50_000
 as too large to check (name narrower directories instead)."""
 
 
+_KIND_WORDS = {"socket": "a Unix socket", "fifo": "a FIFO", "device": "a device node"}
+
+
 def special_kind(mode: int) -> str | None:
     """``"a Unix socket"``, ``"a FIFO"``, ``"a device node"`` for such a mode, None for
-    a regular file, a directory or a symlink."""
-    if stat.S_ISSOCK(mode):
-        return "a Unix socket"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device node"
-    return None
+    a regular file, a directory or a symlink (`pi_sandbox.regular_files.special_file_kind`
+    in words)."""
+    kind = special_file_kind(mode)
+    return None if kind is None else _KIND_WORDS[kind]
 
 
 def check_bindable(path: str, *, scan: bool = True) -> str | None:

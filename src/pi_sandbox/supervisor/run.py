@@ -498,6 +498,17 @@ async def _run(
     if options.trust is None and start.trust_info.resources:
         bootstrap, _ = discover(bootstrap=True)
 
+    async def progress_note(tool_call_id: str | None, note: str) -> None:
+        """A ``tool_execution_update`` whose partial result is one text: what pi
+        says instead of the progress it does not stream."""
+        await output(
+            {
+                "type": "tool_execution_update",
+                "toolCallId": tool_call_id,
+                "partialResult": {"content": [{"type": "text", "text": note}]},
+            }
+        )
+
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
         try:
             update = ToolUpdateParams.model_validate(message.params)
@@ -512,20 +523,9 @@ async def _run(
             # the redaction. One note per call instead of the progress.
             if call_id not in held_back:
                 held_back.add(call_id)
-                await output(
-                    {
-                        "type": "tool_execution_update",
-                        "toolCallId": update.tool_call_id,
-                        "partialResult": {
-                            "content": [
-                                {
-                                    "type": "text",
-                                    "text": "[pi: progress is not streamed: a tool_result "
-                                    "hook may redact this result]",
-                                }
-                            ]
-                        },
-                    }
+                await progress_note(
+                    update.tool_call_id,
+                    "[pi: progress is not streamed: a tool_result hook may redact this result]",
                 )
             return
         # Progress is bounded per call: a command printing without end must not
@@ -536,20 +536,10 @@ async def _run(
         size = len(json.dumps(update.update, ensure_ascii=False))
         update_bytes[call_id] = sent + size
         if sent + size > MAX_UPDATE_BYTES_PER_CALL:
-            await output(
-                {
-                    "type": "tool_execution_update",
-                    "toolCallId": update.tool_call_id,
-                    "partialResult": {
-                        "content": [
-                            {
-                                "type": "text",
-                                "text": f"[pi: progress output past {MAX_UPDATE_BYTES_PER_CALL} "
-                                "bytes is not streamed; the result has the output's tail]",
-                            }
-                        ]
-                    },
-                }
+            await progress_note(
+                update.tool_call_id,
+                f"[pi: progress output past {MAX_UPDATE_BYTES_PER_CALL} "
+                "bytes is not streamed; the result has the output's tail]",
             )
             return
         await output(
