@@ -40,8 +40,8 @@ __all__ = [
     "Origin",
     "discover_extensions",
     "extension_name",
-    "path_leading_out",
     "installed_entry_points",
+    "path_leading_out",
     "resolve_module_path",
 ]
 
