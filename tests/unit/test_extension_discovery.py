@@ -554,3 +554,15 @@ def test_a_package_too_large_to_check_is_refused(tmp_path):
     out = path_leading_out(package, tmp_path / "ws", max_entries=3)
     assert out is not None and "more than 3 entries" in out[1]
     assert path_leading_out(package, tmp_path / "ws") is None
+
+
+def test_the_real_location_of_a_refused_link_loads_with_e_but_the_link_does_not(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    real = _write(elsewhere / "helper.py")
+    link = project_extensions / "helper.py"
+    link.symlink_to(real)
+    sources, notices = _discover(tmp_path, "yes", cli_paths=[real], no_extensions=True)
+    assert [(s.path, s.origin) for s in sources] == [(real.resolve(), "cli")]
+    assert notices == []
+    sources, notices = _discover(tmp_path, "yes", cli_paths=[link], no_extensions=True)
+    assert sources == [] and f"Refused project extension {link}" in notices[0]
