@@ -433,3 +433,136 @@ def test_a_path_found_by_several_sources_loads_once_at_its_first_position(tree, 
     sources, notices = _run(root, cli_paths=[other], entry_points=_entry_points_of(site))
     assert notices == []
     assert [(s.path, s.origin) for s in sources] == [(other, "cli"), (shared, "user")]
+
+
+# -- F4: a project extension must be the project's own files --------------------------------
+
+
+def _project_with_outside(tmp_path: Path) -> tuple[Path, Path]:
+    """``ws`` (the project, with ``.pi/extensions``) and ``elsewhere`` (outside it)."""
+    project_extensions = tmp_path / "ws" / ".pi" / "extensions"
+    project_extensions.mkdir(parents=True)
+    (tmp_path / "agent").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return project_extensions, elsewhere
+
+
+def test_a_project_extension_linking_out_of_the_project_is_refused_with_the_rule(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    _write(elsewhere / "helper.py")
+    (project_extensions / "helper.py").symlink_to("../../../elsewhere/helper.py")
+    refused: list = []
+    sources, notices = _discover(tmp_path, "yes", refused=refused)
+    assert sources == []
+    assert len(notices) == 1
+    assert str(project_extensions / "helper.py") in notices[0]
+    assert str((elsewhere / "helper.py").resolve()) in notices[0]
+    assert "outside the project" in notices[0] and "must be its own" in notices[0]
+    assert [(s.origin, s.discovered) for s, _ in refused] == [
+        ("project", project_extensions / "helper.py")
+    ]
+
+
+def test_a_project_package_linking_out_is_refused_whole(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    _write(elsewhere / "pkg" / "__init__.py")
+    (project_extensions / "pkg").symlink_to(elsewhere / "pkg")
+    sources, notices = _discover(tmp_path, "sandboxed")
+    assert sources == [] and "outside the project" in notices[0]
+
+
+def test_a_file_inside_a_project_package_linking_out_refuses_the_package(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    package = project_extensions / "pkg"
+    _write(package / "__init__.py", "from . import sibling\ndef extension(pi): pass\n")
+    _write(elsewhere / "sibling.py", "")
+    (package / "sibling.py").symlink_to(elsewhere / "sibling.py")
+    sources, notices = _discover(tmp_path, "yes")
+    assert sources == []
+    assert str(package / "sibling.py") in notices[0] and "outside the project" in notices[0]
+
+
+def test_a_link_out_deep_in_a_package_through_a_linked_inner_directory_is_found(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    package = project_extensions / "pkg"
+    _write(package / "__init__.py")
+    inner = tmp_path / "ws" / "lib" / "inner"
+    _write(inner / "__init__.py", "")
+    (inner / "deep.py").symlink_to(_write(elsewhere / "deep.py"))
+    (package / "inner").symlink_to(inner)  # inside the project, followed
+    sources, notices = _discover(tmp_path, "yes")
+    assert sources == []
+    assert str(package / "inner" / "deep.py") in notices[0]
+
+
+def test_extensions_reached_through_a_linked_extensions_directory_or_pi_are_refused(tmp_path):
+    for linked in (".pi/extensions", ".pi"):
+        base = tmp_path / linked.replace("/", "-")
+        base.mkdir()
+        project_extensions, elsewhere = _project_with_outside(base)
+        outside = elsewhere / linked
+        _write(outside / "extensions" / "helper.py" if linked == ".pi" else outside / "helper.py")
+        target = project_extensions if linked == ".pi/extensions" else project_extensions.parent
+        target.rename(base / "unused")
+        target.symlink_to(outside)
+        sources, notices = _discover(base, "yes")
+        assert sources == [], linked
+        assert "outside the project" in notices[0], linked
+
+
+def test_a_user_extension_linked_into_the_project_stays_a_user_extension(tmp_path):
+    project_extensions, _ = _project_with_outside(tmp_path)
+    user = _write(tmp_path / "agent" / "extensions" / "mine.py")
+    (project_extensions / "mine.py").symlink_to(user)
+    sources, notices = _discover(tmp_path, "yes")
+    assert [(s.path, s.origin) for s in sources] == [(user.resolve(), "user")]
+    assert notices == []
+
+
+def test_control_project_extensions_inside_the_project_load_links_included(tmp_path):
+    project_extensions, _ = _project_with_outside(tmp_path)
+    own = _write(project_extensions / "own.py")
+    package = project_extensions / "pkg"
+    _write(package / "__init__.py")
+    shared = _write(tmp_path / "ws" / "lib" / "shared.py")
+    (package / "shared.py").symlink_to(shared)  # inside the project: fingerprinted
+    (project_extensions / "alias.py").symlink_to(_write(tmp_path / "ws" / "tools" / "a.py"))
+    sources, notices = _discover(tmp_path, "yes")
+    assert notices == []
+    assert sorted(s.path.name for s in sources) == ["a.py", own.name, "pkg"]
+
+
+def test_a_project_settings_file_linking_out_names_no_extension(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    _write(tmp_path / "ws" / "tools" / "t.py")
+    _settings(elsewhere / "settings.json", ["../tools/t.py"])
+    (project_extensions.parent / "settings.json").symlink_to(elsewhere / "settings.json")
+    sources, notices = _discover(tmp_path, "yes")
+    assert sources == []
+    assert "settings.json" in notices[0] and "outside the project" in notices[0]
+
+
+def test_a_package_too_large_to_check_is_refused(tmp_path):
+    from pi_sandbox.supervisor.extension_discovery import path_leading_out
+
+    project_extensions, _ = _project_with_outside(tmp_path)
+    package = project_extensions / "pkg"
+    _write(package / "__init__.py")
+    for index in range(5):
+        _write(package / f"m{index}.py", "")
+    out = path_leading_out(package, tmp_path / "ws", max_entries=3)
+    assert out is not None and "more than 3 entries" in out[1]
+    assert path_leading_out(package, tmp_path / "ws") is None
+
+
+def test_the_real_location_of_a_refused_link_loads_with_e_but_the_link_does_not(tmp_path):
+    project_extensions, elsewhere = _project_with_outside(tmp_path)
+    real = _write(elsewhere / "helper.py")
+    link = project_extensions / "helper.py"
+    link.symlink_to(real)
+    sources, notices = _discover(tmp_path, "yes", cli_paths=[real], no_extensions=True)
+    assert [(s.path, s.origin) for s in sources] == [(real.resolve(), "cli")]
+    assert notices == []
+    sources, notices = _discover(tmp_path, "yes", cli_paths=[link], no_extensions=True)
+    assert sources == [] and f"Refused project extension {link}" in notices[0]

@@ -805,6 +805,48 @@ def test_a_project_settings_path_inside_the_project_loads(env):
     assert resources.diagnostics == []
 
 
+@pytest.mark.parametrize("linked", [".pi/settings.json", ".pi"])
+def test_a_project_settings_file_that_resolves_outside_the_project_names_nothing(
+    env, tmp_path, linked
+):
+    """F4: the trust fingerprint records a link out by its target only, so the file
+    it leads to is not the project's: its paths (even ones inside) are not read."""
+    project = env[0]
+    skill_file(project / "tools" / "skills", "inside", "Inside.")
+    outside = tmp_path / "outside"
+    write(outside / ".pi" / "settings.json", json.dumps({"skills": ["../tools/skills"]}))
+    if linked == ".pi":
+        (project / ".pi").symlink_to(outside / ".pi")
+    else:
+        (project / ".pi").mkdir()
+        (project / ".pi" / "settings.json").symlink_to(outside / ".pi" / "settings.json")
+    resources = load(env, "yes")
+    assert resources.skills == []
+    assert any(
+        "settings.json" in d["message"] and "outside the project" in d["message"]
+        for d in resources.diagnostics
+    )
+
+
+def test_a_pi_directory_linking_out_of_the_project_loads_none_of_its_resources(env, tmp_path):
+    """F4's class: every trust-requiring resource a run loads is the project's own file
+    (the fingerprint follows no link out): skills, prompts and system-prompt files
+    reached through a ``.pi`` that leads elsewhere are refused, each with a message."""
+    project = env[0]
+    outside = tmp_path / "outside" / ".pi"
+    skill_file(outside / "skills", "stolen", "Outside.")
+    prompt_file(outside / "prompts", "stolen", "Outside.")
+    write(outside / "SYSTEM.md", "outside system")
+    write(outside / "APPEND_SYSTEM.md", "outside append")
+    (project / ".pi").symlink_to(outside)
+    resources = load(env, "yes")
+    assert resources.skills == [] and resources.prompts == []
+    assert resources.system_prompt is None and resources.append_system_prompt == []
+    messages = " ".join(d["message"] for d in resources.diagnostics)
+    for own in ("skills must be", "templates must be", "system prompt must be"):
+        assert f"a project's {own} its own" in messages, messages
+
+
 @pytest.mark.parametrize("kind", ["skill", "prompt"])
 def test_an_untrusted_extension_may_not_name_a_path_outside_its_directory(env, tmp_path, kind):
     extension = write(tmp_path / "project" / ".pi" / "extensions" / "ext.py", "")

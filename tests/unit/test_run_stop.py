@@ -80,6 +80,9 @@ def test_a_signal_still_pending_when_the_receiver_closes_does_not_kill_the_proce
 import os, signal, trio
 from pi_sandbox.supervisor.run_signals import RunStop
 
+# The default action, whatever the test run inherited (under nohup SIGHUP is
+# ignored, which would make this pass without proving anything).
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 stop = RunStop()
 
 async def main():
@@ -100,6 +103,10 @@ print("alive")
 def test_control_a_plain_trio_receiver_lets_a_pending_sighup_kill_the_process():
     code = """
 import os, signal, trio
+
+# The default action, whatever the test run inherited (nohup ignores SIGHUP, and
+# an ignored disposition is inherited: the pending signal would then kill nothing).
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 async def main():
     with trio.open_signal_receiver(signal.SIGHUP):

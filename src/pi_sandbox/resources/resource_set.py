@@ -476,7 +476,8 @@ def load_resources(
     user_settings = Path(agent_dir) / "settings.json"
 
     def from_settings(settings: Path, key: str) -> list[Path]:
-        found = [path for _, path in settings_paths(settings, notices, key)]
+        confine = cwd if settings == project_settings else None
+        found = [path for _, path in settings_paths(settings, notices, key, confine=confine)]
         return found
 
     # Paths named on the command line inside the project still may not lead out of

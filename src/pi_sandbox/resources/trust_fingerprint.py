@@ -24,7 +24,10 @@ budget), `MAX_FINGERPRINT_BYTES` of content per fingerprint and
 followed, regular files only — a FIFO is recorded as a FIFO, never opened for
 reading), `MAX_WALK_DIRECTORIES` directories per walk. Symlinks are recorded by
 their target; one that resolves inside the project is followed (the loaders
-follow those), one that leads out is not. An empty directory loads nothing and
+follow those), one that leads out is not — and the loaders refuse what it leads
+to (extension discovery, skills, templates, system-prompt files, settings and
+policy files), so content outside the project is never loaded under a decision
+that could not hash it (F4). An empty directory loads nothing and
 counts as absent (an empty placeholder directory changes no decision).
 
 Stdlib only; never imports the supervisor.

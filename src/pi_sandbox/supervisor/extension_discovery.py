@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pi_sandbox.path_containment import resolves_inside
+from pi_sandbox.path_containment import resolves_inside, within
 from pi_sandbox.policies._effective import ExtensionRules
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "discover_extensions",
     "extension_name",
     "installed_entry_points",
+    "path_leading_out",
     "resolve_module_path",
 ]
 
@@ -156,6 +157,69 @@ def _inside_project_extensions(path: Path, project_dir: Path) -> bool:
     return any(p == d or p.is_relative_to(d) for p, d in pairs)
 
 
+MAX_PACKAGE_ENTRIES = 10_000
+"""Entries of a project extension package checked for symlinks leading out
+(the fingerprint's per-resource budget, ``trust_fingerprint.MAX_ENTRIES_PER_RESOURCE``);
+a larger package is refused, never loaded unchecked."""
+
+
+def path_leading_out(
+    extension: Path, project: Path, *, max_entries: int = MAX_PACKAGE_ENTRIES
+) -> tuple[str, str] | None:
+    """The first path of a project extension that resolves outside ``project``.
+
+    A project's files must be its own (issue 6; F4 of the 0.6 red-team): the trust
+    fingerprint (`pi_sandbox.resources.trust_fingerprint`) hashes what lies inside
+    the project and records a symlink leading out by its target only, so code
+    reached through such a link could change without the decision noticing. The
+    extension itself (a ``.py`` file or a package directory), and for a package every
+    entry below it (symlinks inside the project followed, each real directory once),
+    must resolve inside ``project``. Imports a package makes of modules outside its
+    own directory are not covered here (its own code decides them).
+
+    Args:
+        extension: the extension's path as found (absolute).
+        project: the project root (the workspace).
+        max_entries: entries examined in a package before it counts as leading out
+            (fail-closed: an unexamined entry is not vouched for).
+
+    Returns:
+        None when everything is inside; else ``(path, why)``: the offending path as
+        found and what it resolves to (or why it could not be checked).
+    """
+    root = os.path.realpath(project)
+    real = os.path.realpath(extension)
+    if not within(real, root):
+        return os.fspath(extension), f"resolves to {real}"
+    if not os.path.isdir(real):
+        return None
+    seen: set[str] = {real}
+    pending = [(os.fspath(extension), real)]
+    examined = 0
+    while pending:
+        shown, directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            return shown, f"cannot be listed ({exc.strerror or exc})"
+        for entry in listed:
+            examined += 1
+            if examined > max_entries:
+                return os.fspath(extension), f"has more than {max_entries} entries to check"
+            path = os.path.join(shown, entry.name)
+            if entry.is_symlink():
+                target = os.path.realpath(entry.path)
+                if not within(target, root):
+                    return path, f"resolves to {target}"
+                if os.path.isdir(target) and target not in seen:
+                    seen.add(target)
+                    pending.append((path, target))
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((path, entry.path))
+    return None
+
+
 # -- settings ---------------------------------------------------------------------------
 
 
@@ -164,7 +228,7 @@ MAX_SETTINGS_BYTES = 1024 * 1024
 
 
 def settings_paths(
-    settings_file: Path, notices: list[str], key: str = "extensions"
+    settings_file: Path, notices: list[str], key: str = "extensions", *, confine: Path | None = None
 ) -> list[tuple[str, Path]]:
     """The ``key`` list (``"extensions"``, ``"skills"``, ``"prompts"``) of
     ``settings_file`` as ``[(label, absolute path), …]``.
@@ -175,8 +239,22 @@ def settings_paths(
     `MAX_SETTINGS_BYTES`), a non-list value or a non-string entry is a notice naming
     the file and the field, never an exception. The file is read without blocking
     (a planted FIFO is refused).
+
+    With ``confine`` (the project root, for a project's ``.pi/settings.json``), a
+    settings file that resolves outside it (the file, ``.pi`` or a directory above
+    linking out) names nothing, with a notice: the trust fingerprint does not hash
+    content outside the project, so it must not count as the project's (F4, issue 6).
     """
     from pi_sandbox.regular_files import FileRefusedError, read_regular_file
+
+    if confine is not None and os.path.lexists(settings_file):
+        real = os.path.realpath(settings_file)
+        if not within(real, os.path.realpath(confine)):
+            notices.append(
+                f"Refused {settings_file}: it resolves to {real}, outside the project "
+                f"{confine}; a project's settings must be its own file. Its {key} were not loaded"
+            )
+            return []
 
     try:
         text = read_regular_file(settings_file, MAX_SETTINGS_BYTES)
@@ -380,7 +458,12 @@ def discover_extensions(
     skipped and a notice says so, and no project file (``pyproject.toml``,
     ``.pi/settings.json``) is read. A project settings path that resolves outside
     ``cwd`` is refused with a notice: a project may not load code from elsewhere on
-    the user's disk.
+    the user's disk. The same holds for every project extension, wherever it was
+    found (``.pi/extensions``, ``-e``, settings): one that resolves outside ``cwd``,
+    or a package with an entry that does (`path_leading_out`), is refused with a
+    notice naming the path and the rule, and appended to ``refused`` — the trust
+    fingerprint covers only content inside the project (F4; issue 14 §4, issue 6).
+    A project ``.pi/settings.json`` that itself resolves outside ``cwd`` names nothing.
 
     Settings paths are relative to the settings file's directory, ``~`` expanded;
     each names a ``.py`` file, a package directory, or a directory searched one
@@ -473,6 +556,22 @@ def discover_extensions(
     sources = []
     for source in chosen.values():
         canonical = source.path
+        if source.origin == "project":
+            # Covered by the trust fingerprint only while it is the project's own
+            # (F4: a link out let a trusted project load changed code).
+            out = path_leading_out(source.discovered or canonical, cwd)
+            if out is not None:
+                offending, how = out
+                why = (
+                    f"{offending} {how}, outside the project {cwd}; a project's extensions "
+                    "must be its own files (a trusted decision covers only their content "
+                    "inside the project). To load it, install it in ~/.pi/agent/extensions "
+                    "or give its real location with -e"
+                )
+                notices.append(f"Refused project extension {source.discovered or canonical}: {why}")
+                if refused is not None:
+                    refused.append((source, why))
+                continue
         why = (
             rules.refusal(
                 extension_name(canonical), canonical, source.origin, discovered=source.discovered
@@ -518,7 +617,7 @@ def _project_settings_sources(cwd: Path, notices: list[str]) -> list[ExtensionSo
     paths inside ``cwd``, once symlinks are resolved, the listed path and every
     extension found under it alike."""
     found = []
-    for label, path in settings_paths(cwd / ".pi" / "settings.json", notices):
+    for label, path in settings_paths(cwd / ".pi" / "settings.json", notices, confine=cwd):
         if not _inside(path, cwd):
             notices.append(
                 f"Refused {label}: {path} is outside the project {cwd}; "
