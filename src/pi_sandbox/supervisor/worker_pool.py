@@ -749,10 +749,12 @@ class WorkerPool:
             await self.host.report(
                 [{"path": str(self.extensions[index][0].path), "message": message}], "extension"
             )
-        elif worker in self.retired:
-            # An ended generation's worker, not stopped yet: typically a thread of it
-            # that kept using its stale ctx and died of StaleContextError (issue 5
-            # case 3). Its other messages are dropped; this one is the error to show.
+        elif worker in self.retired or worker.generation < self.generation:
+            # An ended generation's worker: typically a thread of it that kept using
+            # its stale ctx and died of StaleContextError (issue 5 case 3). Its other
+            # messages are dropped; this one is the error to show. Its generation
+            # tells, not the `retired` list alone: the worker leaves that list once
+            # stopped, and its last messages may be read after that (issue 13 §7).
             path = str(worker.spec.init_params.get("path") or worker.name)
             await self.host.report(
                 [{"path": path, "message": f"(ended generation {worker.generation}) {message}"}],
