@@ -149,3 +149,44 @@ def test_explain_says_the_unparseable_setting_decided_and_blames_no_rule(tmp_pat
         "the command could not be parsed: LD_PRELOAD changes what 'ls' runs → policy "
         "`unparseable: ask` (managed)"
     )
+
+
+GIT_CORE_PUSH = Path("/usr/lib/git-core/git-push")
+
+
+@pytest.mark.skipif(not GIT_CORE_PUSH.exists(), reason="no /usr/lib/git-core/git-push")
+def test_git_dashed_push_really_pushes_and_the_preset_denies_it(tmp_path):
+    # Review finding F3: the dashed form is a real push (the control: run
+    # without the gate it moves the remote's branch), and the gate denies it.
+    def git(*args, cwd=tmp_path):
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+    remote, work = tmp_path / "remote.git", tmp_path / "work"
+    git("init", "-q", "--bare", "-b", "main", str(remote))
+    git("init", "-q", "-b", "main", str(work))
+    git(
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@x",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+        cwd=work,
+    )
+    git("remote", "add", "origin", str(remote), cwd=work)
+    command = f"{GIT_CORE_PUSH} origin HEAD:main"
+
+    report = explain(command, work)
+    assert (report["decision"], report["rule"]) == ("deny", "git-push"), report
+
+    pushed = subprocess.run(
+        [str(GIT_CORE_PUSH), "origin", "HEAD:main"], cwd=work, capture_output=True, timeout=60
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    heads = subprocess.run(
+        ["git", "--git-dir", str(remote), "rev-parse", "main"], capture_output=True, text=True
+    )
+    assert heads.returncode == 0 and len(heads.stdout.strip()) == 40

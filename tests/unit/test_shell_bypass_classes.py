@@ -630,6 +630,10 @@ DASHED = [
     "/usr/libexec/git-core/git-push --force",
     "nohup /usr/lib/git-core/git-push",
     "bash -c '/usr/lib/git-core/git-push origin'",
+    "hash -p /usr/lib/git-core/git-push p; p origin",
+    "exec -a x /usr/lib/git-core/git-push",
+    "command /usr/lib/git-core/git-push",
+    "find . -maxdepth 0 -exec /usr/lib/git-core/git-push \\;",
 ]
 
 
