@@ -7,6 +7,8 @@ word-by-word matcher), which lets it through.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pi_sandbox.policies import evaluate_tool_call, load_policies
@@ -181,3 +183,34 @@ def test_command_match_literal_needs_a_command(tmp_path):
     )
     with pytest.raises(PolicyFileError, match="command_match: literal needs a command"):
         load_policies([path])
+
+
+SUBTREE_PUSH = [
+    "git subtree -P lib push origin main",  # review finding F3
+    "git subtree --prefix lib push origin main",
+    "git subtree --prefix=lib push origin main",
+    "git subtree -Plib push o m",
+    "git subtree -m msg -P lib push o m",
+    "git -C . subtree -P lib push o m",
+    "git-subtree -P lib push o m",
+]
+
+
+@pytest.mark.parametrize("command", SUBTREE_PUSH)
+def test_git_subtree_options_before_its_subcommand_take_values(tmp_path, command):
+    assert decide(policy_with(tmp_path, "[git, subtree, push]"), tmp_path, command) == "deny"
+
+
+def test_git_subtree_with_another_subcommand_does_not_match(tmp_path):
+    policy = policy_with(tmp_path, "[git, subtree, push]")
+    assert decide(policy, tmp_path, "git subtree -P lib split") == "allow"
+
+
+def test_control_without_subtree_values_the_prefix_hides_push(tmp_path, monkeypatch):
+    from pi_sandbox.policies import _option_grammar as grammar
+
+    git = grammar._TABLES["git"]
+    sub = {name: table for name, table in git.sub.items() if name != "subtree"}
+    monkeypatch.setitem(grammar._TABLES, "git", dataclasses.replace(git, sub=sub))
+    policy = policy_with(tmp_path, "[git, subtree, push]")
+    assert decide(policy, tmp_path, "git subtree -P lib push origin main") == "allow"

@@ -619,3 +619,183 @@ def test_the_breakdown_says_why_a_command_cannot_be_checked(untrusted, workspace
     decision = decide(untrusted, workspace, "echo git push | sh")
     entry = next(c for c in decision.commands if c["argv"] == ["sh"])
     assert entry["unknown"] == "the script of sh is read from standard input"
+
+
+# -- 8. git's dashed forms and subcommands that push (review finding F3) -----------
+
+DASHED = [
+    "/usr/lib/git-core/git-push origin HEAD:main",  # the finding's example
+    "git-push origin main",
+    "./git-push",
+    "/usr/libexec/git-core/git-push --force",
+    "nohup /usr/lib/git-core/git-push",
+    "bash -c '/usr/lib/git-core/git-push origin'",
+    "hash -p /usr/lib/git-core/git-push p; p origin",
+    "exec -a x /usr/lib/git-core/git-push",
+    "command /usr/lib/git-core/git-push",
+    "find . -maxdepth 0 -exec /usr/lib/git-core/git-push \\;",
+]
+
+
+@pytest.mark.parametrize("command", DASHED)
+def test_git_dashed_form_is_read_as_the_git_subcommand(untrusted, workspace, command):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("deny", "git-push")
+
+
+@pytest.mark.parametrize(
+    ("name", "sub"),
+    [
+        ("git-push", "push"),
+        ("git-send-pack", "send-pack"),
+        ("git-receive-pack", "receive-pack"),
+        ("git-lfs", "lfs"),
+        ("git-remote-https", "remote-https"),
+        ("git-shell", None),
+        ("git-", None),
+        ("git", None),
+        ("gitpush", None),
+    ],
+)
+def test_git_dashed_subcommand_names_the_subcommand_a_basename_spells(name, sub):
+    assert grammar.git_dashed_subcommand(name) == sub
+
+
+def test_the_dashed_form_keeps_its_directory_so_it_is_no_known_safe_git():
+    commands = {(c.argv, c.via) for c in parse_command("/usr/lib/git-core/git-push origin")}
+    assert (("/usr/lib/git-core/git", "push", "origin"), ("git-push",)) in commands
+
+
+def test_a_dashed_git_program_is_still_judged_as_itself_too(tmp_path, workspace):
+    # With default deny, an allow for `git status` does not allow `git-status`:
+    # the program as written is a command no rule covers.
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\ntool_call:\n  default: deny\n  rules:\n"
+        "    - {id: git-status, tool: bash, command: [git, status], decision: allow, reason: r}\n"
+    )
+    decision = decide(load_policies([policy]), workspace, "git-status")
+    assert decision.decision == "deny"
+
+
+@pytest.mark.parametrize("command", DASHED[:4])
+def test_control_without_dashed_form_reading_git_push_is_allowed(
+    untrusted, workspace, command, monkeypatch
+):
+    monkeypatch.setattr(grammar, "git_dashed_subcommand", lambda name: None)
+    assert decide(untrusted, workspace, command).decision == "allow"
+
+
+PUSH_EQUIVALENTS = [
+    ("git send-pack origin main", "git-send-pack"),
+    ("git-send-pack origin main", "git-send-pack"),
+    ("git -C . send-pack origin main", "git-send-pack"),
+    ("git http-push https://x.example/r.git main", "git-http-push"),
+    ("/usr/lib/git-core/git-http-push u main", "git-http-push"),
+    ("git subtree push --prefix=lib origin main", "git-subtree-push"),
+    ("git subtree -P lib push origin main", "git-subtree-push"),
+    ("git subtree -m msg -P lib push o m", "git-subtree-push"),
+    ("git-subtree push -P lib o m", "git-subtree-push"),
+    ("git lfs push --all origin", "git-lfs-push"),
+    ("git svn dcommit", "git-svn-dcommit"),
+    ("git p4 submit", "git-p4-submit"),
+    ("git remote-https origin https://x.example/r.git", "git-remote-https"),
+    ("/usr/lib/git-core/git-remote-http origin http://x.example/r", "git-remote-http"),
+    ("git remote-ext origin 'ssh h git-receive-pack r'", "git-remote-ext"),
+    ("git remote-fd 3", "git-remote-fd"),
+]
+
+
+@pytest.mark.parametrize(("command", "rule"), PUSH_EQUIVALENTS)
+def test_the_untrusted_preset_denies_subcommands_that_push(untrusted, workspace, command, rule):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("deny", rule)
+
+
+@pytest.mark.parametrize(
+    "command", ["git subtree split -P lib", "git lfs pull", "git svn rebase", "git-pull"]
+)
+def test_subcommands_that_do_not_push_stay_allowed_by_the_preset(untrusted, workspace, command):
+    assert decide(untrusted, workspace, command).decision == "allow"
+
+
+@pytest.mark.parametrize("command", ["git -c alias.x=push x", "git -c alias.y=send-pack y o m"])
+def test_a_push_through_a_command_line_alias_is_unparseable(untrusted, workspace, command):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("ask", None)
+    assert "git -c" in decision.reason
+
+
+def test_control_a_rule_on_push_alone_does_not_see_send_pack(tmp_path, workspace):
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\ntool_call:\n  default: allow\n  rules:\n"
+        "    - {id: git-push, tool: bash, command: [git, push], decision: deny, reason: r}\n"
+    )
+    loaded = load_policies([policy])
+    assert decide(loaded, workspace, "git send-pack origin main").decision == "allow"
+    assert decide(loaded, workspace, "git subtree -P lib push o m").decision == "allow"
+
+
+# -- 9. wrappers of the same family (review finding F3) ---------------------------
+
+MORE_WRAPPERS = [
+    "tsp git push",  # the finding's examples
+    "entr git push",
+    "scl enable x -- git push",
+    "tsp -n -L job -N 2 git push",
+    "entr -r git push",
+    "entr -rs 'git push'",
+    "scl enable x y 'git push'",
+    "scl run x -- git push origin",
+    "nq git push",
+    "nq -c -q git push",
+    "dbus-launch --exit-with-session git push",
+    "toybox git push",
+]
+
+
+@pytest.mark.parametrize("command", MORE_WRAPPERS)
+def test_a_rule_for_the_inner_command_applies_through_more_wrappers(untrusted, workspace, command):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("deny", "git-push")
+
+
+@pytest.mark.parametrize(
+    "command", ["tsp -l", "tsp -c 3", "tsp -K", "nq -w", "scl -l", "scl list-collections", "entr"]
+)
+def test_more_wrappers_words_that_run_no_command_are_the_wrappers_own(
+    untrusted, workspace, command
+):
+    assert decide(untrusted, workspace, command).decision == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "tsp -Z git push",
+        "scl --exec x git push",
+        "scl enable -x y 'git push'",
+        "xterm -e git push",
+        "tmux new-session 'git push'",
+        "screen -dm git push",
+        "expect -c 'spawn git push'",
+        "/lib64/ld-linux-x86-64.so.2 /usr/bin/git push",
+        "hyperfine 'git push'",
+        "pee 'git push'",
+        "dtach -c /tmp/s git push",
+        "run-parts ./hooks",
+        "git-shell -c 'git-receive-pack r'",
+    ],
+)
+def test_more_wrappers_words_the_table_cannot_read_are_unparseable(untrusted, workspace, command):
+    decision = decide(untrusted, workspace, command)
+    assert (decision.decision, decision.rule) == ("ask", None)
+
+
+@pytest.mark.parametrize("command", MORE_WRAPPERS[:3])
+def test_control_without_the_wrapper_table_the_findings_wrappers_are_allowed(
+    untrusted, workspace, command, monkeypatch
+):
+    monkeypatch.setattr(grammar._Walker, "_table_wrapper", lambda self, *args: None)
+    assert decide(untrusted, workspace, command).decision == "allow"

@@ -342,6 +342,12 @@ _GIT = OptionTable(
         "rm": OptionTable(aliases=_aliases("-r=-r", "-f=--force", "-q=--quiet")),
         "config": OptionTable(with_value=frozenset({"-f", "--file", "--blob"})),
         "remote": OptionTable(),
+        # `git subtree -P lib push o m`: the options before its own subcommand take
+        # values, so `push` is still the first operand (review finding F3).
+        "subtree": OptionTable(
+            with_value=frozenset({"-P", "-m", "-b", "--onto", "--annotate"}),
+            aliases=_aliases("-P=--prefix", "-m=--message", "-b=--branch"),
+        ),
         "fetch": OptionTable(aliases=_aliases("-f=--force")),
         "pull": OptionTable(aliases=_aliases("-f=--force")),
     },

@@ -865,6 +865,7 @@ _WRAPPERS: dict[str, _Wrapper] = {
     ),
     "chroot": _Wrapper(long_with_arg=frozenset({"--groups", "--userspec"}), operands=1),
     "busybox": _Wrapper(),
+    "toybox": _Wrapper(),  # `toybox CMD` runs the applet CMD, like busybox
 }
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
@@ -1154,7 +1155,61 @@ _OPAQUE_RUNNERS = frozenset(
         "parallel",
         "at",
         "batch",
-        "toybox",
+        # Review finding F3 (issue 13 §6): more programs that run a command in
+        # their own syntax. Terminals and multiplexers (`xterm -e CMD`, `tmux
+        # new-session 'CMD'`, `screen -dm CMD`), expect's Tcl (`spawn`), programs
+        # whose arguments are shell command lines (`hyperfine`, `pee`, `sem`),
+        # the dynamic loader run as a program (`ld.so /usr/bin/git push`), and
+        # the rest of the lock/daemon/profiler/launcher family.
+        "xterm",
+        "uxterm",
+        "xfce4-terminal",
+        "gnome-terminal",
+        "konsole",
+        "x-terminal-emulator",
+        "urxvt",
+        "rxvt",
+        "kitty",
+        "alacritty",
+        "wezterm",
+        "terminator",
+        "tilix",
+        "tmux",
+        "screen",
+        "byobu",
+        "zellij",
+        "dtach",
+        "abduco",
+        "expect",
+        "hyperfine",
+        "pee",
+        "sem",
+        "lckdo",
+        "with-lock-ex",
+        "run-parts",
+        "runcon",
+        "run0",
+        "schroot",
+        "flatpak-spawn",
+        "distrobox-enter",
+        "timelimit",
+        "daemonize",
+        "start-stop-daemon",
+        "heaptrack",
+        "rr",
+        "uftrace",
+        "memusage",
+        "mpirun",
+        "mpiexec",
+        "srun",
+        "socat",
+        "git-shell",
+        "ld.so",
+        "ld-linux.so.2",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+        "ld-musl-x86_64.so.1",
+        "ld-musl-aarch64.so.1",
     }
 )
 _ONLY_INFORMATION = frozenset({"--help", "--version", "-h", "-V"})
@@ -1317,6 +1372,24 @@ _GIT_OPTIONS_WITH_VALUE = frozenset(
     }
 )
 _GIT_CONFIGURING = frozenset({"-c", "--config-env", "--exec-path"})
+
+
+def git_dashed_subcommand(name: str) -> str | None:
+    """The git subcommand a program basename spells in git's dashed form, or None.
+
+    ``git-push`` → ``"push"``, ``git-send-pack`` → ``"send-pack"``, ``git-lfs`` →
+    ``"lfs"``: git runs ``git SUB`` as the program ``git-SUB`` from its exec path
+    (``/usr/lib/git-core``) or ``$PATH``, and that program runs directly does the
+    same (issue 13 §6, review finding F3). ``git-shell`` is not a subcommand (it is a
+    login shell, `_OPAQUE_RUNNERS`).
+    """
+    if not name.startswith("git-") or len(name) == 4 or name in _NOT_GIT_SUBCOMMANDS:
+        return None
+    return name[4:]
+
+
+# `git-*` programs that are not `git SUB`.
+_NOT_GIT_SUBCOMMANDS = frozenset({"git-shell"})
 
 
 def _git_subcommand(argv: Sequence[_Word]) -> tuple[int, bool] | None:
@@ -2180,6 +2253,22 @@ class _Walker:
                 text = word.text.partition("=")[2] if word.text.startswith("of=") else word.text
                 if not text.startswith("-"):
                     self._note_written(_Word(text, word.dynamic), position)
+        sub = git_dashed_subcommand(name)
+        if sub is not None:
+            # `git-push` (from /usr/lib/git-core or anywhere) is how `git push`
+            # runs: a rule on `[git, push]` applies to it (issue 13 §6, F3). The
+            # directory stays, so the path-qualified command is still not the
+            # known-safe `git` of an allow rule.
+            directory = program.text[: len(program.text) - len(name)]
+            self._emit(
+                [_Word(directory + "git"), _Word(sub), *argv[1:]],
+                assignments,
+                dangerous,
+                (*via, name),
+                here,
+                more,
+            )
+            return
         if name not in _RUNS_OTHER_CODE:
             return
         if name in SCRIPT_OPTION_PROGRAMS:

@@ -43,6 +43,12 @@ program                 what it runs
 ``sshpass``/``chronic``  ``sshpass [opts] CMD …`` (also ``ifne``, ``caffeinate``)
 ``/``ifne``
 ``nix-shell``/``nix``   ``nix-shell --run SCRIPT``, ``nix develop|shell … -c CMD …``
+``tsp``/``ts``          ``tsp [opts] CMD …`` (task spooler; ``-l``, ``-c ID`` …: none)
+``nq``                  ``nq [-c] [-q] CMD …`` (``-t``/``-w``: none)
+``entr``                ``entr [opts] CMD …``; ``entr -s SCRIPT`` (a shell script)
+``scl``                 ``scl enable|run COLL… -- CMD …``, or ``scl enable COLL…
+                        'SCRIPT'`` (the last word, a shell script)
+``dbus-launch``         ``dbus-launch [--opt …] [CMD …]``
 ``direnv``/``pyenv``/   ``PROGRAM exec|run [OPERAND] [--] CMD …`` (``direnv exec
 ``rbenv``/``nodenv``/   DIR``, ``aws-vault exec PROFILE``; ``mise exec`` needs ``--``)
 ``asdf``/``bundle``/
@@ -458,6 +464,12 @@ WRAPPER_PROGRAMS = frozenset(
         "caffeinate",
         "nix-shell",
         "nix",
+        "tsp",
+        "ts",
+        "nq",
+        "entr",
+        "scl",
+        "dbus-launch",
         *(
             "direnv",
             "pyenv",
@@ -479,6 +491,32 @@ _SSHPASS = _Options(short_value="pfdP", short_flags="evhV")
 _CHRONIC = _Options(short_flags="ev")
 _IFNE = _Options(short_flags="n")
 _CAFFEINATE = _Options(short_value="tw", short_flags="dimsu")
+# Task spooler (`tsp`, Debian's name; `ts` elsewhere) queues CMD; its actions on
+# the queue (`-l`, `-c ID`, `-K` …) run no command (review finding F3).
+_TSP = _Options(
+    short_value="LDWN",
+    short_flags="nEgfmdB",
+    no_command=frozenset(
+        {f"-{letter}" for letter in "lSCctpoisrwkKTuUhVMX"} | {"--help", "--version"}
+    ),
+)
+_NQ = _Options(short_flags="cq", no_command=frozenset({"-t", "-w"}))
+# entr [-acdnprsz] UTILITY [ARG …]; with -s, UTILITY is a script for $SHELL -c.
+_ENTR = _Options(short_flags="acdnprsz")
+_DBUS_LAUNCH = _Options(
+    long_value=frozenset({"--autolaunch", "--config-file"}),
+    long_flags=frozenset(
+        {
+            "--sh-syntax",
+            "--csh-syntax",
+            "--auto-syntax",
+            "--binary-syntax",
+            "--close-stderr",
+            "--exit-with-session",
+            "--exit-with-x11",
+        }
+    ),
+)
 # `PROGRAM SUB [OPERANDS…] [--] CMD …`: the subcommands that run a command, and how
 # many operands come before it (direnv exec DIR, aws-vault exec PROFILE). An
 # option before the command makes it unparseable unless `--` marks the command.
@@ -513,6 +551,10 @@ _SIMPLE: dict[str, _Options] = {
     "npx": _NPX,
     "bunx": _NPX,
     "pnpx": _NPX,
+    "tsp": _TSP,
+    "ts": _TSP,
+    "nq": _NQ,
+    "dbus-launch": _DBUS_LAUNCH,
 }
 _RUN_SUBCOMMAND: dict[str, tuple[_Options, _Options]] = {
     "poetry": (_RUNNER_GLOBAL, _RUN_OPTIONS),
@@ -604,6 +646,14 @@ def _find_inner(name: str, argv: Sequence[str]) -> Inner | None:
         if start < len(argv) and argv[start].startswith("-"):
             raise WrapperError(f"{name} {argv[index]} option {argv[start]} is not in the table")
         return _command_at(start, argv, None)
+    if name == "entr":
+        index, _ = _read_options(name, argv, 1, _ENTR)
+        shell = any(
+            w.startswith("-") and not w.startswith("--") and "s" in w for w in argv[1:index]
+        )
+        return _command_at(index, argv, index if shell and index < len(argv) else None)
+    if name == "scl":
+        return _scl(argv)
     if name == "nix-shell":
         for i, word in enumerate(argv[1:], start=1):
             if word in ("--run", "--command") and i + 1 < len(argv):
@@ -653,6 +703,30 @@ def _find_inner(name: str, argv: Sequence[str]) -> Inner | None:
             raise WrapperError("script without -c runs a shell that reads standard input")
         return _command_at(index, argv, script)
     raise WrapperError(f"{name} is not in the wrapper table")  # pragma: no cover
+
+
+def _scl(argv: Sequence[str]) -> Inner | None:
+    """``scl enable|run COLL… -- CMD …`` runs CMD; without ``--`` the last word is
+    a command line scl hands to ``/bin/sh -c`` (scl-utils' man page). ``scl -l``,
+    ``scl list-collections``, ``scl load``/``unload`` (environment modules),
+    ``register``/``deregister`` run no command."""
+    if len(argv) < 2:
+        return None
+    if argv[1].startswith("-"):
+        if argv[1] in ("-l", "--list", "-h", "--help", "-V", "--version"):
+            return None
+        raise WrapperError(f"scl option {argv[1]} is not in the wrapper table")
+    if argv[1] not in ("enable", "run"):
+        return None
+    rest = list(argv[2:])
+    if "--" in rest:
+        start = 2 + rest.index("--") + 1
+        return _command_at(start, argv, None)
+    if len(rest) < 2:
+        return None  # a collection and no command
+    if any(w.startswith("-") for w in rest[:-1]):
+        raise WrapperError(f"scl {argv[1]} option is not in the wrapper table")
+    return Inner(script=len(argv) - 1)
 
 
 # -- options whose value is a command ----------------------------------------------
