@@ -1069,8 +1069,9 @@ class WorkerPool:
         extension changed the value after more trusted (``cli``, ``user``) ones ran,
         those run a second time on the changed value (REDTEAM F5): their decision
         on the final value is what holds; failures in that pass count the same.
-        A handler past its deadline, or one whose caller was cancelled (abort), gets ``$/cancel``; if it has not returned within
-        `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
+        A handler past its deadline, or one whose caller was cancelled (abort), gets
+        ``$/cancel``; if it has not returned within `CANCEL_GRACE_S` its worker is
+        killed (and restarted by the watcher).
         Never raises for worker failures; trio cancellation propagates.
 
         Args:
