@@ -221,6 +221,29 @@ ON_FAILURE: dict[str, str] = {
 Events not in the table are notifications (``continue``)."""
 
 
+RECHECKED: frozenset[str] = frozenset(
+    {"tool_call", "tool_result", "message_end", "input", "context", "before_provider_request"}
+)
+"""Events whose final value must pass every more trusted extension (REDTEAM F5,
+issue 13 §1: a protective handler overridden by a later, less trusted one is as
+good as skipped). Handlers run in load order (``-e`` extensions before the
+project's), and each sees the output of the previous one (DESIGN §4); when an
+extension of `LESS_TRUSTED_ORIGINS` then changes the value, the dispatcher runs
+once more, on the changed value, the handlers of the more trusted extensions that
+ran before it, so their block, redaction or rewrite is what holds. The second pass
+runs no project handler, so it ends: two passes at most. Not in the set:
+``before_agent_start`` (its messages accumulate, a second run would repeat them;
+what it sets reaches the provider only through ``context`` and
+``before_provider_request``, which are), and the decisive-first kinds
+(``user_bash``, ``project_trust``: an earlier decisive answer already ends the
+chain; the transactions: a ``cancel`` ends it at once, and a later extension's
+result replacing an earlier one is their documented "last valid result")."""
+
+LESS_TRUSTED_ORIGINS: frozenset[str] = frozenset({"project"})
+"""Extension origins whose change of a `RECHECKED` value is checked again by the
+more trusted extensions that ran before them (``extension_discovery.Origin``)."""
+
+
 def fails_closed(event: str) -> bool:
     """Whether a failed handler of ``event`` stops what the event protects (issue 13 §1)."""
     return ON_FAILURE.get(event, CONTINUE) != CONTINUE

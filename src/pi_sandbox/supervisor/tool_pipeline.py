@@ -31,7 +31,13 @@ import jsonschema
 import pydantic
 import trio
 
-from pi_sandbox.errors import PiSandboxError, RemoteError, WorkerCrashedError, WorkerTimeoutError
+from pi_sandbox.errors import (
+    HookFailedError,
+    PiSandboxError,
+    RemoteError,
+    WorkerCrashedError,
+    WorkerTimeoutError,
+)
 from pi_sandbox.policies import Policy, evaluate_tool_call
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
@@ -207,9 +213,22 @@ class ToolPipeline:
             for index, item in enumerate(prepared):
                 await execute(index, item)
         else:
-            async with trio.open_nursery() as nursery:
-                for index, item in enumerate(prepared):
-                    nursery.start_soon(execute, index, item)
+            try:
+                async with trio.open_nursery() as nursery:
+                    for index, item in enumerate(prepared):
+                        nursery.start_soon(execute, index, item)
+            except BaseExceptionGroup as group:
+                # A stop of ours in a concurrent call (a disabled tool_result
+                # extension: HookFailedError) surfaces as itself, so the run reports
+                # it in one line like any fail-closed stop (REDTEAM F7), not as an
+                # internal error; anything else stays grouped.
+                matched, rest = group.split(PiSandboxError)
+                if matched is None or rest is not None:
+                    raise
+                first: BaseException = matched
+                while isinstance(first, BaseExceptionGroup):
+                    first = first.exceptions[0]
+                raise first from None
         # Before anything else on the host acts on what the calls wrote (issue 14 §1).
         for finding in await self.pool.check_persistence():
             await self.emit(quarantine_event(finding))
@@ -559,9 +578,10 @@ class ToolPipeline:
         get an error result naming the extension and the failure, never the original.
 
         Raises:
-            WorkerCrashedError: an extension with a ``tool_result`` handler is disabled
+            HookFailedError: an extension with a ``tool_result`` handler is disabled
                 (it crashed past its restart budget): every later result would be
-                withheld too, so the run ends (the result is not passed on).
+                withheld too, so the run ends (the result is not passed on); the
+                message names the extension and why it is disabled.
         """
         if not self.pool.subscribed("tool_result"):
             return result, terminate
@@ -577,7 +597,10 @@ class ToolPipeline:
         outcome = await self.pool.dispatch("tool_result", payload)
         await self._report(outcome.errors, "tool_result")
         if outcome.fatal:
-            raise WorkerCrashedError(f"cannot run tool_result hooks: {outcome.fatal}")
+            raise HookFailedError(
+                f"the result of {item.call.name} was withheld and the run stopped "
+                f"(tool_result hooks fail closed): {outcome.fatal}"
+            )
         if outcome.failure is not None:
             return _withheld(item.call.name, outcome.failure), terminate
         state = outcome.state

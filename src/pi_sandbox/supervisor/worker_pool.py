@@ -1067,9 +1067,13 @@ class WorkerPool:
         reason); every other fail-closed event stops at the failing extension (its
         value goes to no later handler) and the caller blocks, withholds, stops or
         cancels. Notifications and ``resources_discover`` keep the previous state and
-        go on (DESIGN §4). A handler past its deadline, or one whose caller was
-        cancelled (abort), gets ``$/cancel``; if it has not returned within
-        `CANCEL_GRACE_S` its worker is killed (and restarted by the watcher).
+        go on (DESIGN §4). For a `hook_kinds.RECHECKED` event, when a project
+        extension changed the value after more trusted (``cli``, ``user``) ones ran,
+        those run a second time on the changed value (REDTEAM F5): their decision
+        on the final value is what holds; failures in that pass count the same.
+        A handler past its deadline, or one whose caller was cancelled (abort), gets
+        ``$/cancel``; if it has not returned within `CANCEL_GRACE_S` its worker is
+        killed (and restarted by the watcher).
         Never raises for worker failures; trio cancellation propagates.
 
         Args:
@@ -1092,7 +1096,20 @@ class WorkerPool:
             and event in worker.registrations.events
             and (only is None or i == only)
         ]
-        for index in indices:
+        # REDTEAM F5: a less trusted (project) extension that changes a value the
+        # more trusted extensions before it already guarded or redacted would have the
+        # last word; those are run once more on the final value (`hook_kinds.RECHECKED`).
+        rechecks = event in hook_kinds.RECHECKED and only is None
+        trusted_ran: list[int] = []  # more trusted extensions that ran, in load order
+        recheck: list[int] = []  # those that ran before the last less trusted change
+        rechecking = False
+        queue = list(indices)
+        while True:
+            if not queue:
+                if rechecking or not recheck:
+                    break
+                rechecking, queue = True, recheck
+            index = queue.pop(0)
             if index >= len(self.extensions):
                 break
             source = self.extensions[index][0]
@@ -1158,6 +1175,11 @@ class WorkerPool:
                     state, _ = hook_kinds.apply_error(event, state, first_failure)
                     break
                 # tool_call: the worker ran its other handlers and left the block to us.
+            if rechecks and not rechecking:
+                if source.origin not in hook_kinds.LESS_TRUSTED_ORIGINS:
+                    trusted_ran.append(index)
+                elif result.state != state and trusted_ran:
+                    recheck = list(trusted_ran)
             state = result.state
             # The worker's own `stopped` flag is advisory: the chain ends only on a
             # decisive state (a real block, a cancel), judged here.
