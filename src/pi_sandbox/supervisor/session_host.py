@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -76,6 +77,10 @@ SHUTDOWN_WAIT_S = 5.0
 """Bounded wait for ``session_shutdown`` handlers before a generation is replaced."""
 
 STALE_GRACE_S = 2.0
+# How long an ended generation's worker has to answer its shutdown request: it first
+# waits up to 2 s (worker runtime STALE_THREAD_GRACE_S) for the extension's own
+# threads, so that one using its stale ctx reports its StaleContextError (case 3).
+STALE_RETIRE_GRACE_S = 5.0
 """How long an ended generation's worker may finish the command that replaced it."""
 
 MAX_SUPPLIED_CHARS = 200_000
@@ -1395,7 +1400,11 @@ class SessionHost:
                         await done.wait()
             async with trio.open_nursery() as nursery:
                 for worker in old:
-                    nursery.start_soon(worker.aclose)
+                    # Longer than the worker's wait for its stale threads (runtime
+                    # STALE_THREAD_GRACE_S), so their errors are reported (case 3).
+                    nursery.start_soon(
+                        functools.partial(worker.aclose, grace_s=STALE_RETIRE_GRACE_S)
+                    )
             for worker in old:
                 with contextlib.suppress(ValueError):
                     self.pool.retired.remove(worker)

@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from pi_sandbox.protocol import hook_kinds, methods
 from pi_sandbox.protocol.framing import FrameDecoder, FrameError, encode_frame
@@ -41,6 +42,9 @@ __all__ = ["WorkerRuntime", "main"]
 
 _RECV_BYTES = 65536
 _BUS_QUEUE = 1000
+# How long an ended generation's worker waits at shutdown for the extension's own
+# threads to end (seconds; below the supervisor's retire grace, `STALE_RETIRE_GRACE_S`).
+STALE_THREAD_GRACE_S = 2.0
 _BUS_BYTES = 32 * 2**20
 
 
@@ -127,7 +131,9 @@ class _ThreadPool:
             slot[1][:] = [fn, args]
             slot[0].set()
             return
-        threading.Thread(target=self._loop, args=(fn, args), daemon=True).start()
+        threading.Thread(
+            target=self._loop, args=(fn, args), name="pi-worker-request", daemon=True
+        ).start()
 
     def _loop(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         wake = threading.Event()
@@ -351,6 +357,8 @@ class WorkerRuntime:
             return  # unknown notifications: ignored
         if method in (methods.INITIALIZE, methods.SHUTDOWN):
             # In order, on the reading thread: nothing else may run before initialize finishes.
+            if method == methods.SHUTDOWN:
+                self._let_stale_threads_report()
             self._run_request(request_id, method, params)
             if method == methods.SHUTDOWN:
                 self._stopping = True
@@ -359,6 +367,29 @@ class WorkerRuntime:
         with self._state_lock:
             self._cancels[request_id] = cancel
         self._threads.submit(self._run_request, request_id, method, params, cancel)
+
+    def _let_stale_threads_report(self) -> None:
+        """Before an ended generation's worker exits, give the extension's own threads
+        up to `STALE_THREAD_GRACE_S` to end: one that keeps using its stale ``ctx``
+        dies of `StaleContextError` at its next use, and that error (a ``log`` the
+        supervisor shows) is the report issue 5 case 3 promises. Without the wait the
+        report depended on the thread being scheduled before the shutdown arrived
+        (issue 13 §7). A thread that never touches ``ctx`` is simply outwaited.
+        Only the runtime's own threads are named ``pi-worker-…``."""
+        if self._host.generation.alive:
+            return
+        deadline = time.monotonic() + STALE_THREAD_GRACE_S
+        current = threading.current_thread()
+        while time.monotonic() < deadline:
+            if not any(
+                thread is not current
+                and thread is not threading.main_thread()
+                and not thread.name.startswith(("pi-worker-", "pi-egress-relay"))
+                and thread.is_alive()
+                for thread in threading.enumerate()
+            ):
+                return
+            time.sleep(0.01)
 
     def _run_request(
         self,
@@ -544,7 +575,7 @@ class WorkerRuntime:
                 import queue
 
                 self._bus_queue = queue.Queue(maxsize=_BUS_QUEUE)
-                threading.Thread(target=self._bus_loop, daemon=True).start()
+                threading.Thread(target=self._bus_loop, name="pi-worker-bus", daemon=True).start()
         data = params.get("data")
         size = _bus_size(data)
         try:
