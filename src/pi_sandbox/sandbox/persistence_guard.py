@@ -484,7 +484,12 @@ class PersistenceGuard:
                 names = _list(directory)
             if names is None and directory in self.roots:
                 found.append(
-                    Finding(directory, "a writable root pi cannot list", error="", left=True)
+                    Finding(
+                        directory,
+                        "a writable root pi cannot list",
+                        error="pi could not check it",
+                        left=True,
+                    )
                 )
                 continue
             if names is None:
