@@ -114,6 +114,25 @@ PROTECTED_IN_WORKSPACE = (
     ".pre-commit-config.yaml",
     ".mise.toml",
     "mise.toml",
+    # red-team F9 (the rule: docs/sandbox.md, "Nothing in your tree")
+    ".hg",
+    ".jj",
+    ".mise",
+    ".mise.local.toml",
+    "mise.local.toml",
+    ".config/mise",
+    ".config/mise.toml",
+    "lefthook.yml",
+    ".lefthook.yml",
+    "lefthook-local.yml",
+    ".lefthook-local.yml",
+    ".devcontainer.json",
+    ".gitlab",
+    "Jenkinsfile",
+    ".travis.yml",
+    "azure-pipelines.yml",
+    "bitbucket-pipelines.yml",
+    ".buildkite",
 )
 
 # Entries of a git directory kept read-only with sandbox.filesystem.git "commit"
