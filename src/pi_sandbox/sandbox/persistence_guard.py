@@ -410,6 +410,8 @@ class PersistenceGuard:
         # if they are (or become) a bare repository, its config is checked on every
         # check for keys that make git run code (red-team F1c).
         self._new_repositories: set[str] = set()
+        # config path -> (inode, size, mtime) when last judged harmless.
+        self._harmless_configs: dict[str, tuple[int, int, int]] = {}
         for root in self.roots:
             self._record_tree(root, root, report=None)
 
@@ -523,18 +525,29 @@ class PersistenceGuard:
         git_dir = os.path.join(directory, ".git")
         if not (os.path.isdir(git_dir) and not os.path.islink(git_dir)):
             git_dir = directory
-        finding = self._check_repository_config(git_dir)
+        finding = self._check_repository_config(git_dir, cached=False)
         return [] if finding is None else [finding]
 
-    def _check_repository_config(self, git_dir: str) -> Finding | None:
+    def _check_repository_config(self, git_dir: str, *, cached: bool = True) -> Finding | None:
         if not _bare_layout(git_dir):
             return None
         for name in ("config", "config.worktree"):
             config = os.path.join(git_dir, name)
-            if not os.path.lexists(config):
+            try:
+                info = os.lstat(config)
+            except OSError:
                 continue
-            keys = ["a symlink"] if os.path.islink(config) else config_code_keys(config)
-            if keys:
+            signature = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if cached and self._harmless_configs.get(config) == signature:
+                continue  # judged already, unchanged: no git process per check
+            keys = ["a symlink"] if stat.S_ISLNK(info.st_mode) else config_code_keys(config)
+            if not keys:
+                # Remembered only once its mtime is past the coarse clock's tick:
+                # a same-size rewrite in the same tick would look unchanged.
+                if time.time() - info.st_mtime_ns / 1e9 > _HOT_SECONDS:
+                    self._harmless_configs[config] = signature
+            else:
+                self._harmless_configs.pop(config, None)
                 return self._quarantine(
                     config,
                     f"git config of a repository made during the run sets {', '.join(keys[:5])}",
@@ -566,6 +579,8 @@ class PersistenceGuard:
     def _note_repository(self, path: str, root: str) -> None:
         if os.path.basename(path) in _REPOSITORY_NAMES:
             directory = os.path.dirname(path)
+            if os.path.realpath(directory) in self._start_git_dirs:
+                return  # an existing repository: its config is the profile's (read-only)
             if not self._in_git_dir(directory, root) or os.path.basename(directory) == ".git":
                 self._new_repositories.add(directory)
 
