@@ -388,8 +388,17 @@ import pi_sandbox.sandbox.profile
 os.setresgid(65534, 65534, 65534)
 os.setresuid(65534, 65534, 65534)
 ws, q, scenario = sys.argv[1:4]
+if scenario == "ancestor":
+    os.makedirs(os.path.join(ws, "a", "b"))
 guard = PersistenceGuard([ws], quarantine_dir=q)
 d = os.path.join(ws, "d")
+if scenario == "ancestor":
+    open(os.path.join(ws, "a", "b", ".envrc"), "w").close()
+    os.chmod(os.path.join(ws, "a"), 0o600)
+if scenario == "searchless":
+    os.mkdir(d)
+    os.mkdir(os.path.join(d, ".pi"))
+    os.chmod(d, 0o644)
 if scenario == "hidden":
     os.mkdir(d)
     os.chmod(d, 0o311)
@@ -462,6 +471,16 @@ def test_a_commondir_behind_an_unlistable_git_directory_is_caught(nobody_root):
     assert not (nobody_root / ".git" / "commondir").exists()
 
 
+@pytest.mark.parametrize("scenario", ["ancestor", "searchless"])
+def test_a_directory_whose_parent_lost_its_search_permission_is_still_checked(
+    nobody_root, scenario
+):
+    [finding] = as_nobody(nobody_root, scenario)
+    expected = {"ancestor": "a/b/.envrc", "searchless": "d/.pi"}[scenario]
+    assert finding[0] == str(nobody_root / expected) and finding[2], finding
+    assert not (nobody_root / expected).exists()
+
+
 def test_control_without_opening_up_the_directory_hides_its_contents(nobody_root, monkeypatch):
     # The protection off (no chmod u+rwx): the unreadable directory hides .envrc,
     # and only quarantining the directory itself would catch it.
@@ -505,3 +524,34 @@ def test_a_tree_deeper_than_path_max_is_moved_out_whole(root, tmp_path):
     # nothing deep is left under the root: the deepest path is below the bound
     longest = max(len(d) for d, _, _ in os.walk(root))
     assert longest < 3900
+
+
+@pytest.mark.parametrize("scenario", ["ancestor", "searchless"])
+def test_an_entry_pi_can_neither_reach_nor_move_is_reported_as_left_never_as_gone(
+    nobody_root, scenario
+):
+    # With the permissions not given back, the guard cannot move what it found:
+    # the finding says it is still there (the run then ends with exit 1), instead
+    # of taking an unsearchable entry for one that disappeared (red-team F2c).
+    script = AS_NOBODY.replace(
+        "guard = PersistenceGuard",
+        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
+        "guard = PersistenceGuard",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(nobody_root),
+            str(nobody_root.parent / "q" / "r"),
+            scenario,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    [finding] = json.loads(proc.stdout)
+    assert finding[2] is None and finding[4] is True, finding
+    assert "could not remove it" in finding[3]

@@ -464,6 +464,17 @@ class PersistenceGuard:
                 continue  # dropped with a quarantined or removed parent
             try:
                 info = os.lstat(directory)
+            except PermissionError:
+                # An ancestor lost its search permission (chmod 600): give it back
+                # where this uid owns it; else what is below cannot be checked (F2).
+                info = self._reach(directory)
+                if info is None:
+                    found.append(
+                        self._quarantine(
+                            directory, "a directory pi cannot reach (it may hide protected names)"
+                        )
+                    )
+                    continue
             except OSError:
                 self._forget(directory)
                 continue
@@ -576,6 +587,22 @@ class PersistenceGuard:
         if os.path.isdir(path) and not os.path.islink(path):
             self._record_tree(path, root, report=found)
 
+    def _reach(self, path: str) -> os.stat_result | None:
+        """`_open_up` each directory from ``path``'s writable root down to its
+        parent that this uid cannot search, then ``lstat`` it again (None when it
+        still cannot be reached)."""
+        root = self._root_of(path)
+        prefix = root
+        for part in os.path.relpath(os.path.dirname(path), root).split(os.sep):
+            if part not in ("", "."):
+                prefix = os.path.join(prefix, part)
+            if not os.access(prefix, os.X_OK):
+                _open_up(prefix)
+        try:
+            return os.lstat(path)
+        except OSError:
+            return None
+
     def _note_repository(self, path: str, root: str) -> None:
         if os.path.basename(path) in _REPOSITORY_NAMES:
             directory = os.path.dirname(path)
@@ -610,9 +637,17 @@ class PersistenceGuard:
                 return
             try:
                 info = os.lstat(directory)
+            except PermissionError:
+                if report is None or (info := self._reach(directory)) is None:
+                    self.complete = False
+                    continue
             except OSError:
                 continue
             listed_at = time.time()
+            if report is not None and not os.access(directory, os.R_OK | os.X_OK):
+                # Listable but not searchable (chmod 644) hides its entries' types
+                # and contents just as well: opened up like an unlistable one.
+                _open_up(directory)
             entries = _scan(directory)
             if entries is None and report is not None and _open_up(directory):
                 entries = _scan(directory)
@@ -752,7 +787,7 @@ class PersistenceGuard:
                 shutil.move(path, target)
                 return Finding(path, rule, moved_to=target)
             except OSError as exc:
-                if not os.path.lexists(path):
+                if not _lexists(path):
                     # Gone already: another run's guard over the same tree moved it.
                     return Finding(path, rule, error="it disappeared before pi could move it")
                 error = f"could not move it to {target}: {exc.strerror or exc}"
@@ -766,7 +801,7 @@ class PersistenceGuard:
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-        if os.path.lexists(path):
+        if _lexists(path):
             error += "; and could not remove it"
             return Finding(path, rule, moved_to=None, error=error, left=True)
         error += "; removed it instead"
@@ -897,6 +932,18 @@ def _git_config_list(config: str) -> list[tuple[str, str]] | None:
             key, _, value = record.partition(b"\n")
             entries.append((os.fsdecode(key).lower(), os.fsdecode(value)))
     return entries
+
+
+def _lexists(path: str) -> bool:
+    """``os.path.lexists`` that answers True when it cannot tell (a parent not
+    searchable): an entry pi cannot see must not count as gone (fail closed)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _scan(directory: str) -> dict[str, bool] | None:
