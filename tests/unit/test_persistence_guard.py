@@ -486,7 +486,8 @@ def test_control_without_opening_up_the_directory_hides_its_contents(nobody_root
     # and only quarantining the directory itself would catch it.
     script = AS_NOBODY.replace(
         "guard = PersistenceGuard",
-        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\nguard = PersistenceGuard",
+        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
+        "guard = PersistenceGuard",
     )
     proc = subprocess.run(
         [

@@ -330,7 +330,10 @@ def _git_rule(inner: Sequence[str], path: str = "") -> str | None:
     if len(inner) == 1 and not _git_state_name(inner[0], path):
         # Anything else git would not have made: a bare repository hidden as
         # .git/x, whose config a linked worktree or `cd` would make git use.
-        return f"git entry {inner[0]}, which is not git's own (a repository or file planted in a git directory)"
+        return (
+            f"git entry {inner[0]}, which is not git's own "
+            "(a repository or file planted in a git directory)"
+        )
     return None
 
 
