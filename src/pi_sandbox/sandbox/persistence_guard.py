@@ -24,7 +24,11 @@ directories completely, and classifies each new entry (`classify`):
   files, shell rc files);
 - inside a git directory, the entries that make git run code or change where it
   points (`GIT_CODE_PATHS`: ``config``, ``hooks``, ``info/attributes``,
-  ``commondir`` …); ordinary git writes (objects, refs, the index, logs) are fine;
+  ``commondir`` …), and at its top every entry that is not git's own
+  (`GIT_STATE_FILES`, `GIT_STATE_DIRS`: a bare repository hidden as ``.git/x``);
+  ordinary git writes (objects, refs, the index, logs) are fine;
+- the ``config`` of a repository made during the run (a bare layout anywhere)
+  when it sets a key that makes git run code (`config_code_keys`);
 - a path the profile names (``deny_write`` entries, paths a repository's git
   config points at, ``HEAD`` at a root without ``.git``) that did not exist.
 
@@ -36,8 +40,15 @@ Each finding is renamed into ``quarantine_dir`` (same file system: atomic; else
 copied and removed) and reported by the caller (audit record, notice, JSON
 event). A linked worktree that ``git worktree add`` made is recognised and kept:
 its ``.git`` file must point at ``<common dir>/worktrees/<name>`` of a repository
-in a writable root and that directory's ``commondir`` must lead back; both are
-checked again on every later `check`.
+that existed when the guard was built, and that directory's ``commondir`` must
+lead back; both are checked again on every later `check`.
+
+Fail closed (red-team F2): a directory the guard cannot list or search during
+the run is given ``u+rwx`` back when this uid owns it (a sandboxed tool runs as
+this uid and can ``chmod 311`` its own directories), else moved out whole; a new
+directory deeper than `_LONG_PATH` characters is moved out whole through
+directory descriptors; an entry that can be neither moved nor removed is a
+`Finding` with ``left=True``, which ends the run with exit 1.
 
 Per-call cost: one ``lstat`` per directory of the writable roots (git object and
 ref directories are not walked). See bench/RESULTS.md.
