@@ -264,3 +264,39 @@ def test_concurrent_runs_neither_see_nor_disturb_each_other(tmp_path, workspace,
     assert listing(workspace) == expected_a
     if nested:
         assert listing(inner) == sorted([*before_inner, "b-done"])
+
+
+def test_a_quarantine_flood_stops_the_tools_and_ends_the_run_with_an_error(tmp_path, workspace):
+    # Red-team F8: a loop re-creating .envrc made 2,305 quarantine entries and as
+    # many warnings in 60 s. Now the cap ends the run (exit 1, one clear error),
+    # the loop dies with the sandbox, and repeats are reported once.
+    from pi_sandbox.supervisor.worker_pool import QUARANTINE_CAP
+
+    audit = tmp_path / "audit.jsonl"
+    started = time.monotonic()
+    result = subprocess.run(
+        pi_argv(
+            workspace,
+            script_for(
+                tmp_path / "s",
+                "for i in $(seq 200000); do echo x > .envrc 2>/dev/null; done; echo finished",
+            ),
+            "--audit-log",
+            str(audit),
+        ),
+        env=pi_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "quarantine flood" in result.stderr
+    assert time.monotonic() - started < DEADLINE_S
+    warnings = [e for e in events(result.stdout) if "quarantine" in e]
+    assert len(warnings) == 1  # identical findings coalesced
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    moved = [r for r in records if r["event"] == "quarantine"]
+    assert QUARANTINE_CAP <= len(moved) < 2 * QUARANTINE_CAP
+    assert "finished" not in "".join(tool_texts(result.stdout))
+    assert not (workspace / ".envrc").exists()
+    assert listing(workspace) == ["README.md", "src"]

@@ -254,3 +254,53 @@ def test_a_submodule_checkout_workspace_can_commit_and_its_config_stays_read_onl
     assert config.read_bytes() == before
     git(sub, "status")
     assert not sentinel.exists()
+
+
+# Red-team F1: a repository planted where git would find it again, and a linked
+# worktree of it; the index's gitlink makes the host's `git status` look inside.
+PLANTED_REPOSITORIES = {
+    "inside .git": (".git/x", "vendor"),
+    "at the top": ("b", "w2"),
+}
+
+
+def plant_repository(repo_dir: str, worktree: str, sentinel: Path) -> str:
+    return (
+        f"git clone -q --bare . {repo_dir}"
+        f" && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = true\\n"
+        f'\\tfsmonitor = "touch {sentinel}; false"\\n\' > {repo_dir}/config'
+        f' && git --git-dir={repo_dir} worktree add -q "$PWD/{worktree}"'
+        f" && git add {worktree} && git commit -qm vendor; true"
+    )
+
+
+@pytest.mark.parametrize("where", list(PLANTED_REPOSITORIES))
+def test_a_planted_repository_and_its_worktree_are_quarantined_and_host_git_runs_nothing(
+    tmp_path, where
+):
+    root = Path(os.path.realpath(tmp_path))
+    repo = make_repo(root / "repo")
+    sentinel = root / "PWNED"
+    repo_dir, worktree = PLANTED_REPOSITORIES[where]
+    proc, _, quarantined = run_pi(
+        tmp_path, repo, [plant_repository(repo_dir, worktree, sentinel)], "--sandbox"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert quarantined, proc.stdout
+    assert not (repo / worktree / ".git").exists()
+    for cwd in (repo, repo / worktree):
+        if cwd.is_dir():
+            git(cwd, "status")
+    assert not sentinel.exists()
+
+
+def test_control_a_planted_repository_and_its_worktree_run_code_without_the_sandbox(tmp_path):
+    root = Path(os.path.realpath(tmp_path))
+    repo = make_repo(root / "repo")
+    sentinel = root / "PWNED"
+    proc, _, _ = run_pi(
+        tmp_path, repo, [plant_repository(".git/x", "vendor", sentinel)], "--no-sandbox"
+    )
+    assert proc.returncode == 0, proc.stderr
+    git(repo / "vendor", "status")
+    assert sentinel.exists()

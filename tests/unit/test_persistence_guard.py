@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,330 @@ def test_a_quarantine_inside_a_writable_root_is_not_quarantined_again(root, tmp_
     (root / ".pi").mkdir()
     assert [f.path for f in guard.check()] == [str(root / ".pi")]
     assert guard.check() == []
+
+
+# --- red-team F1: repositories planted during the run --------------------------------
+
+FSMONITOR = (
+    '[core]\n\trepositoryformatversion = 0\n\tbare = true\n\tfsmonitor = "touch {s}; false"\n'
+)
+
+
+def test_a_bare_repository_hidden_inside_a_git_directory_and_its_worktree_are_quarantined(
+    root, tmp_path
+):
+    # The red team's F1: clone --bare into .git/x, plant fsmonitor in its config,
+    # add a worktree of it: the guard kept both; the host's `git status` ran it.
+    git(root, "init", "-q")
+    git(root, "commit", "-q", "--allow-empty", "-m", "init")
+    guard = guard_for(root, tmp_path)
+    git(root, "clone", "-q", "--bare", ".", ".git/x")
+    git(root, "--git-dir=.git/x", "worktree", "add", "-q", str(root / "vendor"))
+    (root / ".git" / "x" / "config").write_text(FSMONITOR.format(s=tmp_path / "PWNED"))
+    paths = {f.path: f.rule for f in guard.check()}
+    assert str(root / ".git" / "x") in paths, paths
+    assert "not git's own" in paths[str(root / ".git" / "x")]
+    assert str(root / "vendor" / ".git") in paths
+    assert not (root / ".git" / "x").exists() and not (root / "vendor" / ".git").exists()
+    git(root, "status")
+    git(root / "vendor", "status")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_git_state_entries_a_commit_stash_and_rebase_make_are_not_quarantined(root, tmp_path):
+    git(root, "init", "-q")
+    git(root, "commit", "-q", "--allow-empty", "-m", "init")
+    guard = guard_for(root, tmp_path)
+    for name in ("ORIG_HEAD", "FETCH_HEAD", "MERGE_MSG", "BISECT_LOG", "gc.log", "AUTO_MERGE"):
+        (root / ".git" / name).write_text("x\n")
+    for name in ("rebase-merge", "sequencer", "lfs"):
+        (root / ".git" / name).mkdir()
+    (root / "a.txt").write_text("a\n")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-q", "-m", "a")
+    git(root, "stash", "list")
+    assert guard.check() == []
+
+
+@pytest.mark.parametrize("name", ["x", "HEAD2", "ORIG_HEAD_dir"])
+def test_an_unknown_or_mistyped_top_level_git_entry_is_quarantined(root, tmp_path, name):
+    git(root, "init", "-q")
+    guard = guard_for(root, tmp_path)
+    (root / ".git" / name).mkdir()
+    (root / ".git" / "COMMIT_EDITMSG").mkdir()  # a state *file* name as a directory
+    assert {f.path for f in guard.check()} == {
+        str(root / ".git" / name),
+        str(root / ".git" / "COMMIT_EDITMSG"),
+    }
+
+
+def test_a_worktree_of_a_repository_made_during_the_run_is_not_accepted(root, tmp_path):
+    git(root, "init", "-q")
+    git(root, "commit", "-q", "--allow-empty", "-m", "init")
+    guard = guard_for(root, tmp_path)
+    git(root, "clone", "-q", "--bare", ".", "src/lib")
+    # (the new bare repository's own config is harmless: git clone writes it)
+    git(root / "src" / "lib", "worktree", "add", "-q", str(root / "wt"))
+    paths = [f.path for f in guard.check()]
+    assert str(root / "wt" / ".git") in paths
+    assert str(root / "src" / "lib" / "config") not in paths
+
+
+def test_a_new_bare_repository_whose_config_runs_code_has_that_config_quarantined(root, tmp_path):
+    guard = guard_for(root, tmp_path)
+    (root / "b").mkdir()
+    git(root / "b", "init", "-q", "--bare")
+    assert guard.check() == []  # git's own config: kept
+    (root / "b" / "config").write_text(FSMONITOR.format(s=tmp_path / "PWNED"))
+    [finding] = guard.check()
+    assert finding.path == str(root / "b" / "config") and finding.moved_to
+    assert "core.fsmonitor" in finding.rule
+    subprocess.run(["git", "status"], cwd=root / "b", capture_output=True, check=False)
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ("[core]\n\tfsmonitor = true\n\tbare = true\n", []),
+        ("[alias]\n\tst = status\n\tx = !sh -c id\n", ["alias.x"]),
+        (
+            '[filter "a"]\n\tclean = ./c\n[diff "d"]\n\ttextconv = t\n',
+            ["filter.a.clean", "diff.d.textconv"],
+        ),
+        ('[includeIf "gitdir:/"]\n\tpath = /tmp/x\n[credential]\n\thelper = !x\n', None),
+        ('[remote "o"]\n\turl = ext::sh -c id\n\tfetch = +refs/*:refs/*\n', ["remote.o.url"]),
+        ("[core\n", ["unparsable config"]),
+    ],
+)
+def test_config_code_keys_names_what_makes_git_run_code(tmp_path, text, keys):
+    from pi_sandbox.sandbox.persistence_guard import config_code_keys
+
+    config = tmp_path / "config"
+    config.write_text(text)
+    found = config_code_keys(str(config))
+    if keys is None:
+        assert len(found) == 2, found
+    else:
+        assert found == keys
+
+
+def test_the_end_of_run_look_quarantines_a_new_repositorys_code_config(root, tmp_path):
+    guard = guard_for(root, tmp_path)
+    (root / "d" / ".git").mkdir(parents=True)
+    guard.check()  # the .git directory itself is quarantined as a protected name
+    (root / "e").mkdir()
+    git(root / "e", "init", "-q", "--bare")
+    (root / "e" / "config").write_text("[core]\n\tsshCommand = evil\n")
+    assert [f.rule for f in guard.check_repository(str(root / "e"))] == [
+        "git config of a repository made during the run sets core.sshcommand"
+    ]
+
+
+# --- red-team F9: more persistence names ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "sub/.hg",
+        "mise.local.toml",
+        "sub/.mise.local.toml",
+        "sub/.mise.dev.toml",
+        "sub/.config/mise",
+        "lefthook.yml",
+        "sub/.lefthook.yml",
+        "Jenkinsfile",
+        ".travis.yml",
+        "azure-pipelines.yml",
+        "bitbucket-pipelines.yml",
+        ".buildkite",
+        ".gitlab",
+    ],
+)
+def test_tools_that_act_without_being_asked_have_their_names_protected(root, rel):
+    assert classify(str(root / rel), str(root)) is not None
+
+
+@pytest.mark.parametrize("rel", ["Makefile", "package.json", ".npmrc", "sub/Jenkinsfile", "mise"])
+def test_files_the_user_runs_on_purpose_are_ordinary(root, rel):
+    assert classify(str(root / rel), str(root)) is None
+
+
+# --- red-team F2: what the guard cannot read ------------------------------------------
+
+AS_NOBODY = r"""
+import json, os, sys
+from pi_sandbox.sandbox.persistence_guard import PersistenceGuard, config_code_keys
+import pi_sandbox.sandbox.profile
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+ws, q, scenario = sys.argv[1:4]
+if scenario == "ancestor":
+    os.makedirs(os.path.join(ws, "a", "b"))
+guard = PersistenceGuard([ws], quarantine_dir=q)
+d = os.path.join(ws, "d")
+if scenario == "ancestor":
+    open(os.path.join(ws, "a", "b", ".envrc"), "w").close()
+    os.chmod(os.path.join(ws, "a"), 0o600)
+if scenario == "searchless":
+    os.mkdir(d)
+    os.mkdir(os.path.join(d, ".pi"))
+    os.chmod(d, 0o644)
+if scenario == "hidden":
+    os.mkdir(d)
+    os.chmod(d, 0o311)
+    for rel in (".envrc", ".pi"):
+        open(os.path.join(d, rel), "w").close()
+elif scenario == "pinned":
+    os.mkdir(d)
+    open(os.path.join(d, ".envrc"), "w").close()
+    os.chmod(d, 0o111)
+elif scenario == "git":
+    os.chmod(os.path.join(ws, ".git"), 0o311)
+    open(os.path.join(ws, ".git", "commondir"), "w").write("x\n")
+findings = guard.check()
+print(json.dumps([[f.path, f.rule, f.moved_to, f.error, f.left] for f in findings]))
+"""
+
+
+@pytest.fixture
+def nobody_root():
+    if os.geteuid() != 0:
+        pytest.skip("switching to uid 65534 needs root")
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pi-guard-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    ws = base / "ws"
+    ws.mkdir()
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (base / "q").mkdir()
+    for path in (ws, ws / ".git", ws / ".git" / "HEAD", base / "q"):
+        os.chown(path, 65534, 65534)
+    try:
+        yield ws
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(ws: Path, scenario: str) -> list[list]:
+    proc = subprocess.run(
+        [sys.executable, "-c", AS_NOBODY, str(ws), str(ws.parent / "q" / "run"), scenario],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return json.loads(proc.stdout)
+
+
+def test_a_directory_the_sandbox_made_unlistable_is_opened_and_its_contents_quarantined(
+    nobody_root,
+):
+    findings = as_nobody(nobody_root, "hidden")
+    paths = {f[0] for f in findings}
+    assert paths == {str(nobody_root / "d" / ".envrc"), str(nobody_root / "d" / ".pi")}
+    assert all(f[2] and not f[4] for f in findings)
+
+
+def test_a_protected_file_in_a_directory_made_read_only_is_still_moved(nobody_root):
+    [finding] = as_nobody(nobody_root, "pinned")
+    assert finding[0] == str(nobody_root / "d" / ".envrc") and finding[2], finding
+    assert not (nobody_root / "d" / ".envrc").exists()
+
+
+def test_a_commondir_behind_an_unlistable_git_directory_is_caught(nobody_root):
+    findings = as_nobody(nobody_root, "git")
+    assert [f[0] for f in findings] == [str(nobody_root / ".git" / "commondir")]
+    assert not (nobody_root / ".git" / "commondir").exists()
+
+
+@pytest.mark.parametrize("scenario", ["ancestor", "searchless"])
+def test_a_directory_whose_parent_lost_its_search_permission_is_still_checked(
+    nobody_root, scenario
+):
+    [finding] = as_nobody(nobody_root, scenario)
+    expected = {"ancestor": "a/b/.envrc", "searchless": "d/.pi"}[scenario]
+    assert finding[0] == str(nobody_root / expected) and finding[2], finding
+    assert not (nobody_root / expected).exists()
+
+
+def test_control_without_opening_up_the_directory_hides_its_contents(nobody_root, monkeypatch):
+    # The protection off (no chmod u+rwx): the unreadable directory hides .envrc,
+    # and only quarantining the directory itself would catch it.
+    script = AS_NOBODY.replace(
+        "guard = PersistenceGuard",
+        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
+        "guard = PersistenceGuard",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(nobody_root),
+            str(nobody_root.parent / "q" / "r"),
+            "hidden",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    [finding] = json.loads(proc.stdout)
+    assert finding[0] == str(nobody_root / "d") and "cannot list" in finding[1]
+
+
+def test_a_tree_deeper_than_path_max_is_moved_out_whole(root, tmp_path):
+    guard = guard_for(root, tmp_path)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(300):
+            os.mkdir("d" * 20, dir_fd=fd)
+            child = os.open("d" * 20, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open(".envrc", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    finally:
+        os.close(fd)
+    findings = guard.check()
+    assert len(findings) == 1 and "too deep" in findings[0].rule and findings[0].moved_to
+    assert not findings[0].left
+    # nothing deep is left under the root: the deepest path is below the bound
+    longest = max(len(d) for d, _, _ in os.walk(root))
+    assert longest < 3900
+
+
+@pytest.mark.parametrize("scenario", ["ancestor", "searchless"])
+def test_an_entry_pi_can_neither_reach_nor_move_is_reported_as_left_never_as_gone(
+    nobody_root, scenario
+):
+    # With the permissions not given back, the guard cannot move what it found:
+    # the finding says it is still there (the run then ends with exit 1), instead
+    # of taking an unsearchable entry for one that disappeared (red-team F2c).
+    script = AS_NOBODY.replace(
+        "guard = PersistenceGuard",
+        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
+        "guard = PersistenceGuard",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(nobody_root),
+            str(nobody_root.parent / "q" / "r"),
+            scenario,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    [finding] = json.loads(proc.stdout)
+    assert finding[2] is None and finding[4] is True, finding
+    assert "could not remove it" in finding[3]

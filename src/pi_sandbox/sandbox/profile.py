@@ -33,6 +33,7 @@ from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox.persistence_guard import (
     CI_CONFIGURATION,
     PROTECTED_ANYWHERE,
+    PROTECTED_SUFFIXES,
     SHELL_STARTUP_FILES,
 )
 from pi_sandbox.sandbox.settings import MIB, SandboxLimits, SandboxSettings
@@ -97,7 +98,14 @@ _ETC_ENTRIES = (
 # would be a new directory on the host, issue 14 §1): the persistence guard
 # (sandbox/persistence_guard.py) quarantines it if a tool creates it. The names are
 # the guard's own, so that what is bound and what is quarantined cannot drift apart.
-PROTECTED_IN_WORKSPACE = (*sorted(PROTECTED_ANYWHERE), *CI_CONFIGURATION)
+PROTECTED_IN_WORKSPACE = (
+    *sorted(PROTECTED_ANYWHERE),
+    *CI_CONFIGURATION,
+    # mise's variants the guard matches by pattern; the common ones are bound too.
+    "mise.local.toml",
+    ".mise.local.toml",
+    *("/".join(parts) for parts in PROTECTED_SUFFIXES),
+)
 
 # Entries of a git directory kept read-only with sandbox.filesystem.git "commit"
 # (issue 14 §2): what makes git run code (config: core.fsmonitor, hooksPath, pager,

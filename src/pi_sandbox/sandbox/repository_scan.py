@@ -7,7 +7,9 @@ any subdirectory can still become a new repository: ``sub/.git`` with a
 plus ``config``) that git finds when you later run it in ``sub/``. Those are
 ordinary files inside the writable workspace, so the sandbox cannot forbid them
 without forbidding the tool its work; the run instead compares the repositories
-present before and after and warns about new ones (`find_repositories`).
+present before and after (`find_repositories`), has the persistence guard
+quarantine a new one's config when it makes git run code
+(`PersistenceGuard.check_repository`), and warns about the others.
 """
 
 from __future__ import annotations

@@ -877,6 +877,10 @@ async def _run(
                     for path in sorted(after.found - before.found):
                         if pool.accepted_worktree(path):
                             continue
+                        # A new repository whose config runs code: quarantined, not
+                        # only reported (red-team F1c).
+                        for finding in await pool.check_repository(path):
+                            await output(quarantine_event(finding))
                         await output(
                             {
                                 "type": "warning",
@@ -884,6 +888,19 @@ async def _run(
                                 "git run there would use its config and hooks: review or delete it",
                             }
                         )
+                if pool.repeated_findings:
+                    await output(
+                        {
+                            "type": "warning",
+                            "message": f"pi quarantined {pool.repeated_findings} more entries "
+                            "at paths it had already reported (see the quarantine records in "
+                            "the audit log)",
+                        }
+                    )
+                if pool.guard_failure is not None and status == 0:
+                    await output({"type": "error", "error": pool.guard_failure})
+                    print(printable(f"pi: {pool.guard_failure}"), file=sys.stderr, flush=True)
+                    status = 1
                 if resource_watch is not None:
                     await resource_watch.report(output, audit.record)
                 if keep_logs:

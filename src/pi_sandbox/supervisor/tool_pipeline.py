@@ -36,6 +36,7 @@ from pi_sandbox.errors import (
     PiSandboxError,
     RemoteError,
     WorkerCrashedError,
+    WorkerError,
     WorkerTimeoutError,
 )
 from pi_sandbox.policies import Policy, evaluate_tool_call
@@ -232,6 +233,8 @@ class ToolPipeline:
         # Before anything else on the host acts on what the calls wrote (issue 14 §1).
         for finding in await self.pool.check_persistence():
             await self.emit(quarantine_event(finding))
+        if self.pool.guard_failure is not None:
+            raise WorkerError(self.pool.guard_failure)
         for path in self.pool.repair_host_devices():
             self.pool.repaired_devices.append(path)
             await self.emit(

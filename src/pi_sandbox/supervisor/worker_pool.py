@@ -138,6 +138,12 @@ class DispatchOutcome:
 WATCH_INTERVAL_S = 0.05
 """Least time between two inotify-driven persistence checks (seconds)."""
 
+QUARANTINE_CAP = 100
+"""Protected entries the persistence guard quarantines per run at most (red-team
+F8): past it the run is a flood (a background loop re-creating ``.envrc``), so the
+tool worker and its sandbox are killed and the run ends with exit 1
+(docs/sandbox.md, "Nothing in your tree")."""
+
 
 @dataclass(frozen=True)
 class PoolConfig:
@@ -240,6 +246,13 @@ class WorkerPool:
         self.on_quarantine: Callable[[Finding], Awaitable[None]] | None = None
         # Set when the guard could not record the whole of the writable roots.
         self.guard_warning: str | None = None
+        # Set when the guard's protection failed during the run (a quarantine
+        # flood, an entry that could not be moved or removed): the run must end
+        # with exit 1 (docs/sandbox.md).
+        self.guard_failure: str | None = None
+        # Findings reported once per (path, rule); repeats are audited and counted.
+        self._reported_findings: set[tuple[str, str]] = set()
+        self.repeated_findings = 0
         # Host device nodes whose mode a sandbox changed and the pool put back.
         self.repaired_devices: list[str] = []
         self._devices: DeviceGuard | None = None
@@ -281,6 +294,22 @@ class WorkerPool:
                 findings = await trio.to_thread.run_sync(self._guard.check)
                 if self._dir_watch is not None:
                     self._dir_watch.add(self._guard.take_new_directories())
+        return self._record_findings(findings)
+
+    async def check_repository(self, directory: str) -> list[Finding]:
+        """Quarantine the code-running config of a repository the run made
+        (`PersistenceGuard.check_repository`); audited and returned like
+        `check_persistence`'s findings. Empty when unguarded."""
+        if self._guard is None:
+            return []
+        async with self._guard_lock:
+            with trio.CancelScope(shield=True):
+                findings = await trio.to_thread.run_sync(self._guard.check_repository, directory)
+        return self._record_findings(findings)
+
+    def _record_findings(self, findings: list[Finding]) -> list[Finding]:
+        """Audit every finding, enforce `QUARANTINE_CAP`, and return those to report:
+        a (path, rule) already reported is counted in `repeated_findings` instead."""
         for finding in findings:
             self.audit(
                 {
@@ -292,7 +321,34 @@ class WorkerPool:
                 }
             )
         self.quarantined += findings
-        return findings
+        fresh: list[Finding] = []
+        for finding in findings:
+            key = (finding.path, finding.rule)
+            if key in self._reported_findings and not finding.left:
+                self.repeated_findings += 1
+                continue
+            self._reported_findings.add(key)
+            fresh.append(finding)
+            if finding.left and self.guard_failure is None:
+                self.guard_failure = (
+                    f"a sandboxed tool created {finding.path} ({finding.rule}) and pi could "
+                    f"neither move nor remove it ({finding.error}); remove it by hand before "
+                    "any git, editor or agent runs there (docs/sandbox.md, "
+                    '"Nothing in your tree")'
+                )
+        if len(self.quarantined) >= QUARANTINE_CAP and self.guard_failure is None:
+            self.guard_failure = (
+                f"quarantine flood: sandboxed tools created {len(self.quarantined)} protected "
+                f"entries (the cap is {QUARANTINE_CAP} per run); pi stopped the tools and ends "
+                "the run (see the quarantine records in the audit log)"
+            )
+        if self.guard_failure is not None:
+            # Fail closed: nothing of the sandbox keeps running (the tool call in
+            # flight fails; the pipeline then ends the run with the failure).
+            worker = self.tool_worker
+            if worker is not None and worker.spec.sandbox is not None and worker.pid is not None:
+                worker.kill()
+        return fresh
 
     async def _start_guard(self, profile: SandboxProfile) -> None:
         """Record the tool worker's writable roots before its sandbox starts."""
