@@ -290,21 +290,25 @@ _TAR = OptionTable(
     ),
     old_style_cluster=True,
 )
+GIT_GLOBAL_OPTIONS_WITH_VALUE = frozenset(
+    {
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--exec-path",
+        "--attr-source",
+        "--list-cmds",
+    }
+)
+"""git's global options that take a value (before the subcommand); also read by the
+shell grammar (`_shell_grammar`) to find the subcommand."""
+
 _GIT = OptionTable(
-    with_value=frozenset(
-        {
-            "-C",
-            "-c",
-            "--git-dir",
-            "--work-tree",
-            "--namespace",
-            "--super-prefix",
-            "--config-env",
-            "--exec-path",
-            "--attr-source",
-            "--list-cmds",
-        }
-    ),
+    with_value=GIT_GLOBAL_OPTIONS_WITH_VALUE,
     aliases=_aliases("-P=--no-pager", "-p=--paginate"),
     subcommands=True,
     sub={

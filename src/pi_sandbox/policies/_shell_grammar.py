@@ -87,6 +87,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from pi_sandbox.policies._option_grammar import GIT_GLOBAL_OPTIONS_WITH_VALUE
 from pi_sandbox.policies._wrapper_table import (
     SCRIPT_OPTION_PROGRAMS,
     WRAPPER_PROGRAMS,
@@ -1357,20 +1358,7 @@ _RUNS_OTHER_CODE = frozenset(
 # git's global options (before the subcommand): those that take the next word as
 # their value, and those that configure code git runs (``-c alias.x=!cmd``,
 # ``-c core.fsmonitor=…``).
-_GIT_OPTIONS_WITH_VALUE = frozenset(
-    {
-        "-C",
-        "-c",
-        "--git-dir",
-        "--work-tree",
-        "--namespace",
-        "--super-prefix",
-        "--config-env",
-        "--exec-path",
-        "--list-cmds",
-        "--attr-source",
-    }
-)
+_GIT_OPTIONS_WITH_VALUE = GIT_GLOBAL_OPTIONS_WITH_VALUE
 _GIT_CONFIGURING = frozenset({"-c", "--config-env", "--exec-path"})
 
 
