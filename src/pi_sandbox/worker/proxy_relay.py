@@ -116,7 +116,10 @@ def _accept_loop(listener: socket.socket, socket_path: str) -> None:
             return
         try:
             threading.Thread(
-                target=_relay_connection, args=(client, socket_path), daemon=True
+                target=_relay_connection,
+                args=(client, socket_path),
+                name="pi-egress-relay-connection",
+                daemon=True,
             ).start()
         except RuntimeError:  # can't start a new thread
             client.close()
@@ -130,7 +133,9 @@ def _relay_connection(client: socket.socket, socket_path: str) -> None:
             upstream.connect(socket_path)
         except OSError:
             return
-        back = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
+        back = threading.Thread(
+            target=_copy, args=(upstream, client), name="pi-egress-relay-copy", daemon=True
+        )
         try:
             back.start()
         except RuntimeError:
