@@ -115,3 +115,36 @@ def tool_texts(stdout: str) -> list[str]:
         for e in json_events(stdout)
         if e["type"] == "tool_execution_end"
     ]
+
+
+def pi_cli(
+    root: Path, *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``pi ARGS…`` (this checkout's CLI) with HOME and the agent directory under
+    ``root`` (`fake_provider_env`; ``root/home`` is created)."""
+    (root / "home").mkdir(exist_ok=True)
+    return run_pi(
+        [sys.executable, "-m", "pi_sandbox.cli", *args],
+        env=fake_provider_env(root),
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def plain_run(root: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``cd CWD && pi -p hello`` without a sandbox and without a session file, the
+    scripted model answering ``done``: which project code a plain run loads."""
+    script = root / "plain.yaml"
+    script.write_text("- text: done\n")
+    return pi_cli(
+        root,
+        "--no-sandbox",
+        "--no-session",
+        "--model",
+        "scripted",
+        "--script",
+        str(script),
+        "-p",
+        "hello",
+        cwd=cwd,
+    )

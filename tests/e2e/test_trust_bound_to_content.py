@@ -17,7 +17,6 @@ the planted code ran.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.security]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pi_runs import pi_cli as cli
+from pi_runs import plain_run
 
-TIMEOUT_S = 120
+pytestmark = [pytest.mark.e2e, pytest.mark.security]
 
 
 def planted_code(sentinel: Path) -> str:
@@ -59,28 +60,6 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "home").mkdir(exist_ok=True)
-    result = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    result.pop("OPENAI_API_KEY", None)
-    return result
-
-
-def cli(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pi_sandbox.cli", *args],
-        cwd=cwd,
-        env=env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-
-
 def sandboxed_bash(tmp_path: Path, workspace: Path, command: str) -> subprocess.CompletedProcess:
     """One ``pi --sandbox --mode json`` run whose scripted model calls ``bash`` once."""
     script = tmp_path / "attack.yaml"
@@ -104,24 +83,6 @@ def sandboxed_bash(tmp_path: Path, workspace: Path, command: str) -> subprocess.
         "-C",
         str(workspace),
         "go",
-    )
-
-
-def plain_run(tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``cd DIR && pi -p hello`` without a sandbox: what loaded code unsandboxed."""
-    script = tmp_path / "plain.yaml"
-    script.write_text("- text: done\n")
-    return cli(
-        tmp_path,
-        "--no-sandbox",
-        "--no-session",
-        "--model",
-        "scripted",
-        "--script",
-        str(script),
-        "-p",
-        "hello",
-        cwd=cwd,
     )
 
 

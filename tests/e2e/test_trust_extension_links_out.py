@@ -18,16 +18,16 @@ the sentinel existing means that code ran.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.security]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pi_runs import pi_cli as cli
+from pi_runs import plain_run
 
-TIMEOUT_S = 120
+pytestmark = [pytest.mark.e2e, pytest.mark.security]
 
 
 def code_writing(sentinel: Path, text: str) -> str:
@@ -43,42 +43,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
-
-
-def cli(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "home").mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),
-        "PI_CODING_AGENT_DIR": str(tmp_path / "agent"),
-    }
-    env.pop("OPENAI_API_KEY", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pi_sandbox.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-
-
-def plain_run(tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``cd DIR && pi -p hello`` without a sandbox: what loads code unsandboxed."""
-    script = tmp_path / "plain.yaml"
-    script.write_text("- text: done\n")
-    return cli(
-        tmp_path,
-        "--no-sandbox",
-        "--no-session",
-        "--model",
-        "scripted",
-        "--script",
-        str(script),
-        "-p",
-        "hello",
-        cwd=cwd,
-    )
 
 
 def trust_yes(tmp_path: Path, path: Path) -> None:
