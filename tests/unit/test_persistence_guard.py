@@ -439,9 +439,19 @@ def nobody_root():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def as_nobody(ws: Path, scenario: str) -> list[list]:
+def as_nobody(ws: Path, scenario: str, *, open_up: bool = True) -> list[list]:
+    """Run scenario ``scenario`` of `AS_NOBODY` in ``ws``; its findings. Without
+    ``open_up`` the guard does not give the sandbox's directories their permissions
+    back (the protection off)."""
+    script = AS_NOBODY
+    if not open_up:
+        script = AS_NOBODY.replace(
+            "guard = PersistenceGuard",
+            "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
+            "guard = PersistenceGuard",
+        )
     proc = subprocess.run(
-        [sys.executable, "-c", AS_NOBODY, str(ws), str(ws.parent / "q" / "run"), scenario],
+        [sys.executable, "-c", script, str(ws), str(ws.parent / "q" / "run"), scenario],
         capture_output=True,
         text=True,
         check=True,
@@ -484,26 +494,7 @@ def test_a_directory_whose_parent_lost_its_search_permission_is_still_checked(
 def test_control_without_opening_up_the_directory_hides_its_contents(nobody_root, monkeypatch):
     # The protection off (no chmod u+rwx): the unreadable directory hides .envrc,
     # and only quarantining the directory itself would catch it.
-    script = AS_NOBODY.replace(
-        "guard = PersistenceGuard",
-        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
-        "guard = PersistenceGuard",
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            script,
-            str(nobody_root),
-            str(nobody_root.parent / "q" / "r"),
-            "hidden",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd="/",
-    )
-    [finding] = json.loads(proc.stdout)
+    [finding] = as_nobody(nobody_root, "hidden", open_up=False)
     assert finding[0] == str(nobody_root / "d") and "cannot list" in finding[1]
 
 
@@ -534,25 +525,6 @@ def test_an_entry_pi_can_neither_reach_nor_move_is_reported_as_left_never_as_gon
     # With the permissions not given back, the guard cannot move what it found:
     # the finding says it is still there (the run then ends with exit 1), instead
     # of taking an unsearchable entry for one that disappeared (red-team F2c).
-    script = AS_NOBODY.replace(
-        "guard = PersistenceGuard",
-        "import pi_sandbox.sandbox.persistence_guard as g; g._open_up = lambda d: False\n"
-        "guard = PersistenceGuard",
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            script,
-            str(nobody_root),
-            str(nobody_root.parent / "q" / "r"),
-            scenario,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd="/",
-    )
-    [finding] = json.loads(proc.stdout)
+    [finding] = as_nobody(nobody_root, scenario, open_up=False)
     assert finding[2] is None and finding[4] is True, finding
     assert "could not remove it" in finding[3]
