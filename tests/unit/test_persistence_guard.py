@@ -323,6 +323,13 @@ def test_a_new_bare_repository_whose_config_runs_code_has_that_config_quarantine
         ('[includeIf "gitdir:/"]\n\tpath = /tmp/x\n[credential]\n\thelper = !x\n', None),
         ('[remote "o"]\n\turl = ext::sh -c id\n\tfetch = +refs/*:refs/*\n', ["remote.o.url"]),
         ("[core\n", ["unparsable config"]),
+        # The second fresh tester's finds: `git archive`, `interpret-trailers`,
+        # `imap-send` and `git init` run these.
+        (
+            '[tar "tgz"]\n\tcommand = touch x; gzip\n[trailer "t"]\n\tcommand = a\n\tcmd = b\n',
+            ["tar.tgz.command", "trailer.t.command", "trailer.t.cmd"],
+        ),
+        ("[imap]\n\ttunnel = sh -c id\n[init]\n\ttemplateDir = /tmp/t\n", None),
     ],
 )
 def test_config_code_keys_names_what_makes_git_run_code(tmp_path, text, keys):

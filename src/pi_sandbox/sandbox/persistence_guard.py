@@ -881,7 +881,8 @@ _CODE_KEY = re.compile(
     r"|man\..*\.(cmd|path)|include\.path|includeif\..*|uploadpack\.packobjectshook"
     r"|pager\..*|interactive\.difffilter|hook\..*|remote\..*\.(uploadpack|receivepack|vcs)"
     r"|url\..*\.(insteadof|pushinsteadof)|protocol\.(.*\.)?allow|trace2\..*|sendemail\..*"
-    r"|submodule\..*\.update|alias\..*|remote\..*\.url)$"
+    r"|submodule\..*\.update|alias\..*|remote\..*\.url"
+    r"|tar\..*\.command|trailer\..*\.(command|cmd)|imap\.tunnel|init\.templatedir)$"
 )
 _GIT_BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "1", "0"})
 
@@ -894,7 +895,9 @@ def config_code_keys(config: str) -> list[str]:
     ``credential.helper``, ``gpg.program``, ``filter.*.{clean,smudge,process}``,
     ``diff.*.{textconv,command}``, ``merge.*.driver``, ``alias.*`` starting with
     ``!``, ``include.path``, ``includeIf.*``, ``uploadpack.packObjectsHook``,
-    ``hook.*``, ``url.*.insteadOf``, ``remote.*.url`` of the ``ext::`` transport …
+    ``hook.*``, ``url.*.insteadOf``, ``remote.*.url`` of the ``ext::`` transport,
+    ``tar.*.command``, ``trailer.*.{command,cmd}``, ``imap.tunnel``,
+    ``init.templateDir`` …
     A file git cannot parse counts as one (``"unparsable config"``): git would
     refuse it, and pi's lenient reading must not be the one that decides."""
     from pi_sandbox.sandbox.profile import _parse_git_config
