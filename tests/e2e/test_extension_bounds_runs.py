@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI, text
 
-from pi_sandbox.supervisor.session_file import load_session
+from pi_sandbox.supervisor.sessions.session_file import load_session
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("require_bwrap")]
 

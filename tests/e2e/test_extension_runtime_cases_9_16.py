@@ -27,8 +27,8 @@ from fake_openai import FakeOpenAI, text, tool_calls
 from pi_runs import fake_provider_env
 
 from pi_sandbox.supervisor.agent_session import AgentSession
-from pi_sandbox.supervisor.session_file import SessionWriter
 from pi_sandbox.supervisor.session_host import SessionHost
+from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.worker_pool import (
     CANCEL_GRACE_S,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pi_sandbox.supervisor.session_file import MessageEntry, SessionWriter, load_session
+from pi_sandbox.supervisor.sessions.session_file import MessageEntry, SessionWriter, load_session
 
 
 def test_entries_chain_by_parent_id_and_use_pi_field_names(tmp_path):
@@ -47,7 +47,7 @@ def test_a_broken_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
 
 
 def test_resuming_a_torn_session_file_drops_the_torn_line_before_appending(tmp_path):
-    from pi_sandbox.supervisor.session_file import SessionWriter, load_session
+    from pi_sandbox.supervisor.sessions.session_file import SessionWriter, load_session
 
     writer = SessionWriter.create(tmp_path, tmp_path / "ws")
     writer.append_message({"role": "user", "content": "one"})
@@ -68,7 +68,7 @@ def test_resuming_refuses_a_fifo_without_blocking(tmp_path):
 
     import pytest
 
-    from pi_sandbox.supervisor.session_file import SessionWriter
+    from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 
     fifo = tmp_path / "s.jsonl"
     os.mkfifo(fifo)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_sandbox.supervisor.session_file import (
+from pi_sandbox.supervisor.sessions.session_file import (
     MAX_LINE_BYTES,
     SessionFileError,
     SessionWriter,
@@ -257,7 +257,7 @@ def test_an_empty_file_is_a_missing_header(tmp_path):
 
 
 def test_a_line_longer_than_the_limit_is_refused_without_parsing_it(tmp_path, monkeypatch):
-    import pi_sandbox.supervisor.session_file as session_file
+    import pi_sandbox.supervisor.sessions.session_file as session_file
 
     monkeypatch.setattr(session_file, "MAX_LINE_BYTES", 1000)
     path = write(

@@ -26,7 +26,7 @@ import trio
 
 from pi_sandbox.errors import HostCallError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
-from pi_sandbox.supervisor.session_file import now_ms
+from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
 __all__ = ["MAX_COMMAND_BYTES", "serve_rpc"]

@@ -427,8 +427,8 @@ async def _run(
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
-    from pi_sandbox.supervisor.session_file import SessionWriter
     from pi_sandbox.supervisor.session_host import SessionHost
+    from pi_sandbox.supervisor.sessions.session_file import SessionWriter
     from pi_sandbox.supervisor.tool_pipeline import (
         ToolPipeline,
         quarantine_event,

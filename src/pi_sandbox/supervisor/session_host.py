@@ -60,7 +60,7 @@ from pi_sandbox.supervisor.boundary import (
 )
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.providers.base import ToolDefinition
-from pi_sandbox.supervisor.session_file import SessionWriter, now_ms
+from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
