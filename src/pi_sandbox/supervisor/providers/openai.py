@@ -22,7 +22,13 @@ import httpx
 
 from pi_sandbox.errors import ProviderError
 
-from .base import AssistantTurn, TextDeltaCallback, ToolCall, ToolDefinition
+from .base import (
+    AssistantEventCallback,
+    AssistantTurn,
+    TextDeltaCallback,
+    ToolCall,
+    ToolDefinition,
+)
 from .sse import SSEDecoder, SSEEvent
 
 __all__ = ["OpenAIProvider"]
@@ -103,6 +109,8 @@ class OpenAIProvider:
         messages: list[dict[str, Any]],
         tools: list[ToolDefinition],
         on_text_delta: TextDeltaCallback | None = None,
+        on_event: AssistantEventCallback | None = None,
+        thinking_level: str = "off",
     ) -> AssistantTurn:
         """Send one streaming request and return the whole assistant turn.
 

@@ -29,7 +29,13 @@ import yaml
 from pi_sandbox.bounded_yaml import index_yaml
 from pi_sandbox.errors import ProviderError
 
-from .base import AssistantTurn, TextDeltaCallback, ToolCall, ToolDefinition
+from .base import (
+    AssistantEventCallback,
+    AssistantTurn,
+    TextDeltaCallback,
+    ToolCall,
+    ToolDefinition,
+)
 
 __all__ = ["SCRIPT_MAX_DEPTH", "ScriptedProvider", "load_script"]
 
@@ -235,6 +241,8 @@ class ScriptedProvider:
         messages: list[dict[str, Any]],
         tools: list[ToolDefinition],
         on_text_delta: TextDeltaCallback | None = None,
+        on_event: AssistantEventCallback | None = None,
+        thinking_level: str = "off",
     ) -> AssistantTurn:
         """Return the next scripted turn; its text goes to ``on_text_delta`` in one call.
 
