@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -10,6 +11,14 @@ from pathlib import Path
 
 import pytest
 import trio
+
+# pi reads piped stdin and prepends it to the first prompt (pi docs cli.md), as pi does:
+# a pi process a test starts must not inherit a pipe of the test runner's that never
+# closes (it would wait for its end).
+if not os.isatty(0):
+    _devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(_devnull, 0)
+    os.close(_devnull)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXTENSIONS = FIXTURES / "extensions"

@@ -40,6 +40,20 @@ EXIT_USAGE = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
 
 
+SUBCOMMANDS_HELP = """commands (pi COMMAND --help for each):
+  pi sandbox doctor [--json]            what --sandbox enforces on this machine
+  pi policy check|show|explain          validate policies; show or explain decisions
+  pi trust [yes|no|sandboxed|forget|show] [PATH]
+                                        the project trust decision
+  pi resources [--json]                 skills, prompts, context files, extensions a run loads
+
+not available in pi-sandbox yet: install, remove, uninstall, update, list, config, mcp"""
+
+NOT_YET_SUBCOMMANDS = ("install", "remove", "uninstall", "update", "list", "config", "mcp")
+"""pi 1.6.0 subcommands pi-sandbox does not have yet: refused with exit 2 instead of
+being sent to the model as a prompt (issue 17 §5)."""
+
+
 def agent_dir() -> Path:
     """``$PI_CODING_AGENT_DIR`` if set, else ``~/.pi/agent`` (as in pi)."""
     override = os.environ.get("PI_CODING_AGENT_DIR")
@@ -50,12 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``argparse`` reports usage errors naming the argument (exit 2)."""
     parser = argparse.ArgumentParser(
         prog="pi",
+        usage="pi [options] [--] [@files...] [messages...]\n       pi COMMAND ...",
         description="A coding agent whose extensions and tools each run in a sandboxed worker process.",
+        epilog=SUBCOMMANDS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         # No abbreviations: an extension's --mo flag must not read as --model/--mode.
         allow_abbrev=False,
     )
     parser.add_argument(
-        "message", nargs="*", help="the prompt (read from stdin when omitted and stdin is a pipe)"
+        "message",
+        nargs="*",
+        help="prompts, sent in turn; @path attaches a file (text inline, images as images) "
+        "to the first; piped stdin is prepended to the first",
     )
     parser.add_argument(
         "-p", "--print", action="store_true", help="non-interactive: print the final answer"
@@ -85,15 +105,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="load an extension",
     )
     parser.add_argument(
-        "--no-extensions", action="store_true", help="disable extension discovery (-e still loads)"
+        "-ne",
+        "--no-extensions",
+        action="store_true",
+        help="disable extension discovery (-e still loads)",
     )
     tools = parser.add_mutually_exclusive_group()
     tools.add_argument(
+        "-t",
         "--tools",
-        metavar="A,B",
-        help="only these tools (built-in and extension tools alike) are active",
+        metavar="LIST",
+        help="comma-separated tool names or *-patterns that replace the default selection "
+        "(built-in and extension tools alike), or only +name/-name entries that change it",
     )
-    tools.add_argument("--no-tools", action="store_true", help="no tool is active")
+    tools.add_argument("-nt", "--no-tools", action="store_true", help="no tool is active")
+    parser.add_argument(
+        "-xt",
+        "--exclude-tools",
+        metavar="LIST",
+        help="comma-separated tool names or *-patterns disabled after every other tool option",
+    )
+    parser.add_argument(
+        "-nbt",
+        "--no-builtin-tools",
+        action="store_true",
+        help="disable the default built-in tools, keep extension tools",
+    )
     sandbox = parser.add_mutually_exclusive_group()
     sandbox.add_argument(
         "--sandbox", dest="sandbox", action="store_true", default=None, help="run workers in bwrap"
@@ -106,6 +143,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--trust", choices=["yes", "no", "sandboxed"], help="trust decision for this project"
+    )
+    parser.add_argument(
+        "-a",
+        "--approve",
+        dest="trust",
+        action="store_const",
+        const="yes",
+        help="pi's spelling of --trust yes (this run only)",
+    )
+    parser.add_argument(
+        "-na",
+        "--no-approve",
+        dest="trust",
+        action="store_const",
+        const="no",
+        help="pi's spelling of --trust no (this run only)",
+    )
+    parser.add_argument(
+        "-nc",
+        "--no-context-files",
+        action="store_true",
+        help="do not read AGENTS.md / CLAUDE.md",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print mode: also show the model's text between tool calls and whole tool results",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no automatic network activity (pi-sandbox makes none besides model requests; "
+        "accepted for pi compatibility)",
     )
     add_resource_options(parser)
     parser.add_argument(
@@ -131,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--audit-log", type=Path, metavar="FILE", help="append audit records (JSON lines) to FILE"
     )
-    parser.add_argument("--version", action="version", version=f"pi-sandbox {__version__}")
+    parser.add_argument("-v", "--version", action="version", version=f"pi-sandbox {__version__}")
     return parser
 
 
@@ -147,7 +217,7 @@ def add_resource_options(parser: argparse.ArgumentParser) -> None:
         help="load a skill file or directory (repeatable; works with --no-skills)",
     )
     parser.add_argument(
-        "--no-skills", action="store_true", help="no skill discovery (--skill still loads)"
+        "-ns", "--no-skills", action="store_true", help="no skill discovery (--skill still loads)"
     )
     parser.add_argument(
         "--prompt-template",
@@ -158,6 +228,7 @@ def add_resource_options(parser: argparse.ArgumentParser) -> None:
         help="load a prompt template file or directory (repeatable)",
     )
     parser.add_argument(
+        "-np",
         "--no-prompt-templates",
         action="store_true",
         help="no prompt template discovery (--prompt-template still loads)",
@@ -830,6 +901,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # `pi policy explain … | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
+    if argv[:1] and argv[0] in NOT_YET_SUBCOMMANDS:
+        print(
+            f"pi: `pi {argv[0]}` is not available in pi-sandbox yet (see `pi --help` for "
+            "the commands it has)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     parser = build_parser()
     # Flags registered by extensions are only known once they load: unknown options
     # are checked then (`SessionHost` re-parses the whole command line).
@@ -840,7 +918,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         not unknown[0].startswith("--")
         or any(t.startswith("-") and not t.startswith("--") for t in unknown)
     ):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        from pi_sandbox.supervisor.session_host import unknown_option_message
+
+        parser.error(
+            unknown_option_message(parser, argv) or f"unrecognized arguments: {' '.join(unknown)}"
+        )
+    # A mistyped pi option (`--modle`) is refused at once with the option it is close
+    # to, rather than taken for an extension's flag (issue 17 §5): an extension flag
+    # one typo away from a pi option is not allowed.
+    for token in unknown:
+        if token.startswith("--"):
+            from pi_sandbox.supervisor.option_suggestions import closest_option
+
+            name = token.split("=", 1)[0]
+            known = [o for a in parser._actions for o in a.option_strings]
+            if close := closest_option(name, known):
+                parser.error(f"unknown option {name} (did you mean {close}?)")
     # Heavy imports after argument parsing: `pi --help` stays fast.
     from pi_sandbox.supervisor.run import RunOptions, run_print_session
 
@@ -848,11 +941,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cwd.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
     cwd = cwd.resolve()
-    message = " ".join(args.message).strip()
-    from_stdin = False
-    if not message and not sys.stdin.isatty() and args.mode != "rpc":
-        message, from_stdin = sys.stdin.read().strip(), True
-    if not message and args.mode != "rpc":
+    if args.mode == "rpc" and any(w.startswith("@") and len(w) > 1 for w in args.message):
+        parser.error("--mode rpc does not take @file arguments (send files in prompts)")
+    stdin_text = _piped_stdin() if args.mode != "rpc" else None
+    from pi_sandbox.errors import UsageError
+    from pi_sandbox.supervisor.prompt_input import build_prompt_input
+
+    try:
+        prompts = build_prompt_input(args.message, stdin_text, cwd)
+    except UsageError as exc:
+        parser.error(str(exc))
+    if not prompts.first.strip() and args.mode != "rpc":
         parser.error(
             "no message: give one as arguments or on stdin (interactive mode is not available yet)"
         )
@@ -885,20 +984,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.ci and args.sandbox is False:
         parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
+    from pi_sandbox.supervisor.tool_selection import ToolSelection
+
+    try:
+        selection = ToolSelection.from_options(
+            tools=args.tools,
+            exclude_tools=args.exclude_tools,
+            no_builtin_tools=args.no_builtin_tools,
+            no_tools=args.no_tools,
+            default_tools=_default_tools_setting(cwd),
+        )
+    except UsageError as exc:
+        parser.error(str(exc))
     options = RunOptions(
-        message=message,
+        message=prompts.first,
+        images=prompts.images,
+        rest_messages=prompts.rest,
+        stdin_text=stdin_text,
+        no_context_files=args.no_context_files,
+        verbose=args.verbose,
         cwd=cwd,
         agent_dir=agent_dir(),
         mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
-        tools=(
-            set()
-            if args.no_tools
-            else {t.strip() for t in args.tools.split(",") if t.strip()}
-            if args.tools is not None
-            else None
-        ),
+        tools=selection,
         argv=argv if unknown else [],
-        message_from_stdin=from_stdin,
+        message_from_stdin=stdin_text is not None and not args.message,
         model=args.model or ("scripted" if args.script else "openai/gpt-4o-mini"),
         script=args.script.resolve() if args.script else None,
         base_url=args.base_url,
@@ -921,6 +1031,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         session=not args.no_session,
     )
     return run_print_session(options)
+
+
+def _piped_stdin() -> str | None:
+    """Piped or redirected stdin (a pipe or a regular file), read whole; None for a
+    terminal, ``/dev/null`` or a closed stdin (pi docs cli.md: piped stdin is
+    prepended to the first prompt)."""
+    import stat
+
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return None
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return sys.stdin.read()
+
+
+def _default_tools_setting(cwd: Path) -> list[str] | None:
+    """``defaultTools`` from the user's settings (pi docs settings.md), else None.
+
+    The project's ``.pi/settings.json`` is not consulted here: tool selection from a
+    project would have to wait for its trust decision (a later change)."""
+    import json
+
+    path = agent_dir() / "settings.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get("defaultTools") if isinstance(data, dict) else None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
 
 
 if __name__ == "__main__":

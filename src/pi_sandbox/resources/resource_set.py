@@ -447,6 +447,7 @@ def load_resources(
     contributed: tuple[ExtensionResourcePaths, ...] = (),
     system_prompt: str | None = None,
     append_system_prompt: tuple[str, ...] = (),
+    no_context_files: bool = False,
 ) -> ResourceSet:
     """Read the resources ``trust`` admits (module docstring for sources and order).
 
@@ -462,6 +463,8 @@ def load_resources(
             an ``error`` diagnostic.
         system_prompt: ``--system-prompt`` text (wins over ``.pi/SYSTEM.md``).
         append_system_prompt: ``--append-system-prompt`` texts.
+        no_context_files: ``--no-context-files`` (pi docs cli.md): no ``AGENTS.md`` /
+            ``CLAUDE.md`` is read.
 
     Returns:
         The `ResourceSet`. Never raises for bad files or paths: each is a diagnostic.
@@ -575,12 +578,16 @@ def load_resources(
     prompts, prompt_diagnostics = load_prompt_templates(prompt_sources)
     result.prompts = prompts
     diagnostics += [_diag(d.type, d.message, d.path) for d in prompt_diagnostics]
-    files, context_diagnostics = load_context_files(
-        cwd,
-        Path(agent_dir),
-        trust=trust.decision,
-        home=Path(home),
-        decided_at=trust.stored[1] if trust.stored is not None else None,
+    files, context_diagnostics = (
+        ([], [])
+        if no_context_files
+        else load_context_files(
+            cwd,
+            Path(agent_dir),
+            trust=trust.decision,
+            home=Path(home),
+            decided_at=trust.stored[1] if trust.stored is not None else None,
+        )
     )
     result.context_files = files
     diagnostics += [_diag(d.type, d.message, d.path) for d in context_diagnostics]

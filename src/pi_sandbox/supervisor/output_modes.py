@@ -83,10 +83,16 @@ def _preview_lines(
 
 
 class PrintOutput:
-    """Human-readable progress on stderr for ``-p``."""
+    """Human-readable progress on stderr for ``-p``.
 
-    def __init__(self, stderr: TextIO | None = None) -> None:
+    With ``verbose`` (``--verbose``, issue 17 §5) the model's text between tool calls
+    and every tool result in full are shown too (still on stderr: stdout keeps only
+    the final answer).
+    """
+
+    def __init__(self, stderr: TextIO | None = None, *, verbose: bool = False) -> None:
         self.stderr = stderr or sys.stderr
+        self.verbose = verbose
         self._denied: dict[str, str] = {}
 
     def line(self, text: str) -> None:
@@ -113,7 +119,12 @@ class PrintOutput:
             # Denials are shown here, with the call they belong to (the result text names
             # the rule or hook and the reason); policy_decision events are json-mode only.
             width = 2 * _PREVIEW_CHARS if event.get("blocked") else _PREVIEW_CHARS
-            lines = _preview_lines(_first_text(event["result"]["content"]), width=width)
+            text = _first_text(event["result"]["content"])
+            lines = (
+                [line.rstrip() for line in text.strip().splitlines()]
+                if self.verbose
+                else _preview_lines(text, width=width)
+            )
             if event.get("blocked"):
                 mark, label = "✗", f"{event['toolName']} BLOCKED"
             elif event.get("isError"):
@@ -123,6 +134,15 @@ class PrintOutput:
             self.line(f"  {mark} {label}: {lines[0] if lines else ''}")
             for extra in lines[1:]:
                 self.line(f"      {extra}")
+        elif kind == "message_end" and self.verbose:
+            message = event.get("message") or {}
+            if message.get("role") == "assistant" and any(
+                block.get("type") == "toolCall" for block in message.get("content", [])
+            ):
+                # The answer's own text goes to stdout at the end; text that came with
+                # tool calls would otherwise never be seen.
+                for line in _first_text(message.get("content", [])).strip().splitlines():
+                    self.line(f"💬 {line}")
         elif kind == "extension_error":
             self.line(
                 f"⚠ extension error ({event.get('event')}): {_one_line(event.get('error', ''), 500)}"

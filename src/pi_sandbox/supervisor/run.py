@@ -32,6 +32,7 @@ from pi_sandbox.errors import (
     WorkerCrashedError,
     WorkerError,
 )
+from pi_sandbox.supervisor.prompt_input import PromptInput, build_prompt_input
 
 __all__ = ["RunOptions", "run_print_session"]
 
@@ -68,9 +69,14 @@ class RunOptions:
     audit_log: Path | None = None
     ci: bool = False
     notices: list[str] = field(default_factory=list)  # shown once the run starts
-    tools: set[str] | None = None  # --tools / --no-tools (empty set); None: every tool
+    tools: Any = None  # a ToolSelection (or a set of names); None: every tool
     argv: list[str] = field(default_factory=list)  # re-parsed with extension flags
     message_from_stdin: bool = False  # the prompt was read from stdin, not arguments
+    images: list[dict[str, Any]] = field(default_factory=list)  # @image files: first prompt
+    rest_messages: list[str] = field(default_factory=list)  # further prompts, sent in turn
+    stdin_text: str | None = None  # piped stdin (prepended to the first prompt)
+    no_context_files: bool = False  # --no-context-files
+    verbose: bool = False  # --verbose: model text between tool calls, whole tool results
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
     extra_managed_policy_dirs: tuple[Path, ...] = ()
 
@@ -144,10 +150,20 @@ def run_print_session(options: RunOptions) -> int:
             options.model, script=options.script, base_url=options.base_url, api_key=options.api_key
         )
     except UsageError as exc:
+        if options.argv:
+            # Unknown options wait for the extensions' flags, which load later; a typo
+            # must not hide behind "no API key" (issue 17 §5).
+            from pi_sandbox.cli import build_parser
+            from pi_sandbox.supervisor.session_host import unknown_option_message
+
+            if unknown := unknown_option_message(build_parser(), options.argv):
+                return fail(f"{unknown} (and {exc})", 2)
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
-    output = JsonOutput() if options.mode in ("json", "rpc") else PrintOutput()
+    output = (
+        JsonOutput() if options.mode in ("json", "rpc") else PrintOutput(verbose=options.verbose)
+    )
     from pi_sandbox.supervisor.audit_log import AuditLog
 
     policy = start.policy
@@ -777,12 +793,16 @@ async def _run(
                             await serve_rpc(host, output)
                         final_text = None
                     else:
-                        message = options.message
-                        if host.message_from_flags is not None and not options.message_from_stdin:
+                        prompts = PromptInput(
+                            options.message, options.images, options.rest_messages
+                        )
+                        if host.message_from_flags is not None:
                             # Re-parsed with the extensions' flags: a word may have
                             # been a string flag's value, not part of the prompt.
-                            message = host.message_from_flags
-                        if not message:
+                            prompts = build_prompt_input(
+                                host.message_from_flags, options.stdin_text, options.cwd
+                            )
+                        if not prompts.first.strip():
                             raise UsageError(
                                 "no message: give one as arguments or on stdin (the words "
                                 "given were values of extension flags)"
@@ -790,7 +810,13 @@ async def _run(
                         answer: dict[str, str] = {}
 
                         async def prompt_job() -> None:
-                            answer["text"] = await host.submit(message)
+                            # pi docs cli.md: the first prompt carries stdin and the
+                            # @files; every further message is sent once it settled.
+                            answer["text"] = await host.submit(
+                                prompts.first, prompts.images or None
+                            )
+                            for message in prompts.rest:
+                                answer["text"] = await host.submit(message)
 
                         host.enqueue(prompt_job)
                         with stop.guard():
@@ -946,7 +972,7 @@ def _flag_parser() -> Any:
     from pi_sandbox.cli import build_parser
     from pi_sandbox.supervisor.session_host import parse_extension_flags
 
-    def parse(argv: Any, flags: list[Any]) -> tuple[dict[str, Any], str]:
+    def parse(argv: Any, flags: list[Any]) -> tuple[dict[str, Any], list[str]]:
         return parse_extension_flags(argv, flags, build_parser)
 
     return parse
@@ -1072,6 +1098,7 @@ def _load_resource_set(options: RunOptions, start: _Start, pool: Any, contribute
         contributed=contributed,
         system_prompt=options.system_prompt,
         append_system_prompt=tuple(options.append_system_prompt),
+        no_context_files=options.no_context_files,
     )
 
 

@@ -62,10 +62,11 @@ from pi_sandbox.supervisor.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
+from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["BUILTIN_COMMANDS", "SessionHost"]
+__all__ = ["BUILTIN_COMMANDS", "SessionHost", "unknown_option_message"]
 
 BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
@@ -113,9 +114,11 @@ class SessionHost:
         audit: receives JSON-ready audit records.
         discover: re-reads extension sources (reload): ``() -> (sources, notices)``.
         new_writer: a fresh session (``() -> SessionWriter``) for ``new_session``/``fork``.
-        tools_filter: ``--tools`` names (``set()`` for ``--no-tools``), None: no filter.
+        tools_filter: the ``ToolSelection`` of the command line (``--tools``,
+            ``--exclude-tools``, …, ``defaultTools``), or a plain set of names; None: no
+            filter.
         argv: the command line, re-parsed once extensions registered their flags.
-        parse_flags: ``(argv, flags) -> (values, message)``; raises ``UsageError``.
+        parse_flags: ``(argv, flags) -> (values, positional words)``; raises ``UsageError``.
         agent_dir: where session files live (``switch_session`` stays inside it).
     """
 
@@ -128,9 +131,10 @@ class SessionHost:
         audit: Callable[[dict[str, Any]], None],
         discover: Callable[[], tuple[list[ExtensionSource], list[str]]],
         new_writer: Callable[[], SessionWriter],
-        tools_filter: set[str] | None = None,
+        tools_filter: ToolSelection | set[str] | None = None,
         argv: Sequence[str] = (),
-        parse_flags: Callable[[Sequence[str], list[Any]], tuple[dict[str, Any], str]] | None = None,
+        parse_flags: Callable[[Sequence[str], list[Any]], tuple[dict[str, Any], list[str]]]
+        | None = None,
         agent_dir: Path | None = None,
         load_resources: Callable[[tuple[Any, ...]], Any] | None = None,
         change_trust: Callable[[str, bool], Awaitable[Any]] | None = None,
@@ -153,7 +157,9 @@ class SessionHost:
         self.agent_dir = agent_dir
         self.active: list[str] | None = None
         self.flags: dict[str, Any] = {}
-        self.message_from_flags: str | None = None
+        # The positional words of the command line once extension flags took their
+        # values (``@files`` and messages; prompt_input assembles them).
+        self.message_from_flags: list[str] | None = None
         self.thinking_level = "medium"
         self.reload_requested = False
         self.replacing = False
@@ -203,16 +209,21 @@ class SessionHost:
         self._nursery = nursery
         self._parse_flags()
         await self._flush_reports()
-        if self.tools_filter:
-            unknown = sorted(self.tools_filter - set(self.pool.tools))
-            if unknown:
-                await self.emit(
-                    {
-                        "type": "notice",
-                        "message": f"--tools names no registered tool: {', '.join(unknown)} "
-                        "(a tool an extension registers later is still allowed)",
-                    }
-                )
+        if isinstance(self.tools_filter, ToolSelection):
+            self.tools_filter.builtins = frozenset(
+                name for name, tool in self.pool.tools.items() if tool.source == "builtin"
+            )
+            unknown = self.tools_filter.unknown(self.pool.tools)
+        else:
+            unknown = sorted((self.tools_filter or set()) - set(self.pool.tools))
+        if unknown:
+            await self.emit(
+                {
+                    "type": "notice",
+                    "message": f"--tools names no registered tool: {', '.join(unknown)} "
+                    "(a tool an extension registers later is still allowed)",
+                }
+            )
         await self.session.notify("session_start", {"reason": "startup"})
         await self._discover_resources("startup")
         nursery.start_soon(self._runner)
@@ -223,8 +234,8 @@ class SessionHost:
         ]
         if self.parse_flags is None:
             return
-        self.flags, message = self.parse_flags(self.argv, flags)
-        self.message_from_flags = message
+        self.flags, words = self.parse_flags(self.argv, flags)
+        self.message_from_flags = words
 
     async def _runner(self) -> None:
         async for job in self._jobs_recv:
@@ -1692,6 +1703,30 @@ def parse_extension_flags(
     except SystemExit as exc:
         lines = stderr.getvalue().strip().splitlines()
         text = lines[-1] if lines else "bad arguments"
-        raise UsageError(text.removeprefix("pi: ").removeprefix("error: ")) from exc
+        typo = unknown_option_message(parser, argv)
+        raise UsageError(typo or text.removeprefix("pi: ").removeprefix("error: ")) from exc
     values = {name: getattr(args, f"x_{name}") for name in seen}
-    return values, " ".join(args.message).strip()
+    return values, list(args.message)
+
+
+def unknown_option_message(parser: Any, argv: Sequence[str]) -> str | None:
+    """``unknown option --modle (did you mean --model?)`` for the first option in
+    ``argv`` that ``parser`` does not know, or None when every option is known
+    (issue 17 §5). Options after ``--`` are words of the prompt."""
+    from pi_sandbox.supervisor.option_suggestions import closest_option
+
+    known = [o for action in parser._actions for o in action.option_strings]
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-":
+            continue
+        name = token.split("=", 1)[0]
+        if name in known:
+            continue
+        if not name.startswith("--") and len(name) > 2 and name[:2] in known:
+            continue  # -C/dir style: a short option with its value attached
+        close = closest_option(name, known)
+        hint = f" (did you mean {close}?)" if close else ""
+        return f"unknown option {name}{hint}"
+    return None
