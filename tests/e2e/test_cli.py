@@ -342,7 +342,18 @@ def test_tool_arguments_nested_too_deeply_are_an_error_result_not_a_crash(tmp_pa
         + deep
         + "}\n- text: done\n"
     )
-    proc = pi("--mode", "json", "--script", str(script), "-C", str(tmp_path), "go", env=env)
+    proc = pi(
+        "--mode",
+        "json",
+        "--tools",
+        "+ls",
+        "--script",
+        str(script),
+        "-C",
+        str(tmp_path),
+        "go",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     results = [
         json.loads(line)["result"]

@@ -269,7 +269,8 @@ def test_case_9_set_active_tools_none_restores_all_empty_leaves_none_and_mid_run
         ]
         first, second, third = (r.body for r in server.requests)
         every = tool_names(first)
-        assert {"read", "bash", "edit", "write", "ls", "c9_switch"} <= set(every)
+        assert {"read", "bash", "edit", "write", "c9_switch"} <= set(every)
+        assert "ls" not in every  # off in pi's default selection: "all" is the selection
         # The switch mid-run is the very next request's tool list...
         assert tool_names(second) == ["read", "c9_switch"]
         assert tool_names(third) == [] and "tools" not in third

@@ -163,13 +163,8 @@ def test_openai_provider_drives_a_tool_call_and_the_key_stays_in_the_supervisor(
     (headers1, body1), (headers2, body2) = server.requests
     assert headers2["authorization"] == f"Bearer {KEY}"
     assert headers1["authorization"] == f"Bearer {KEY}" and body1["model"] == "test-model"
-    assert {t["function"]["name"] for t in body1["tools"]} >= {
-        "bash",
-        "read",
-        "write",
-        "edit",
-        "ls",
-    }
+    # pi's default selection: read, bash, edit, write (ls, grep, find are opt-in).
+    assert {t["function"]["name"] for t in body1["tools"]} == {"bash", "read", "write", "edit"}
     tool_message = next(m for m in body2["messages"] if m["role"] == "tool")
     assert tool_message["tool_call_id"] == "call_1" and "hi" in tool_message["content"]
     assert KEY not in json.dumps(body1) + json.dumps(body2)
