@@ -211,6 +211,10 @@ async def test_generated_sessions_keep_tool_calls_with_results_and_the_last_user
             entry = writer.by_id[writer.last_id]
             assert entry["type"] == "compaction" and entry["firstKeptEntryId"] is not None
         check_model_view(writer, last_user_text)
+        # Without provider usage the context size is the estimate of what the model sees.
+        projection = context_projection(writer.branch())
+        estimate = estimate_context_tokens(writer.branch())
+        assert estimate.tokens == sum(estimate_tokens(m) for _, m in projection)
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -187,8 +187,8 @@ class ContextEstimate:
         tokens: ``usage_tokens + trailing_tokens``.
         usage_tokens: from the last usable provider usage (0 when none).
         trailing_tokens: the estimate of the messages after it (or of all messages).
-        last_usage_index: index in the projected messages of the message whose usage
-            counted, None when everything is an estimate.
+        last_usage_index: index in the branch of the entry whose usage counted, None
+            when everything is an estimate.
     """
 
     tokens: int
@@ -225,20 +225,29 @@ def context_projection(branch: list[dict[str, Any]]) -> list[tuple[int, dict[str
 def estimate_context_tokens(branch: list[dict[str, Any]]) -> ContextEstimate:
     """The context size of ``branch`` (see the module docstring): the last usable
     usage of an assistant message written after the latest compaction, plus estimates
-    of the messages that follow it; all estimates when there is none."""
-    projection = context_projection(branch)
-    last_compaction = max(
-        (i for i, e in enumerate(branch) if e.get("type") == "compaction"), default=-1
-    )
-    for position in range(len(projection) - 1, -1, -1):
-        index, message = projection[position]
-        usage = _usable_usage(message) if index > last_compaction else None
-        if usage is not None:
-            trailing = sum(estimate_tokens(m) for _, m in projection[position + 1 :])
-            used = calculate_context_tokens(usage)
-            return ContextEstimate(used + trailing, used, trailing, position)
-    estimated = sum(estimate_tokens(m) for _, m in projection)
-    return ContextEstimate(estimated, 0, estimated, None)
+    of the messages that follow it; all estimates when there is none.
+
+    Walks back from the leaf only as far as that usage, so the check before every
+    request costs what the newest messages cost, not the session's length.
+    """
+    trailing = 0
+    compaction = -1
+    for index in range(len(branch) - 1, -1, -1):
+        entry = branch[index]
+        if entry.get("type") == "compaction":
+            compaction = index
+            break
+        for message in reversed(entry_messages(entry)):
+            usage = _usable_usage(message)
+            if usage is not None:
+                used = calculate_context_tokens(usage)
+                return ContextEstimate(used + trailing, used, trailing, index)
+            trailing += estimate_tokens(message)
+    # No usable usage: ``trailing`` covers everything after the latest compaction; add
+    # that compaction's summary and the entries it kept.
+    if compaction >= 0:
+        trailing += sum(estimate_tokens(m) for i, m in context_projection(branch[: compaction + 1]))
+    return ContextEstimate(trailing, 0, trailing, None)
 
 
 def should_compact(tokens: int, context_window: int, settings: CompactionSettings) -> bool:
