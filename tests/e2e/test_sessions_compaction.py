@@ -372,3 +372,21 @@ def test_manual_compact_of_a_small_session_is_a_failed_response_not_an_empty_sum
             rpc.close()
         assert len(server.requests) == 1
     assert answered["success"] is False and "nothing to compact" in answered["error"]
+
+
+def test_the_compact_slash_command_compacts_with_its_instructions(tmp_path):
+    replies = [answer(ANSWER), answer(ANSWER), answer("SLASH-SUMMARY"), answer("after")]
+    with CompactionServer(replies) as server:
+        rpc = Rpc(tmp_path, server.url, settings={"compaction": {"keepRecentTokens": 20}})
+        try:
+            rpc.prompt(FIRST)
+            rpc.prompt(SECOND)
+            rpc.send({"type": "prompt", "message": "/compact FOCUS-FROM-SLASH"})
+            end = rpc.until(lambda e: e.get("type") == "compaction_end")
+            rpc.prompt(THIRD)
+        finally:
+            rpc.close()
+        requests = server.requests
+    assert end["reason"] == "manual" and end["result"]["summary"].startswith("SLASH-SUMMARY")
+    assert "FOCUS-FROM-SLASH" in requests[2].conversation()
+    assert "SLASH-SUMMARY" in requests[3].conversation() and FIRST not in requests[3].conversation()

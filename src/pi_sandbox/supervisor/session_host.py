@@ -71,6 +71,7 @@ BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
     "new": "Start a new session",
     "trust": "Show or change the project's trust: /trust [yes|no|sandboxed] [--save]",
+    "compact": "Compact the session's context now: /compact [instructions]",
 }
 
 SHUTDOWN_WAIT_S = 5.0
@@ -356,6 +357,15 @@ class SessionHost:
                     await self.replace("reload")
                 elif name == "trust":
                     await self.trust_command(args.strip())
+                elif name == "compact":
+                    outcome = await self.compact(args.strip() or None)
+                    if not outcome["compacted"] and not outcome["cancelled"]:
+                        await self.emit(
+                            {
+                                "type": "notice",
+                                "message": "nothing to compact (the session is too small)",
+                            }
+                        )
                 else:
                     await self.replace("new")
                 return ""
