@@ -390,3 +390,37 @@ def test_the_compact_slash_command_compacts_with_its_instructions(tmp_path):
     assert end["reason"] == "manual" and end["result"]["summary"].startswith("SLASH-SUMMARY")
     assert "FOCUS-FROM-SLASH" in requests[2].conversation()
     assert "SLASH-SUMMARY" in requests[3].conversation() and FIRST not in requests[3].conversation()
+
+
+def test_a_malformed_compaction_setting_stops_the_run_naming_file_and_field(tmp_path):
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "settings.json").write_text(json.dumps({"compaction": {"reserveTokens": -5}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    with CompactionServer([answer("never")]) as server:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pi_sandbox.cli",
+                "--no-sandbox",
+                "--no-extensions",
+                "-C",
+                str(work),
+                "--model",
+                "openai/x",
+                "--base-url",
+                server.url,
+                "-p",
+                "hello",
+            ],
+            env=fake_provider_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+        assert server.requests == []
+    assert proc.returncode == 2
+    assert f"{agent / 'settings.json'}: compaction.reserveTokens" in proc.stderr
+    assert "Traceback" not in proc.stderr
