@@ -424,3 +424,26 @@ def test_a_malformed_compaction_setting_stops_the_run_naming_file_and_field(tmp_
     assert proc.returncode == 2
     assert f"{agent / 'settings.json'}: compaction.reserveTokens" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_reload_reads_the_compaction_settings_again(tmp_path):
+    replies = [answer(ANSWER), answer(ANSWER), answer("RELOADED-SUMMARY")]
+    with CompactionServer(replies) as server:
+        rpc = Rpc(tmp_path, server.url, settings={})
+        settings = rpc.agent / "settings.json"
+        try:
+            rpc.prompt(FIRST)
+            rpc.prompt(SECOND)
+            before = rpc.response(rpc.send({"type": "compact"}))
+            settings.write_text(json.dumps({"compaction": {"keepRecentTokens": 20}}))
+            assert rpc.response(rpc.send({"type": "reload"}))["success"] is True
+            after = rpc.response(rpc.send({"type": "compact"}))
+            settings.write_text(json.dumps({"compaction": {"keepRecentTokens": "many"}}))
+            assert rpc.response(rpc.send({"type": "reload"}))["success"] is True
+        finally:
+            rpc.close()
+    assert before["success"] is False and "nothing to compact" in before["error"]
+    assert after["success"] is True and after["data"]["summary"].startswith("RELOADED-SUMMARY")
+    [warning] = [w for w in rpc.of_type("warning") if "compaction" in w["message"]]
+    assert "compaction.keepRecentTokens" in warning["message"]
+    assert "previous compaction settings stay" in warning["message"]

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,9 +220,10 @@ def run_print_session(options: RunOptions) -> int:
         stop.release()
 
 
-def _compactor(options: RunOptions, trust: str | None) -> Any:
+def _compactor(options: RunOptions, trust: Callable[[], str | None]) -> Any:
     """Compaction for the run: the ``compaction`` settings (the project's only when it
-    is trusted) and ``--context-window`` (issue 15).
+    is trusted; ``trust()`` is the current decision, read again at every reload) and
+    ``--context-window`` (issue 15).
 
     Raises:
         UsageError: a malformed ``compaction`` value, naming the file and field.
@@ -229,10 +231,12 @@ def _compactor(options: RunOptions, trust: str | None) -> Any:
     from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
     from pi_sandbox.supervisor.sessions.compaction_settings import load_compaction_config
 
-    config = load_compaction_config(
-        options.agent_dir, options.cwd, project_trusted=trust in ("yes", "sandboxed")
-    )
-    return Compactor(config=config, context_window=options.context_window)
+    def load() -> Any:
+        return load_compaction_config(
+            options.agent_dir, options.cwd, project_trusted=trust() in ("yes", "sandboxed")
+        )
+
+    return Compactor(config=load(), context_window=options.context_window, loader=load)
 
 
 def _load_policy(options: RunOptions) -> _Start:
@@ -760,7 +764,7 @@ async def _run(
                     writer=writer,
                 )
                 writer.append_model_change(provider.name, provider.model)
-                session.compactor = _compactor(options, start.trust)
+                session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "notice", "message": notice})
 

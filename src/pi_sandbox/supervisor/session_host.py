@@ -1297,6 +1297,8 @@ class SessionHost:
                     after, {"reason": reason, "previous_session_file": previous_file}
                 )
             self.audit({"event": "extension", "action": kind, "generation": self.pool.generation})
+            if kind == "reload":
+                await self._reload_compaction_settings()
             await self.emit(
                 {
                     "type": "session_replaced" if kind != "reload" else "reloaded",
@@ -1312,6 +1314,21 @@ class SessionHost:
         finally:
             self.replacing = False
         return {"cancelled": False}
+
+    async def _reload_compaction_settings(self) -> None:
+        """``/reload`` re-reads the ``compaction`` settings (issue 15); a malformed value
+        keeps the previous settings, with a warning naming the file and field."""
+        from pi_sandbox.supervisor.sessions.compaction_settings import CompactionSettingsError
+
+        try:
+            notices = self.session.compactor.reload()
+        except CompactionSettingsError as exc:
+            await self.emit(
+                {"type": "warning", "message": f"{exc}; the previous compaction settings stay"}
+            )
+            return
+        for notice in notices:
+            await self.emit({"type": "notice", "message": notice})
 
     def _open_session(self, session_file: str | None) -> SessionWriter:
         if not session_file:

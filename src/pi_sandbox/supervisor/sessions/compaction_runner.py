@@ -32,6 +32,7 @@ A cancelled or failed compaction emits ``compaction_end`` without ``result``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,12 +158,26 @@ class Compactor:
         auto: RPC ``set_auto_compaction`` (None: the settings' ``enabled``). Not
             written to any settings file.
         compacting: a compaction is in progress (RPC ``get_state`` ``isCompacting``).
+        loader: reads the settings again (``/reload``); None: they never change.
     """
 
     config: CompactionConfig = field(default_factory=CompactionConfig)
     context_window: int | None = None
     auto: bool | None = None
     compacting: bool = False
+    loader: Callable[[], CompactionConfig] | None = None
+
+    def reload(self) -> tuple[str, ...]:
+        """Read the settings again (``/reload``, a trust change); returns the notices
+        of files that could not be read.
+
+        Raises:
+            CompactionSettingsError: a malformed value; the previous settings stay.
+        """
+        if self.loader is None:
+            return ()
+        self.config = self.loader()
+        return self.config.notices
 
     # --- settings ------------------------------------------------------------------------
 
