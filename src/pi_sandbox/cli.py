@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint base URL")
     parser.add_argument("--api-key", metavar="KEY", help="API key (default: $OPENAI_API_KEY)")
     parser.add_argument(
+        "--context-window",
+        type=_positive_tokens,
+        metavar="TOKENS",
+        help="the model's context window, for automatic compaction (default: the model's, "
+        "else 128000)",
+    )
+    parser.add_argument(
         "-e",
         "--extension",
         action="append",
@@ -203,6 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--version", action="version", version=f"pi-sandbox {__version__}")
     return parser
+
+
+def _positive_tokens(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of tokens, got {value}")
+    return value
 
 
 def add_resource_options(parser: argparse.ArgumentParser) -> None:
@@ -1013,6 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         script=args.script.resolve() if args.script else None,
         base_url=args.base_url,
         api_key=args.api_key,
+        context_window=args.context_window,
         extensions=[p.resolve() for p in args.extension],
         no_extensions=args.no_extensions,
         sandbox=bool(args.sandbox) or args.ci,

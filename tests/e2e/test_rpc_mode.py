@@ -180,6 +180,9 @@ def test_an_abort_sent_with_the_prompt_aborts_it_before_any_provider_request(tmp
 
 def test_compaction_uses_the_extension_summary_and_the_next_request_sees_it(tmp_path):
     long = "x" * 100_000  # ~25 000 tokens: more than compaction keeps
+    # The newer prompt alone reaches compaction.keepRecentTokens (20 000), so the cut
+    # falls at it and the first prompt and its answer are summarised (pi's cut rule).
+    recent = "y" * 100_000
     with FakeOpenAI([text("one"), text("two"), text("three")]) as server:
         rpc = RpcSession(
             tmp_path,
@@ -189,17 +192,17 @@ def test_compaction_uses_the_extension_summary_and_the_next_request_sees_it(tmp_
         )
         try:
             rpc.command({"type": "prompt", "message": f"hi {long}"}, "agent_end")
-            rpc.command({"type": "prompt", "message": "again"}, "agent_end")
+            rpc.command({"type": "prompt", "message": f"again {recent}"}, "agent_end")
             compacted = rpc.command({"type": "compact", "id": "c"}, "response")
             assert compacted["data"]["compacted"] is True
-            assert compacted["data"]["summary"] == "EXTENSION-SUMMARY of 1 message(s)"
+            assert compacted["data"]["summary"] == "EXTENSION-SUMMARY of 2 message(s)"
             rpc.command({"type": "prompt", "message": "third"}, "agent_end")
             bash = rpc.command({"type": "bash", "command": "fake", "id": "b"}, "response")
             assert bash["data"]["output"] == "FAKE-OUTPUT" and bash["data"]["by"] == "extension"
         finally:
             rpc.close()
         last = json.dumps(server.requests[-1].body["messages"])
-        assert "EXTENSION-SUMMARY of 1 message(s)" in last
+        assert "EXTENSION-SUMMARY of 2 message(s)" in last
         assert long not in last  # the summarised message is gone from the context
         assert "again" in last and "third" in last  # the kept ones are not
 

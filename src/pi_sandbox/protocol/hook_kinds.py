@@ -163,6 +163,7 @@ EVENT_KINDS: dict[str, str] = {
             "session_switch",
             "session_fork",
             "session_compact",
+            "session_compact_failed",
             "session_tree",
         )
     },

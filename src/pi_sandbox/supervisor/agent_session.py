@@ -26,6 +26,7 @@ import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
@@ -210,6 +211,8 @@ class AgentSession:
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
+    # issue 15: threshold compaction before each request, overflow recovery after one.
+    compactor: Compactor = field(default_factory=Compactor)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -470,6 +473,29 @@ class AgentSession:
         return False
 
     async def _request(self) -> AssistantTurn | None:
+        """One model request: compaction first when the context passed its threshold;
+        after a context-overflow error, one compaction and one retry (issue 15, pi docs
+        compaction.md). A second overflow ends the run with the provider's error."""
+        await self.compactor.before_request(self)
+        try:
+            return await self._request_once()
+        except ProviderError as exc:
+            if self.aborted or not await self.compactor.recover_overflow(self, exc):
+                raise
+        if self.aborted:
+            return None
+        try:
+            return await self._request_once()
+        except ProviderError as exc:
+            from pi_sandbox.supervisor.providers.overflow import is_context_overflow
+
+            if not is_context_overflow(exc):
+                raise
+            raise ProviderError(
+                f"{exc} (the context still overflows after compaction; not retried again)"
+            ) from exc
+
+    async def _request_once(self) -> AssistantTurn | None:
         if (required := self.pool.required_failure()) is not None:
             # issue 13 §2: no model request without a required guard.
             raise HookFailedError(f"the request was not sent to the model: {required}")

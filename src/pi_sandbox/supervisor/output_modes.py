@@ -159,6 +159,19 @@ class PrintOutput:
             self.line(
                 f"{mark} {event.get('diagnostic')}: {_one_line(str(event.get('message')), 500)}"
             )
+        elif kind == "compaction_start":
+            self.line(f"ℹ compacting the context ({event.get('reason')})")
+        elif kind == "compaction_end":
+            result = event.get("result")
+            if isinstance(result, dict):
+                self.line(
+                    f"ℹ context compacted: ~{result.get('tokensBefore')} → "
+                    f"~{result.get('estimatedTokensAfter')} tokens"
+                )
+            elif event.get("aborted"):
+                self.line("⚠ compaction cancelled")
+            else:
+                self.line(f"⚠ compaction failed: {_one_line(str(event.get('errorMessage')), 500)}")
         elif kind == "trust_changed":
             saved = " (saved)" if event.get("saved") else ""
             self.line(f"ℹ project trust is now {event.get('decision')}{saved}")

@@ -6,7 +6,9 @@ an optional ``id`` echoed in its response
 of the session is written as it happens (the same objects as ``--mode json``).
 
 Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
-``abort``, ``reload``, ``new_session``, ``compact {instructions?}``, ``bash {command}`` (the user's own command:
+``abort``, ``reload``, ``new_session``, ``compact {customInstructions?}`` (pi's
+result as ``data``; cancelled or nothing to compact: a failed response),
+``set_auto_compaction {enabled}`` (this session only), ``bash {command}`` (the user's own command:
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
 ``set_trust {decision, save?}`` (the project's trust for this session, and with
 ``save`` in the trust store; project resources follow through a reload, issue 6),
@@ -24,7 +26,7 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.errors import HostCallError, UsageError
+from pi_sandbox.errors import HostCallError, ProviderError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
@@ -191,11 +193,43 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 if running():
                     await respond(command, False, error=f"cannot compact: {busy_reason()}")
                     continue
-                instructions = command.get("instructions")
+                # pi's field is customInstructions; instructions is the older spelling.
+                instructions = command.get("customInstructions", command.get("instructions"))
+                if instructions is not None and not isinstance(instructions, str):
+                    await respond(
+                        command, False, error="compact: 'customInstructions' must be a string"
+                    )
+                    continue
 
-                answer_later(
-                    command, host.compact, instructions if isinstance(instructions, str) else None
-                )
+                async def compact_job(
+                    command: dict[str, Any] = command, instructions: str | None = instructions
+                ) -> None:
+                    try:
+                        result = await host.compact(instructions)
+                    except (HostCallError, UsageError, ProviderError) as exc:
+                        await respond(command, False, error=f"compaction failed: {exc}")
+                        return
+                    if result.get("compacted"):
+                        await respond(command, True, data=result)
+                    elif result.get("cancelled"):
+                        await respond(
+                            command, False, error=f"compaction cancelled: {result.get('reason')}"
+                        )
+                    else:
+                        await respond(
+                            command, False, error="nothing to compact (the session is too small)"
+                        )
+
+                host.enqueue(compact_job)
+            elif kind == "set_auto_compaction":
+                enabled = command.get("enabled")
+                if not isinstance(enabled, bool):
+                    await respond(
+                        command, False, error="set_auto_compaction: 'enabled' must be true or false"
+                    )
+                    continue
+                host.session.compactor.auto = enabled
+                await respond(command, True)
             elif kind == "set_trust":
                 decision = command.get("decision")
                 if decision not in ("yes", "no", "sandboxed"):

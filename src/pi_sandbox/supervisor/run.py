@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ class RunOptions:
     script: Path | None = None
     base_url: str | None = None
     api_key: str | None = None
+    context_window: int | None = None  # --context-window (tokens), for compaction
     extensions: list[Path] = field(default_factory=list)
     no_extensions: bool = False
     sandbox: bool = False
@@ -232,6 +234,25 @@ def run_print_session(options: RunOptions) -> int:
     finally:
         audit.close()
         stop.release()
+
+
+def _compactor(options: RunOptions, trust: Callable[[], str | None]) -> Any:
+    """Compaction for the run: the ``compaction`` settings (the project's only when it
+    is trusted; ``trust()`` is the current decision, read again at every reload) and
+    ``--context-window`` (issue 15).
+
+    Raises:
+        UsageError: a malformed ``compaction`` value, naming the file and field.
+    """
+    from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
+    from pi_sandbox.supervisor.sessions.compaction_settings import load_compaction_config
+
+    def load() -> Any:
+        return load_compaction_config(
+            options.agent_dir, options.cwd, project_trusted=trust() in ("yes", "sandboxed")
+        )
+
+    return Compactor(config=load(), context_window=options.context_window, loader=load)
 
 
 def _load_policy(options: RunOptions) -> _Start:
@@ -759,6 +780,9 @@ async def _run(
                     writer=writer,
                 )
                 writer.append_model_change(provider.name, provider.model)
+                session.compactor = _compactor(options, lambda: start.trust)
+                for notice in session.compactor.config.notices:
+                    await output({"type": "notice", "message": notice})
 
                 def new_writer() -> SessionWriter:
                     if options.session:

@@ -72,6 +72,7 @@ BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
     "new": "Start a new session",
     "trust": "Show or change the project's trust: /trust [yes|no|sandboxed] [--save]",
+    "compact": "Compact the session's context now: /compact [instructions]",
 }
 
 SHUTDOWN_WAIT_S = 5.0
@@ -85,14 +86,11 @@ STALE_RETIRE_GRACE_S = 5.0
 """How long an ended generation's worker may finish the command that replaced it."""
 
 MAX_SUPPLIED_CHARS = 200_000
-"""Longest text an extension may supply for a compaction summary or a user_bash output."""
+"""Longest text an extension may supply for a user_bash output."""
 
 MAX_SETTLE_RUNS = 10
 """Runs that follow-ups and triggered turns may start after one prompt before the
 rest is dropped (an extension that answers every ``agent_end`` with a follow-up)."""
-
-KEEP_RECENT_TOKENS = 20_000
-"""Compaction keeps the most recent messages up to about this many tokens (4 chars each)."""
 
 COMMAND_TIMEOUT_S = 3600.0
 """Deadline of one command handler (they may wait for the agent or a dialog)."""
@@ -370,6 +368,15 @@ class SessionHost:
                     await self.replace("reload")
                 elif name == "trust":
                     await self.trust_command(args.strip())
+                elif name == "compact":
+                    outcome = await self.compact(args.strip() or None)
+                    if not outcome["compacted"] and not outcome["cancelled"]:
+                        await self.emit(
+                            {
+                                "type": "notice",
+                                "message": "nothing to compact (the session is too small)",
+                            }
+                        )
                 else:
                     await self.replace("new")
                 return ""
@@ -1023,104 +1030,46 @@ class SessionHost:
         return await self.compact(instructions)
 
     async def compact(self, instructions: str | None = None) -> dict[str, Any]:
-        """Compact the session (``ctx.compact()``, RPC ``compact``): the messages
-        before the most recent ~`KEEP_RECENT_TOKENS` are replaced, for the model, by
-        a summary. ``session_before_compact`` handlers may cancel or supply the
-        summary (``{"compaction": {"summary": ...}}``); otherwise the model writes it.
-        ``session_compact`` follows.
+        """Compact the session now (``ctx.compact()``, RPC ``compact``, reason
+        ``manual``): see `pi_sandbox.supervisor.sessions.compaction_runner`. Works
+        whether automatic compaction is on or off.
 
         Returns:
-            ``{"compacted": bool, "cancelled": bool, "summary": str | None, ...}``.
+            ``{"compacted": True, "cancelled": False, "summary", "firstKeptEntryId",
+            "tokensBefore", "estimatedTokensAfter", "usage"?, "details"?}`` (pi's
+            result, plus the older ``first_kept_entry_id``/``tokens_before``);
+            ``{"compacted": False, "cancelled": True, "reason"?}`` when a
+            ``session_before_compact`` handler cancelled it (or failed: it fails
+            closed); ``{"compacted": False, "cancelled": False, "reason": "nothing to
+            compact"}`` when everything fits in ``compaction.keepRecentTokens``.
 
         Raises:
             HostCallError: the agent is running. ProviderError: the summary request failed.
         """
+        from pi_sandbox.supervisor.sessions.compaction_runner import CompactionCancelledError
+
         if self.session.running:
             raise _refuse("cannot compact while the agent is running; wait until it is idle")
-        writer = self.session.writer
-        entries = [r for r in writer.branch() if r.get("type") == "message"]
-        sizes = [len(str(r.get("message"))) // 4 + 1 for r in entries]
-        tokens_before = sum(sizes)
-        keep, kept_tokens = len(entries), 0
-        while keep > 0 and kept_tokens + sizes[keep - 1] <= KEEP_RECENT_TOKENS:
-            keep -= 1
-            kept_tokens += sizes[keep]
-        # A kept tool result needs the assistant message that called it.
-        while 0 < keep < len(entries) and entries[keep]["message"].get("role") == "toolResult":
-            keep -= 1
-        if keep == 0:
+        try:
+            result = await self.session.compactor.compact(
+                self.session, reason="manual", instructions=instructions
+            )
+        except CompactionCancelledError as exc:
+            return {"compacted": False, "cancelled": True, "summary": None, "reason": str(exc)}
+        if result is None:
             return {
                 "compacted": False,
                 "cancelled": False,
                 "summary": None,
                 "reason": "nothing to compact",
             }
-        first_kept = entries[keep]["id"] if keep < len(entries) else None
-        to_summarize = [r["message"] for r in entries[:keep]]
-        outcome = await self.pool.dispatch(
-            "session_before_compact",
-            {
-                "preparation": {
-                    "messages_to_summarize": to_summarize,
-                    "first_kept_entry_id": first_kept,
-                    "tokens_before": tokens_before,
-                },
-                "instructions": instructions,
-            },
-        )
-        await self.report(outcome.errors, "session_before_compact")
-        result = outcome.state.get("result")
-        if _cancelled(outcome.state):
-            return {"compacted": False, "cancelled": True, "summary": None}
-        supplied = result.get("compaction") if isinstance(result, dict) else None
-        if isinstance(supplied, dict) and isinstance(supplied.get("summary"), str):
-            summary, from_extension = supplied["summary"][:MAX_SUPPLIED_CHARS], True
-        else:
-            if result is not None:
-                await self.report(
-                    [
-                        {
-                            "message": "session_before_compact: a result must be {'cancel': true} "
-                            "or {'compaction': {'summary': str}}; ignored, the model summarises"
-                        }
-                    ],
-                    "session_before_compact",
-                )
-            summary, from_extension = await self._summarise(to_summarize, instructions), False
-        entry = writer.append_compaction(
-            summary, first_kept, tokens_before, from_extension=from_extension
-        )
-        await self.session.notify(
-            "session_compact", {"compaction_entry": entry, "from_extension": from_extension}
-        )
-        await self.emit({"type": "compaction", "entry": entry})
         return {
             "compacted": True,
             "cancelled": False,
-            "summary": summary,
-            "first_kept_entry_id": first_kept,
-            "tokens_before": tokens_before,
+            **result,
+            "first_kept_entry_id": result["firstKeptEntryId"],
+            "tokens_before": result["tokensBefore"],
         }
-
-    async def _summarise(self, messages: list[dict[str, Any]], instructions: str | None) -> str:
-        from pi_sandbox.supervisor.agent_session import llm_messages
-
-        ask = (
-            "Summarise the conversation above for a coding agent that continues it: the "
-            "goal, decisions made, files touched, commands run and their outcomes, and what "
-            "is left to do. Be concise and concrete."
-        )
-        if instructions:
-            ask += f"\nAdditional instructions: {instructions}"
-        turn = await self.session.provider.complete(
-            system_prompt="You write summaries of coding sessions.",
-            messages=[
-                *llm_messages(messages),
-                {"role": "user", "content": [{"type": "text", "text": ask}], "timestamp": now_ms()},
-            ],
-            tools=[],
-        )
-        return turn.text.strip() or "(the model returned an empty summary)"
 
     async def _op_get_system_prompt(self, *, worker: Any, source: Any) -> str:
         return self.session.current_system_prompt()
@@ -1359,6 +1308,8 @@ class SessionHost:
                     after, {"reason": reason, "previous_session_file": previous_file}
                 )
             self.audit({"event": "extension", "action": kind, "generation": self.pool.generation})
+            if kind == "reload":
+                await self._reload_compaction_settings()
             await self.emit(
                 {
                     "type": "session_replaced" if kind != "reload" else "reloaded",
@@ -1374,6 +1325,21 @@ class SessionHost:
         finally:
             self.replacing = False
         return {"cancelled": False}
+
+    async def _reload_compaction_settings(self) -> None:
+        """``/reload`` re-reads the ``compaction`` settings (issue 15); a malformed value
+        keeps the previous settings, with a warning naming the file and field."""
+        from pi_sandbox.supervisor.sessions.compaction_settings import CompactionSettingsError
+
+        try:
+            notices = self.session.compactor.reload()
+        except CompactionSettingsError as exc:
+            await self.emit(
+                {"type": "warning", "message": f"{exc}; the previous compaction settings stay"}
+            )
+            return
+        for notice in notices:
+            await self.emit({"type": "notice", "message": notice})
 
     def _open_session(self, session_file: str | None) -> SessionWriter:
         if not session_file:
@@ -1606,6 +1572,9 @@ class SessionHost:
             "session_file": str(writer.path) if writer.path is not None else None,
             "session_id": writer.header.id,
             "session_name": writer.name,
+            # pi's RPC get_state names (issue 15).
+            "autoCompactionEnabled": self.session.compactor.auto_enabled(self.session),
+            "isCompacting": self.session.compactor.compacting,
             "pending": {
                 "steering": len(self.session.steering),
                 "follow_up": len(self.session.follow_ups),

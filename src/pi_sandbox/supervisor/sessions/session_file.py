@@ -227,19 +227,22 @@ class SessionWriter:
         *,
         from_extension: bool = False,
         details: Any = None,
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Append a ``compaction`` entry: the model sees ``summary`` instead of the
-        messages before ``first_kept_entry_id`` (see `messages`)."""
-        return self._append(
-            {
-                "type": "compaction",
-                "summary": summary,
-                "firstKeptEntryId": first_kept_entry_id,
-                "tokensBefore": tokens_before,
-                "fromHook": from_extension,
-                "details": details,
-            }
-        )
+        messages before ``first_kept_entry_id`` (see `messages`). ``usage`` (pi's
+        ``Usage`` of the summary request) is written when given."""
+        record = {
+            "type": "compaction",
+            "summary": summary,
+            "firstKeptEntryId": first_kept_entry_id,
+            "tokensBefore": tokens_before,
+            "fromHook": from_extension,
+            "details": details,
+        }
+        if usage is not None:
+            record["usage"] = usage
+        return self._append(record)
 
     def _append(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {
