@@ -12,9 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSEEventTooLarge"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+
+DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024
+"""Largest event (its lines together, in characters) a decoder buffers by default: far
+above any real model event, bounded against a server that never ends a line (issue 16,
+"a huge event")."""
+
+
+class SSEEventTooLarge(ValueError):
+    """An event grew past the decoder's ``max_event_chars`` before it ended."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,15 @@ class SSEDecoder:
     are ignored; an event with no ``data:`` line is not dispatched (as the spec says).
     """
 
-    def __init__(self) -> None:
-        self._partial = ""  # text of the current, unterminated line
+    def __init__(self, max_event_chars: int = DEFAULT_MAX_EVENT_CHARS) -> None:
+        """``max_event_chars``: the bound on one event's buffered text (its unterminated
+        line plus its ``data:`` lines); past it ``feed`` raises `SSEEventTooLarge`."""
+        self.max_event_chars = max_event_chars
+        # The current, unterminated line, kept as pieces: joining only at its end keeps
+        # a long line linear in its length.
+        self._pieces: list[str] = []
+        self._pieces_len = 0
+        self._data_len = 0
         self._after_cr = False  # the last chunk ended in "\r": a "\n" next is part of it
         self._started = False
         self._event = ""
@@ -52,7 +68,11 @@ class SSEDecoder:
         self._last_id: str | None = None
 
     def feed(self, chunk: str) -> list[SSEEvent]:
-        """Consume ``chunk`` and return the events it completed (often none)."""
+        """Consume ``chunk`` and return the events it completed (often none).
+
+        Raises:
+            SSEEventTooLarge: the current event passed ``max_event_chars``.
+        """
         if not chunk:
             return []
         if not self._started:
@@ -64,12 +84,18 @@ class SSEDecoder:
         events: list[SSEEvent] = []
         start = 0
         for match in _LINE_END.finditer(chunk):
-            self._line(self._partial + chunk[start : match.start()], events)
-            self._partial = ""
+            self._line("".join(self._pieces) + chunk[start : match.start()], events)
+            self._pieces, self._pieces_len = [], 0
             start = match.end()
         if start and chunk[start - 1] == "\r" and start == len(chunk):
             self._after_cr = True
-        self._partial += chunk[start:]
+        if start < len(chunk):
+            self._pieces.append(chunk[start:])
+            self._pieces_len += len(chunk) - start
+        if self._pieces_len + self._data_len > self.max_event_chars:
+            raise SSEEventTooLarge(
+                f"a stream event is larger than {self.max_event_chars} characters"
+            )
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -80,9 +106,9 @@ class SSEDecoder:
         close the stream right after their final ``data:`` line.
         """
         events: list[SSEEvent] = []
-        if self._partial:
-            self._line(self._partial, events)
-            self._partial = ""
+        if self._pieces:
+            self._line("".join(self._pieces), events)
+            self._pieces, self._pieces_len = [], 0
         self._line("", events)
         return events
 
@@ -97,7 +123,7 @@ class SSEDecoder:
                         retry=self._retry,
                     )
                 )
-            self._event, self._data, self._retry = "", [], None
+            self._event, self._data, self._retry, self._data_len = "", [], None, 0
             return
         if line.startswith(":"):
             return
@@ -106,6 +132,11 @@ class SSEDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._data_len += len(value) + 1
+            if self._data_len > self.max_event_chars:
+                raise SSEEventTooLarge(
+                    f"a stream event is larger than {self.max_event_chars} characters"
+                )
         elif name == "event":
             self._event = value
         elif name == "id":
