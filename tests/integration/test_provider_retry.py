@@ -294,7 +294,7 @@ async def test_abort_retry_cancels_the_wait_and_ends_with_the_last_error() -> No
 
     assert took < 10  # not the 30 s the server asked for
     assert len(server.hits) == 1
-    assert "retry cancelled (abort_retry)" in str(outcome["error"])
+    assert "retry cancelled by abort_retry after 1 attempt(s)" in str(outcome["error"])
     assert rec.of("auto_retry_end") == [
         {"type": "auto_retry_end", "success": False, "attempt": 1, "finalError": "Retry cancelled"}
     ]

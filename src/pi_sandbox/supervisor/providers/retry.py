@@ -332,7 +332,9 @@ class AutoRetry:
                         "finalError": "Retry cancelled",
                     }
                 )
-                raise _annotated(error, f"retry cancelled (abort_retry) after {retries} attempt(s)")
+                raise _annotated(
+                    error, f"retry cancelled by abort_retry after {retries} attempt(s)"
+                )
 
     async def _give_up(
         self, error: ProviderError, retries: int, emit: EmitFn, why: str
