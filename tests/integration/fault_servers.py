@@ -47,7 +47,7 @@ __all__ = [
 class Fault:
     """What the server does with one request (see the module docstring)."""
 
-    status: int = 200
+    status: int = 200  # 0: never answer (no status line), until the server closes
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""  # the whole body of a non-200 answer
     chunks: list[bytes] = field(default_factory=list)  # a 200 stream, one HTTP chunk each
@@ -223,6 +223,10 @@ class FaultServer:
                         )
                     )
                     fault = server.faults.popleft() if server.faults else http_error(500)
+                if fault.status == 0:  # no answer at all: not even a status line
+                    server.release.wait(120)
+                    self.close_connection = True
+                    return
                 self.send_response(fault.status)
                 for name, value in fault.headers.items():
                     self.send_header(name, value)

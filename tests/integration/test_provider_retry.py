@@ -168,7 +168,23 @@ async def test_a_silent_stream_hits_the_idle_timeout_not_600_s_and_is_retried() 
     assert turn.text == "awake"
     assert 0.5 <= server.hits[1].at - server.hits[0].at < 30
     assert took < 30
-    assert "went silent: no bytes for 0.5 s" in rec.of("auto_retry_start")[0]["errorMessage"]
+    assert (
+        "the stream went silent: no bytes for 0.5 s"
+        in rec.of("auto_retry_start")[0]["errorMessage"]
+    )
+
+
+async def test_a_server_that_sends_no_headers_times_out_and_is_retried() -> None:
+    rec = Recorder()
+    with FaultServer([stream([], then="hang"), stream(openai_text("late"))]) as server:
+        server.faults[0].status = 0  # see FaultServer: status 0 hangs before answering
+        turn = await ask(server, fast(), rec, idle_timeout_s=0.5)
+
+    assert turn.text == "late"
+    assert (
+        "no answer (status line and headers) for 0.5 s"
+        in (rec.of("auto_retry_start")[0]["errorMessage"])
+    )
 
 
 async def test_a_stream_that_goes_silent_after_output_is_an_error() -> None:
@@ -182,13 +198,13 @@ async def test_a_stream_that_goes_silent_after_output_is_an_error() -> None:
     assert len(server.hits) == 1 and rec.deltas == ["partial"]
 
 
-async def test_a_server_that_never_answers_times_out_on_the_headers_too() -> None:
+async def test_a_stream_with_headers_and_no_body_times_out() -> None:
     rec = Recorder()
     # The server sends its status line and headers, then nothing: the body's
     # first byte never comes.
     with (
         FaultServer([stream([], then="hang")]) as server,
-        pytest.raises(ProviderError, match=r"no bytes for 0\.3 s"),
+        pytest.raises(ProviderError, match=r"the stream went silent: no bytes for 0\.3 s"),
     ):
         await ask(server, fast(enabled=False), rec, idle_timeout_s=0.3)
 

@@ -3,14 +3,14 @@ timeout (no bytes for N seconds, configurable) replaces the fixed 600 s").
 
 Shared by every streaming provider (``openai.py``; ``anthropic.py``): the whole answer
 may take as long as the model keeps talking, but a silence longer than the idle
-timeout ends it with `StreamIdleTimeout`. The connect step has its own, shorter
-timeout (`http_timeout`). pi's setting is ``httpIdleTimeoutMs`` (pi docs settings.md,
+timeout ends it with `StreamIdleTimeout` (`IdleDeadline`). The connect step has its
+own, shorter timeout (`http_timeout`). pi's setting is ``httpIdleTimeoutMs`` (pi docs settings.md,
 "Network and retries"; default 300000, ``0`` or ``"disabled"`` turn it off).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import math
 
 import httpx
 import trio
@@ -18,9 +18,9 @@ import trio
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_IDLE_TIMEOUT_S",
+    "IdleDeadline",
     "StreamIdleTimeout",
     "http_timeout",
-    "iter_text_with_idle_timeout",
 ]
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -57,33 +57,49 @@ def http_timeout(idle_timeout_s: float | None, connect_timeout_s: float) -> http
     )
 
 
-async def iter_text_with_idle_timeout(
-    response: httpx.Response, idle_timeout_s: float | None
-) -> AsyncIterator[str]:
-    """Yield the decoded text of ``response`` as it arrives.
+class IdleDeadline:
+    """A cancel scope that ends a stream after ``idle_timeout_s`` seconds of silence.
 
-    Args:
-        response: a streamed response (``client.stream(...)``), not yet read.
-        idle_timeout_s: the longest silence allowed between two chunks, in seconds;
-            None waits forever (``httpIdleTimeoutMs: "disabled"``).
+    Use it around the loop that reads the answer, and `touch` it after each chunk is
+    processed, so the time spent handing a chunk on (a slow terminal, an extension's
+    ``message_update`` handler) is not added to the silence that follows (one chunk
+    whose handling alone outlasts the whole limit still ends the stream)::
 
-    Raises:
-        StreamIdleTimeout: nothing arrived for ``idle_timeout_s`` seconds. The deadline
-            is trio's, so it holds whatever the transport's own read timeout is.
-        httpx.HTTPError: as ``response.aiter_text()`` (a reset or closed connection).
+        with IdleDeadline(idle_timeout_s) as idle:
+            async for chunk in response.aiter_text():
+                ...
+                idle.touch()
+
+    On leaving, raises `StreamIdleTimeout` if the deadline passed. One scope serves the
+    whole stream, and its deadline is moved only every ``idle_timeout_s / 16`` seconds,
+    so the cost per chunk is one clock read (bench/bench_provider_retry_stream.py): the
+    limit is met after a silence between ``idle_timeout_s`` and 17/16 of it, never
+    earlier. A None timeout never fires.
     """
-    chunks = response.aiter_text()
-    try:
-        while True:
-            if idle_timeout_s is None:
-                chunk = await anext(chunks, None)
-            else:
-                with trio.move_on_after(idle_timeout_s) as idle:
-                    chunk = await anext(chunks, None)
-                if idle.cancelled_caught:
-                    raise StreamIdleTimeout(idle_timeout_s)
-            if chunk is None:
-                return
-            yield chunk
-    finally:
-        await chunks.aclose()
+
+    def __init__(self, idle_timeout_s: float | None) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self._scope = trio.CancelScope()
+        self._step = 0.0 if idle_timeout_s is None else idle_timeout_s / 16
+        self._moved = 0.0
+
+    def __enter__(self) -> IdleDeadline:
+        self._scope.__enter__()
+        self._moved = -math.inf
+        self.touch()
+        return self
+
+    def touch(self) -> None:
+        """A byte arrived (or was handed on): the silence starts again from now."""
+        if self.idle_timeout_s is None:
+            return
+        now = trio.current_time()
+        if now - self._moved > self._step:
+            self._moved = now
+            self._scope.deadline = now + self.idle_timeout_s + self._step
+
+    def __exit__(self, *exc_info: object) -> bool:
+        suppressed = self._scope.__exit__(*exc_info)
+        if self._scope.cancelled_caught and self.idle_timeout_s is not None:
+            raise StreamIdleTimeout(self.idle_timeout_s)
+        return bool(suppressed)

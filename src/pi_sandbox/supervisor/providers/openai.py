@@ -35,9 +35,9 @@ from .base import (
 from .http_stream import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
+    IdleDeadline,
     StreamIdleTimeout,
     http_timeout,
-    iter_text_with_idle_timeout,
 )
 from .retry import TRANSIENT_STATUSES, parse_retry_after
 from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge
@@ -345,19 +345,26 @@ class OpenAIProvider:
             if exc.output_started:
                 exc.transient = False
             raise
-        except StreamIdleTimeout as exc:
+        except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+            # httpx's own read timeout and our `IdleDeadline` are the same limit
+            # (httpIdleTimeoutMs); whichever notices first, the message is one.
+            limit = (
+                exc.idle_timeout_s if isinstance(exc, StreamIdleTimeout) else self.idle_timeout_s
+            )
+            what = (
+                "the stream went silent: no bytes"
+                if stream.answered
+                else "no answer (status line and headers)"
+            )
             raise self._transport_error(
-                f"the stream from {self._url} went silent: no bytes for "
-                f"{exc.idle_timeout_s:g} s (httpIdleTimeoutMs)",
+                f"request to {self._url} timed out: {what} for {limit:g} s (httpIdleTimeoutMs)",
                 exc,
                 stream,
             ) from exc
-        except httpx.TimeoutException as exc:
-            limit = self.connect_timeout_s if isinstance(exc, httpx.ConnectTimeout) else None
-            limit = limit if limit is not None else self.idle_timeout_s
+        except httpx.TimeoutException as exc:  # connect or pool
             raise self._transport_error(
-                f"request to {self._url} timed out ({type(exc).__name__}: no progress "
-                f"for {limit:g} s)",
+                f"request to {self._url} timed out ({type(exc).__name__}: could not connect "
+                f"within {self.connect_timeout_s:g} s)",
                 exc,
                 stream,
             ) from exc
@@ -393,6 +400,7 @@ class OpenAIProvider:
         async with client.stream(
             "POST", self._url, json=body, headers=headers, timeout=self._timeout
         ) as response:
+            stream.answered = True
             if not response.is_success:
                 raise self._http_error(response, await _read_bounded(response))
             content_type = response.headers.get("content-type", "")
@@ -403,15 +411,17 @@ class OpenAIProvider:
                     f"{_server_message(text)}"
                 )
             decoder = SSEDecoder()
-            async for chunk in iter_text_with_idle_timeout(response, self.idle_timeout_s):
-                try:
-                    events = decoder.feed(chunk)
-                except SSEEventTooLarge as exc:
-                    raise self._error(f"{self._url}: {exc}; the stream was abandoned") from exc
-                for event in events:
-                    await stream.apply(event, on_text_delta)
-                    if stream.done:
-                        return stream.finish(self.model)
+            with IdleDeadline(self.idle_timeout_s) as idle:
+                async for chunk in response.aiter_text():
+                    try:
+                        events = decoder.feed(chunk)
+                    except SSEEventTooLarge as exc:
+                        raise self._error(f"{self._url}: {exc}; the stream was abandoned") from exc
+                    for event in events:
+                        await stream.apply(event, on_text_delta)
+                        if stream.done:
+                            return stream.finish(self.model)
+                    idle.touch()
             for event in decoder.flush():
                 await stream.apply(event, on_text_delta)
                 if stream.done:
@@ -634,6 +644,7 @@ class _StreamAccumulator:
         # The answer has begun: a text, reasoning or tool-call delta arrived. From here
         # a failure is not retried (errors.ProviderError.output_started).
         self.started = False
+        self.answered = False  # the status line and headers arrived
         # Which block the stream is in, to order `content` as it arrived.
         self._order: list[str] = []
 
