@@ -219,3 +219,27 @@ def test_rpc_abort_retry_cancels_the_wait_and_set_auto_retry_turns_retries_off(
     assert len(server.hits) == 2  # the 429 (cancelled wait), then the 503, not retried
     assert [e for e in events if e["type"] == "auto_retry_start"][1:] == []
     assert bad["success"] is False and "'enabled' must be true or false" in bad["error"]
+
+
+def test_a_silent_stream_is_cut_by_the_idle_timeout_from_the_environment_and_retried(
+    tmp_path: Path,
+) -> None:
+    settings(tmp_path, baseDelayMs=50)
+    env = {**fake_provider_env(tmp_path), "PI_HTTP_IDLE_TIMEOUT_MS": "700"}
+    with FaultServer(
+        [stream(openai_text("x", done=False)[:1], then="hang"), stream(openai_text("awake"))]
+    ) as server:
+        began = time.monotonic()
+        proc = subprocess.run(
+            pi_argv(tmp_path, server, "-p", "hello"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - began
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "awake"
+    assert "the stream went silent: no bytes for 0.7 s (httpIdleTimeoutMs)" in proc.stderr
+    assert took < 60  # not the old fixed 600 s, nor pi's default 300 s
