@@ -9,17 +9,19 @@ server's ``Retry-After`` is a minimum).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from typing import Any
 
 import pytest
 import trio
-from fault_servers import FaultServer, http_error, openai_text, stream
+from fault_servers import FaultServer, anthropic_text, http_error, openai_text, stream
 
 from pi_sandbox.errors import ProviderError
 from pi_sandbox.supervisor.providers.openai import OpenAIProvider
 from pi_sandbox.supervisor.providers.retry import AutoRetry, RetrySettings
+from pi_sandbox.supervisor.providers.sse import SSEDecoder
 
 KEY = "sk-RETRY-SENTINEL-0123456789abcdef"
 WAIT_S = 60  # only a hang reaches it
@@ -381,3 +383,21 @@ async def test_the_control_echo_does_carry_the_key() -> None:
     ):
         await ask(server, fast(enabled=False), Recorder())
     assert server.hits[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_the_fault_servers_anthropic_stream_decodes_as_the_messages_api_event_sequence() -> None:
+    # For the Anthropic provider's fault tests: the same server, the other wire format.
+    decoder = SSEDecoder()
+    events = [e for chunk in anthropic_text("Hel", "lo") for e in decoder.feed(chunk.decode())]
+
+    assert [e.event for e in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert all(json.loads(e.data)["type"] == e.event for e in events)
+    assert "".join(json.loads(e.data)["delta"]["text"] for e in events[2:4]) == "Hello"
