@@ -130,3 +130,14 @@ async def test_a_provider_error_without_attributes_is_not_retried() -> None:
     with pytest.raises(ProviderError, match=r"^script exhausted$"):
         await AutoRetry(RetrySettings(base_delay_ms=1)).run(attempt, emit)
     assert calls == [1] and events == []
+
+
+def test_a_file_that_is_not_json_keeps_the_defaults_without_a_second_notice(
+    tmp_path: Path,
+) -> None:
+    # The extension loader reports a broken settings.json; saying it twice is noise.
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "settings.json").write_text("{not json")
+
+    assert load_retry_settings(agent, environ={}) == (RetrySettings(), [])

@@ -168,10 +168,10 @@ def load_retry_settings(
     for a trusted project only, DESIGN §8), then ``$PI_HTTP_IDLE_TIMEOUT_MS``.
 
     Returns:
-        ``(settings, notices)``: a file that is missing is skipped; one that is
-        unreadable, not JSON or has a key of the wrong type is skipped as a whole with
-        a notice naming the file and the key (the defaults stay: retries are a
-        convenience, a bad file must not stop the run).
+        ``(settings, notices)``: a file that is missing, unreadable or not JSON is
+        skipped (the extension loader reports such a file); one with a retry key of the
+        wrong type is skipped as a whole with a notice naming the file and the key (the
+        defaults stay: retries are a convenience, a bad file must not stop the run).
     """
     from pi_sandbox.regular_files import FileRefusedError, read_regular_file
 
@@ -183,10 +183,9 @@ def load_retry_settings(
     for path in files:
         try:
             data = json.loads(read_regular_file(path, _MAX_SETTINGS_BYTES))
-        except FileNotFoundError:
-            continue
-        except (FileRefusedError, OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-            notices.append(f"{path}: cannot read its retry settings ({exc}); defaults kept")
+        except (FileRefusedError, OSError, ValueError, UnicodeDecodeError, RecursionError):
+            # Missing, unreadable or not JSON: the same file's other loaders
+            # (extension_discovery.settings_paths) report it once; the defaults stay.
             continue
         if not isinstance(data, dict):
             continue  # the settings loaders of other keys report this shape once
