@@ -10,7 +10,9 @@ own, shorter timeout (`http_timeout`). pi's setting is ``httpIdleTimeoutMs`` (pi
 
 from __future__ import annotations
 
+import functools
 import math
+import ssl
 
 import httpx
 import trio
@@ -21,6 +23,7 @@ __all__ = [
     "IdleDeadline",
     "StreamIdleTimeout",
     "http_timeout",
+    "shared_ssl_context",
 ]
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -40,6 +43,14 @@ class StreamIdleTimeout(httpx.ReadTimeout):
     def __init__(self, idle_timeout_s: float) -> None:
         super().__init__(f"no bytes received for {idle_timeout_s:g} s")
         self.idle_timeout_s = idle_timeout_s
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """httpx's default TLS context (certifi's CA bundle, ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` honoured), built once per process: loading the CA bundle costs
+    ≈ 30 ms, which a short-lived client per request would pay every turn."""
+    return httpx.create_ssl_context()
 
 
 def http_timeout(idle_timeout_s: float | None, connect_timeout_s: float) -> httpx.Timeout:

@@ -38,6 +38,7 @@ from .http_stream import (
     IdleDeadline,
     StreamIdleTimeout,
     http_timeout,
+    shared_ssl_context,
 )
 from .retry import TRANSIENT_STATUSES, parse_retry_after
 from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge
@@ -338,7 +339,9 @@ class OpenAIProvider:
         try:
             if self._client is not None:
                 return await self._send(self._client, body, headers, on_text_delta, stream)
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
+            async with httpx.AsyncClient(
+                timeout=self._timeout, verify=shared_ssl_context()
+            ) as client:
                 return await self._send(client, body, headers, on_text_delta, stream)
         except ProviderError as exc:
             exc.output_started = exc.output_started or stream.started
