@@ -6,7 +6,7 @@ A loopback server (``tests/integration/fault_servers.py``) streams N text deltas
 SSE event and one HTTP chunk each. Alternating in one run, best of R:
 
 - baseline: ``httpx`` alone — ``client.stream`` + ``aiter_text`` to the end, nothing
-  decoded;
+  decoded (same TLS context as the provider's, so client creation costs the same);
 - ours: ``OpenAIProvider.complete`` (idle-timeout reader, SSE decoding, JSON, the
   text callback), with the default 300 s idle timeout;
 - ours + `AutoRetry.run` around it (what the agent session runs).
@@ -29,6 +29,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 from fault_servers import FaultServer, openai_text, stream
 
+from pi_sandbox.supervisor.providers.http_stream import shared_ssl_context
 from pi_sandbox.supervisor.providers.openai import OpenAIProvider
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 
@@ -36,7 +37,7 @@ from pi_sandbox.supervisor.providers.retry import AutoRetry
 async def _baseline(url: str) -> int:
     size = 0
     async with (
-        httpx.AsyncClient(timeout=30) as client,
+        httpx.AsyncClient(timeout=30, verify=shared_ssl_context()) as client,
         client.stream("POST", url + "/chat/completions", json={"model": "m"}) as response,
     ):
         async for text in response.aiter_text():

@@ -82,16 +82,20 @@ class SSEDecoder:
             chunk = chunk[1:]
         self._after_cr = False
         events: list[SSEEvent] = []
-        start = 0
-        for match in _LINE_END.finditer(chunk):
-            self._line("".join(self._pieces) + chunk[start : match.start()], events)
-            self._pieces, self._pieces_len = [], 0
-            start = match.end()
-        if start and chunk[start - 1] == "\r" and start == len(chunk):
-            self._after_cr = True
-        if start < len(chunk):
-            self._pieces.append(chunk[start:])
-            self._pieces_len += len(chunk) - start
+        # Every element but the last is a complete line; the last is the unterminated
+        # rest (often ""). ``str.split`` is the fast path for the usual LF-only stream.
+        lines = _LINE_END.split(chunk) if "\r" in chunk else chunk.split("\n")
+        if len(lines) > 1:
+            if self._pieces:
+                lines[0] = "".join(self._pieces) + lines[0]
+                self._pieces, self._pieces_len = [], 0
+            for index in range(len(lines) - 1):
+                self._line(lines[index], events)
+        self._after_cr = chunk.endswith("\r")
+        rest = lines[-1]
+        if rest:
+            self._pieces.append(rest)
+            self._pieces_len += len(rest)
         if self._pieces_len + self._data_len > self.max_event_chars:
             raise SSEEventTooLarge(
                 f"a stream event is larger than {self.max_event_chars} characters"
