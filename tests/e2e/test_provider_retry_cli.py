@@ -161,7 +161,9 @@ def test_ctrl_c_during_the_wait_exits_promptly_with_130(tmp_path: Path) -> None:
             proc.wait()
 
     assert status == 130
-    assert took < 20  # not the 50 s the server asked for
+    assert (
+        took < 40
+    )  # well short of the 50 s the server asked for (a busy box is slow to tear down)
     assert len(server.hits) == 1
 
 
@@ -215,7 +217,7 @@ def test_rpc_abort_retry_cancels_the_wait_and_set_auto_retry_turns_retries_off(
         "attempt": 1,
         "finalError": "Retry cancelled",
     }
-    assert took < 20
+    assert took < 40  # well short of the 50 s the server asked for
     assert len(server.hits) == 2  # the 429 (cancelled wait), then the 503, not retried
     assert [e for e in events if e["type"] == "auto_retry_start"][1:] == []
     assert bad["success"] is False and "'enabled' must be true or false" in bad["error"]
