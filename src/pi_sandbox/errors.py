@@ -126,7 +126,41 @@ class PolicyFileError(PolicyError):
 
 
 class ProviderError(PiSandboxError):
-    """The model provider failed: HTTP error status, broken stream, or an exhausted script."""
+    """The model provider failed: HTTP error status, broken stream, or an exhausted script.
+
+    The keyword attributes are the contract between a provider and the retry layer
+    (``supervisor/providers/retry.py``, issue 16 "Retries"); every provider that talks
+    to a network sets them, a provider that does not (``scripted``) leaves the defaults,
+    which mean "not retryable".
+
+    Attributes:
+        status: the HTTP status of the answer, or None (no answer, or a stream error).
+        retry_after: seconds the server asked to wait before trying again (from
+            ``retry-after-ms``, else ``Retry-After`` as seconds or an HTTP date;
+            ``retry.parse_retry_after``), or None when it said nothing usable.
+        transient: the failure is of a retryable class: HTTP 408, 409, 429, 500, 502,
+            503, 504, 529, a refused or reset connection, a connection closed or an
+            idle stream — each only while ``output_started`` is False — or a
+            mid-stream "overloaded"/"rate limit" error event before any output.
+        output_started: the answer had begun (a text, thinking or tool-call delta was
+            received) when it failed; such a failure is never retried, because the
+            retry would repeat output already shown (docs/providers.md).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        transient: bool = False,
+        output_started: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.transient = transient
+        self.output_started = output_started
 
 
 class UsageError(PiSandboxError):

@@ -26,6 +26,7 @@ import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
@@ -186,6 +187,8 @@ class AgentSession:
         max_turns: a guard against a model that never stops calling tools.
         steering / follow_ups / next_turn: queued user or custom messages, delivered
             after the current tool batch, when the model stops, with the next prompt.
+        retry: retries a model request that failed before any output (issue 16,
+            `providers.retry`); None sends each request once.
     """
 
     provider: Provider
@@ -204,6 +207,7 @@ class AgentSession:
     follow_ups: list[dict[str, Any]] = field(default_factory=list)
     next_turn: list[dict[str, Any]] = field(default_factory=list)
     prompt_override: str | None = None
+    retry: AutoRetry | None = None
     # ids of queued messages that extensions (not the user) sent, and how many turns
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
@@ -538,13 +542,19 @@ class AgentSession:
         await self.emit({"type": "message_start", "message": {"role": "assistant"}})
         await self.notify("message_start", {"message": {"role": "assistant"}})
         turn: AssistantTurn | None = None
-        async with self.abortable():
-            turn = await self.provider.complete(
+
+        async def request() -> AssistantTurn:
+            return await self.provider.complete(
                 system_prompt=payload["system_prompt"],
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
             )
+
+        async with self.abortable():
+            # issue 16: a failure before any output is sent again (auto_retry_* events);
+            # the wait between attempts is inside the abortable scope (Ctrl-C, abort).
+            turn = await (self.retry.run(request, self.emit) if self.retry else request())
         if turn is None:
             return None
         await self.notify(

@@ -154,6 +154,15 @@ class PrintOutput:
             self.line(f"{mark} {_one_line(str(event.get('message', '')), 500)}")
         elif kind == "warning":
             self.line(f"⚠ {event.get('message')}")
+        elif kind == "auto_retry_start":
+            # issue 16: a retry is never silent, in print mode either.
+            self.line(
+                f"↻ retrying in {event.get('delayMs', 0) / 1000:.1f} s (attempt "
+                f"{event.get('attempt')}/{event.get('maxAttempts')}): "
+                f"{_one_line(str(event.get('errorMessage', '')), 500)}"
+            )
+        elif kind == "auto_retry_end" and event.get("success"):
+            self.line(f"↻ retry {event.get('attempt')} succeeded")
         elif kind == "resource_diagnostic":
             mark = "ℹ" if event.get("diagnostic") == "collision" else "⚠"
             self.line(

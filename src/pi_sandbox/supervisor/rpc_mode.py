@@ -6,9 +6,10 @@ an optional ``id`` echoed in its response
 of the session is written as it happens (the same objects as ``--mode json``).
 
 Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
-``abort``, ``reload``, ``new_session``, ``compact {customInstructions?}`` (pi's
-result as ``data``; cancelled or nothing to compact: a failed response),
-``set_auto_compaction {enabled}`` (this session only), ``bash {command}`` (the user's own command:
+``abort``, ``abort_retry`` (cancels the wait before an automatic retry),
+``set_auto_retry {enabled}``, ``reload``, ``new_session``, ``compact
+{customInstructions?}`` (pi's result as ``data``; cancelled or nothing to compact: a
+failed response), ``set_auto_compaction {enabled}`` (this session only), ``bash {command}`` (the user's own command:
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
 ``set_trust {decision, save?}`` (the project's trust for this session, and with
 ``save`` in the trust store; project resources follow through a reload, issue 6),
@@ -166,6 +167,22 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 await respond(command, True)
             elif kind == "abort":
                 await respond(command, True, data={"aborted": host.abort()})
+            elif kind == "abort_retry":
+                # pi docs rpc-commands.md "Retry": cancel the wait and stop retrying.
+                retry = host.session.retry
+                await respond(
+                    command, True, data={"aborted": retry.abort_retry() if retry else False}
+                )
+            elif kind == "set_auto_retry":
+                enabled = command.get("enabled")
+                if not isinstance(enabled, bool):
+                    await respond(
+                        command, False, error="set_auto_retry: 'enabled' must be true or false"
+                    )
+                    continue
+                if host.session.retry is not None:
+                    host.session.retry.settings.enabled = enabled
+                await respond(command, True)
             elif kind in ("reload", "new_session"):
                 if running():
                     await respond(

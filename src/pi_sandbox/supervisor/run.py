@@ -778,6 +778,7 @@ async def _run(
                     emit=output,
                     cwd=options.cwd,
                     writer=writer,
+                    retry=await _auto_retry(options, start, provider, output),
                 )
                 writer.append_model_change(provider.name, provider.model)
                 session.compactor = _compactor(options, lambda: start.trust)
@@ -990,6 +991,21 @@ async def _run(
         )
         status = EXIT_DENIED
     return status
+
+
+async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output: Any) -> Any:
+    """The run's `AutoRetry` from the ``retry`` settings and ``httpIdleTimeoutMs``
+    (issue 16); the provider gets the idle timeout. A project's settings count only
+    when the project is trusted (DESIGN §8)."""
+    from pi_sandbox.supervisor.providers.retry import AutoRetry, load_retry_settings
+
+    trusted = start.trust in ("yes", "sandboxed")
+    settings, notices = load_retry_settings(options.agent_dir, options.cwd if trusted else None)
+    for notice in notices:
+        await output({"type": "warning", "message": notice})
+    if hasattr(provider, "idle_timeout_s"):
+        provider.idle_timeout_s = settings.idle_timeout_s
+    return AutoRetry(settings)
 
 
 def _flag_parser() -> Any:

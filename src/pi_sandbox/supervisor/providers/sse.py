@@ -12,9 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSEEventTooLarge"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+
+DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024
+"""Largest event (its lines together, in characters) a decoder buffers by default: far
+above any real model event, bounded against a server that never ends a line (issue 16,
+"a huge event")."""
+
+
+class SSEEventTooLarge(ValueError):
+    """An event grew past the decoder's ``max_event_chars`` before it ended."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,15 @@ class SSEDecoder:
     are ignored; an event with no ``data:`` line is not dispatched (as the spec says).
     """
 
-    def __init__(self) -> None:
-        self._partial = ""  # text of the current, unterminated line
+    def __init__(self, max_event_chars: int = DEFAULT_MAX_EVENT_CHARS) -> None:
+        """``max_event_chars``: the bound on one event's buffered text (its unterminated
+        line plus its ``data:`` lines); past it ``feed`` raises `SSEEventTooLarge`."""
+        self.max_event_chars = max_event_chars
+        # The current, unterminated line, kept as pieces: joining only at its end keeps
+        # a long line linear in its length.
+        self._pieces: list[str] = []
+        self._pieces_len = 0
+        self._data_len = 0
         self._after_cr = False  # the last chunk ended in "\r": a "\n" next is part of it
         self._started = False
         self._event = ""
@@ -52,7 +68,11 @@ class SSEDecoder:
         self._last_id: str | None = None
 
     def feed(self, chunk: str) -> list[SSEEvent]:
-        """Consume ``chunk`` and return the events it completed (often none)."""
+        """Consume ``chunk`` and return the events it completed (often none).
+
+        Raises:
+            SSEEventTooLarge: the current event passed ``max_event_chars``.
+        """
         if not chunk:
             return []
         if not self._started:
@@ -62,14 +82,24 @@ class SSEDecoder:
             chunk = chunk[1:]
         self._after_cr = False
         events: list[SSEEvent] = []
-        start = 0
-        for match in _LINE_END.finditer(chunk):
-            self._line(self._partial + chunk[start : match.start()], events)
-            self._partial = ""
-            start = match.end()
-        if start and chunk[start - 1] == "\r" and start == len(chunk):
-            self._after_cr = True
-        self._partial += chunk[start:]
+        # Every element but the last is a complete line; the last is the unterminated
+        # rest (often ""). ``str.split`` is the fast path for the usual LF-only stream.
+        lines = _LINE_END.split(chunk) if "\r" in chunk else chunk.split("\n")
+        if len(lines) > 1:
+            if self._pieces:
+                lines[0] = "".join(self._pieces) + lines[0]
+                self._pieces, self._pieces_len = [], 0
+            for index in range(len(lines) - 1):
+                self._line(lines[index], events)
+        self._after_cr = chunk.endswith("\r")
+        rest = lines[-1]
+        if rest:
+            self._pieces.append(rest)
+            self._pieces_len += len(rest)
+        if self._pieces_len + self._data_len > self.max_event_chars:
+            raise SSEEventTooLarge(
+                f"a stream event is larger than {self.max_event_chars} characters"
+            )
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -80,9 +110,9 @@ class SSEDecoder:
         close the stream right after their final ``data:`` line.
         """
         events: list[SSEEvent] = []
-        if self._partial:
-            self._line(self._partial, events)
-            self._partial = ""
+        if self._pieces:
+            self._line("".join(self._pieces), events)
+            self._pieces, self._pieces_len = [], 0
         self._line("", events)
         return events
 
@@ -97,7 +127,7 @@ class SSEDecoder:
                         retry=self._retry,
                     )
                 )
-            self._event, self._data, self._retry = "", [], None
+            self._event, self._data, self._retry, self._data_len = "", [], None, 0
             return
         if line.startswith(":"):
             return
@@ -106,6 +136,11 @@ class SSEDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._data_len += len(value) + 1
+            if self._data_len > self.max_event_chars:
+                raise SSEEventTooLarge(
+                    f"a stream event is larger than {self.max_event_chars} characters"
+                )
         elif name == "event":
             self._event = value
         elif name == "id":
