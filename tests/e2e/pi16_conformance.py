@@ -573,14 +573,40 @@ def compare_runs(pi_run: StreamRun, our_run: StreamRun) -> list[str]:
 # RPC: pi 1.6.0's RpcClient against either program
 
 RPC_COMMANDS = (
-    "prompt", "steer", "follow_up", "abort", "clear_queue", "new_session", "get_state",
-    "get_messages", "set_model", "cycle_model", "get_available_models",
-    "set_thinking_level", "cycle_thinking_level", "get_available_thinking_levels",
-    "set_steering_mode", "set_follow_up_mode", "compact", "set_auto_compaction",
-    "set_auto_retry", "abort_retry", "bash", "abort_bash", "get_session_stats",
-    "export_html", "switch_session", "fork", "clone", "get_fork_messages", "get_entries",
-    "get_tree", "get_last_assistant_text", "set_session_name", "get_commands",
-)  # fmt: skip
+    "prompt",
+    "steer",
+    "follow_up",
+    "abort",
+    "clear_queue",
+    "new_session",
+    "get_state",
+    "get_messages",
+    "set_model",
+    "cycle_model",
+    "get_available_models",
+    "set_thinking_level",
+    "cycle_thinking_level",
+    "get_available_thinking_levels",
+    "set_steering_mode",
+    "set_follow_up_mode",
+    "compact",
+    "set_auto_compaction",
+    "set_auto_retry",
+    "abort_retry",
+    "bash",
+    "abort_bash",
+    "get_session_stats",
+    "export_html",
+    "switch_session",
+    "fork",
+    "clone",
+    "get_fork_messages",
+    "get_entries",
+    "get_tree",
+    "get_last_assistant_text",
+    "set_session_name",
+    "get_commands",
+)
 """The 33 commands of pi 1.6.0's rpc-commands.md, in its order."""
 
 RPC_TURNS: tuple[Mapping[str, Any], ...] = (
@@ -671,8 +697,14 @@ def run_rpc_driver(pi16: Pi16, target: str, root: Path) -> list[dict[str, Any]]:
         problem = "driver overran 900 s"
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if problem is not None or not lines or lines[-1].get("method") != "(done)":
-        lines.append({"method": "(driver)", "command": None, "ok": False,
-                      "error": problem or "driver stopped early"})  # fmt: skip
+        lines.append(
+            {
+                "method": "(driver)",
+                "command": None,
+                "ok": False,
+                "error": problem or "driver stopped early",
+            }
+        )
     return lines
 
 
@@ -765,22 +797,37 @@ def compare_rpc(
         mine = _as_failed(ours.get(method))
         ref = _as_failed(ref)
         if mine is None:
-            verdicts.append(RpcVerdict(method, command, "not reached",
-                                       our_lines[-1].get("error", "") if our_lines else ""))  # fmt: skip
+            verdicts.append(
+                RpcVerdict(
+                    method,
+                    command,
+                    "not reached",
+                    our_lines[-1].get("error", "") if our_lines else "",
+                )
+            )
             continue
         if not mine["ok"]:
             error = str(mine.get("error", ""))
-            if not ref["ok"]:
-                verdicts.append(RpcVerdict(method, command, "same refusal",
-                                           f"pi: {ref.get('error')}; ours: {error}"))  # fmt: skip
-            elif "unknown command" in error.lower():
+            if "unknown command" in error.lower():
                 verdicts.append(RpcVerdict(method, command, "unknown command", error))
+            elif not ref["ok"]:
+                verdicts.append(
+                    RpcVerdict(
+                        method, command, "same refusal", f"pi: {ref.get('error')}; ours: {error}"
+                    )
+                )
             else:
                 verdicts.append(RpcVerdict(method, command, "fails", error))
             continue
         if not ref["ok"]:
-            verdicts.append(RpcVerdict(method, command, "wrong shape",
-                                       f"pi 1.6.0 refuses ({ref.get('error')}); ours succeeds"))  # fmt: skip
+            verdicts.append(
+                RpcVerdict(
+                    method,
+                    command,
+                    "wrong shape",
+                    f"pi 1.6.0 refuses ({ref.get('error')}); ours succeeds",
+                )
+            )
             continue
         want = _result_paths(ref)
         have = _result_paths(mine)
@@ -852,12 +899,32 @@ def run_minimal_client(
         (root / "faux.ts").write_text(FAUX_PROVIDER_TS)
         (root / "script.json").write_text(json.dumps(turns))
         env["PI_FAUX_SCRIPT"] = str(root / "script.json")
-        argv = [str(pi16.node), str(pi16.cli), "--offline", "-e", str(root / "faux.ts"),
-                "--provider", "faux", "--model", "faux-1", "--mode", "rpc", "--no-session"]  # fmt: skip
+        argv = [
+            str(pi16.node),
+            str(pi16.cli),
+            "--offline",
+            "-e",
+            str(root / "faux.ts"),
+            "--provider",
+            "faux",
+            "--model",
+            "faux-1",
+            "--mode",
+            "rpc",
+            "--no-session",
+        ]
     elif target == "ours":
         (root / "script.yaml").write_text(yaml.safe_dump(turns))
-        argv = [*our_command(), "--model", "scripted", "--script", str(root / "script.yaml"),
-                "--mode", "rpc", "--no-session"]  # fmt: skip
+        argv = [
+            *our_command(),
+            "--model",
+            "scripted",
+            "--script",
+            str(root / "script.yaml"),
+            "--mode",
+            "rpc",
+            "--no-session",
+        ]
     else:
         raise ValueError(f"target must be 'pi16' or 'ours', not {target!r}")
     original = '["pi", "--mode", "rpc", "--no-session"]'
@@ -896,27 +963,41 @@ def report(root: Path) -> str:
     (the measured part of docs/protocol-gaps.md)."""
     pi16 = ensure_pi16()
     out = ["## JSON stream (`--mode json`)", ""]
+    fields: dict[str, list[str]] = {}
     for name, scenario in SCENARIOS.items():
         pi_run = run_pi16_json(pi16, scenario, root / f"json-{name}-pi16")
         our_run = run_ours_json(scenario, root / f"json-{name}-ours")
         diff = compare_runs(pi_run, our_run)
-        out += [f"### Scenario `{name}` ({len(diff)} differences)", ""]
-        out += [f"- {line}" for line in diff] or ["- none"]
-        out += ["", "pi 1.6.0 sequence: " + " → ".join(canonical_sequence(pi_run.records))]
-        out += ["", "our sequence: " + " → ".join(
-            canonical_sequence(our_run.records, OUR_EXTENSION_TYPES))]  # fmt: skip
+        other = [line for line in diff if not line.startswith("fields of ")]
+        for line in diff:
+            if line.startswith("fields of "):
+                fields.setdefault(line, []).append(name)
+        out += [f"### Scenario `{name}`: {len(diff)} differences", ""]
+        out += ["pi 1.6.0: " + " → ".join(canonical_sequence(pi_run.records)), ""]
+        ours = canonical_sequence(our_run.records, OUR_EXTENSION_TYPES)
+        out += ["ours: " + (" → ".join(ours) or "(nothing)"), ""]
+        out += [f"- {line}" for line in other] or ["- order and record types: no difference"]
         out.append("")
+    out += ["### Field names, all scenarios", ""]
+    out += [f"- {line} ({', '.join(names)})" for line, names in fields.items()] or ["- none"]
+    out.append("")
     pi_lines = run_rpc_driver(pi16, "pi16", root / "rpc-pi16")
     our_lines = run_rpc_driver(pi16, "ours", root / "rpc-ours")
-    out += ["## RPC mode, driven by pi 1.6.0's `RpcClient`", "",
-            "| method | command | pi 1.6.0 | ours | what differs |", "|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        "## RPC mode, driven by pi 1.6.0's `RpcClient`",
+        "",
+        "| method | command | pi 1.6.0 | ours | what differs |",
+        "|---|---|---|---|---|",
+    ]
     refs = {line["method"]: line for line in pi_lines}
     for verdict in compare_rpc(pi_lines, our_lines):
         ref = refs[verdict.method]
         pi_cell = "ok" if ref["ok"] else f"refuses: {ref.get('error')}"
         detail = verdict.detail.replace("|", "\\|")
-        out.append(f"| `{verdict.method}` | `{verdict.command}` | {pi_cell} | "
-                   f"{verdict.verdict} | {detail} |")  # fmt: skip
+        out.append(
+            f"| `{verdict.method}` | `{verdict.command}` | {pi_cell} | "
+            f"{verdict.verdict} | {detail} |"
+        )
     for line in (pi_lines[-1], our_lines[-1]):
         if line["method"] == "(driver)":
             out.append(f"\n(driver problem: {line.get('error')})")
@@ -924,8 +1005,10 @@ def report(root: Path) -> str:
     for target in ("pi16", "ours"):
         proc = run_minimal_client(pi16, target, root / f"minimal-{target}")
         tail = proc.stderr.strip().splitlines()[-1:] or [""]
-        out.append(f"- {target}: exit {proc.returncode}, printed {proc.stdout!r}, "
-                   f"stderr ends {tail[0][:200]!r}")  # fmt: skip
+        out.append(
+            f"- {target}: exit {proc.returncode}, printed {proc.stdout!r}, "
+            f"stderr ends {tail[0][:200]!r}"
+        )
     return "\n".join(out) + "\n"
 
 

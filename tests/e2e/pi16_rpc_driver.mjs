@@ -103,6 +103,17 @@ try {
 }
 report({ method: "start", command: null, ok: true });
 
+// Wait until the agent answers at all (start() only waits 100 ms, and each command
+// times out after 30 s): on a busy machine start-up can take longer. Not reported.
+for (let attempt = 0; attempt < 6; attempt++) {
+  try {
+    await client.getState();
+    break;
+  } catch (error) {
+    if (!String(error?.message).startsWith("Timeout waiting for response")) break;
+  }
+}
+
 const state = await step("getState", "get_state", () => client.getState());
 await step("getCommands", "get_commands", () => client.getCommands());
 await step("getAvailableModels", "get_available_models", () => client.getAvailableModels());
