@@ -12,6 +12,9 @@ exact, reproducible to-do list (``docs/protocol-gaps.md``).
   every method against pi 1.6.0 or against ours; `compare_rpc` sorts each method
   into works / wrong shape / unknown command / fails.
 - `run_minimal_client`: the minimal Python client printed in pi's docs/rpc.md.
+- `run_wire_probe` / `compare_wire`: raw JSONL at the wire: no ``session`` record at
+  start, the ``parse`` error response, ``bash_execution_update``, and the extension
+  UI sub-protocol (a probe extension's dialogs answered as rpc-extension-ui.md says).
 
 Regenerate the whole gap list: ``.venv/bin/python tests/e2e/pi16_conformance.py``
 (prints Markdown; needs pi 1.6.0 installed, see `ensure_pi16`).
@@ -43,6 +46,7 @@ __all__ = [
     "OUR_EXTENSION_TYPES",
     "RPC_COMMANDS",
     "SCENARIOS",
+    "UI_ANSWERS",
     "Pi16",
     "Pi16Unavailable",
     "RpcVerdict",
@@ -52,12 +56,14 @@ __all__ = [
     "compare_rpc",
     "compare_runs",
     "compare_streams",
+    "compare_wire",
     "ensure_pi16",
     "field_paths",
     "run_minimal_client",
     "run_ours_json",
     "run_pi16_json",
     "run_rpc_driver",
+    "run_wire_probe",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -955,6 +961,392 @@ def run_minimal_client(
 
 
 # --------------------------------------------------------------------------------------
+# RPC at the wire: start, parse errors, bash streaming, the extension UI sub-protocol
+
+UI_PROBE_TS = """\
+export default function (pi: any) {
+  pi.registerCommand("uiprobe", {
+    description: "conformance probe of the extension UI sub-protocol",
+    handler: async (_args: string, ctx: any) => {
+      const timeout = TIMEOUT_MS;
+      ctx.ui.notify("probe start", "warning");
+      ctx.ui.setStatus("probe", "busy");
+      ctx.ui.setWidget("probe", ["line 1"]);
+      ctx.ui.setTitle("probe title");
+      ctx.ui.setEditorText("probe editor text");
+      const confirmed = await ctx.ui.confirm("Proceed?", "probe", { timeout });
+      const selected = await ctx.ui.select("Pick", ["A", "B"], { timeout });
+      const typed = await ctx.ui.input("Type", "placeholder", { timeout });
+      const edited = await ctx.ui.editor("Edit", "prefill", { timeout });
+      ctx.ui.notify("answers: " + JSON.stringify({ confirmed, selected, typed, edited }), "info");
+    },
+  });
+}
+"""
+"""pi 1.6.0 extension: ``/uiprobe`` calls every fire-and-forget and dialog method of
+rpc-extension-ui.md, then notifies what the dialogs returned."""
+
+UI_PROBE_PY = """\
+import json
+
+
+def extension(pi):
+    def probe(args, ctx):
+        timeout = TIMEOUT_MS / 1000
+        ctx.ui.notify("probe start", "warning")
+        ctx.ui.set_status("probe", "busy")
+        ctx.ui.set_widget("probe", ["line 1"])
+        # pi's setTitle / setEditorText, when ours has them.
+        for name, arg in (("set_title", "probe title"), ("set_editor_text", "probe editor text")):
+            if hasattr(ctx.ui, name):
+                getattr(ctx.ui, name)(arg)
+        confirmed = ctx.ui.confirm("Proceed?", "probe", timeout=timeout)
+        selected = ctx.ui.select("Pick", ["A", "B"], timeout=timeout)
+        typed = ctx.ui.input("Type", "placeholder", timeout=timeout)
+        edited = ctx.ui.editor("Edit", "prefill", timeout=timeout)
+        answers = {"confirmed": confirmed, "selected": selected, "typed": typed, "edited": edited}
+        ctx.ui.notify("answers: " + json.dumps(answers), "info")
+
+    pi.register_command("uiprobe", probe, description="conformance probe")
+"""
+"""The same probe as a pi-sandbox extension (our Python API's method names)."""
+
+UI_ANSWERS = {"confirmed": True, "selected": "A", "typed": "typed", "edited": "edited"}
+"""What the probe's dialogs return when pi's protocol answers reach them."""
+
+
+def _pi_answer(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer pi's rpc-extension-ui.md prescribes for a dialog request."""
+    method = request.get("method")
+    answer: dict[str, Any] = {"type": "extension_ui_response", "id": request.get("id")}
+    if method == "confirm":
+        answer["confirmed"] = True
+    elif method == "select":
+        answer["value"] = (request.get("options") or ["?"])[0]
+    elif method == "input":
+        answer["value"] = "typed"
+    else:
+        answer["value"] = "edited"
+    return answer
+
+
+def _answers_note(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    message = record.get("message")
+    if (
+        record.get("type") in ("extension_ui_request", "ui_notify")
+        and isinstance(message, str)
+        and message.startswith("answers: ")
+    ):
+        return json.loads(message.removeprefix("answers: "))
+    return None
+
+
+def run_wire_probe(pi16: Pi16, target: str, root: Path, ui_timeout_ms: int) -> dict[str, Any]:
+    """Talk raw JSONL to ``target``'s ``--mode rpc`` (``"pi16"`` or ``"ours"``) with
+    pi's protocol, and record what comes back.
+
+    In turn: ``get_state`` (records before its response show whether a ``session``
+    record opens the stream), a line that is not JSON (the parse-error response),
+    ``bash`` with an ``id`` (``bash_execution_update`` records), then ``/uiprobe``
+    (`UI_PROBE_TS` / `UI_PROBE_PY`, each dialog waiting ``ui_timeout_ms``) with every
+    dialog answered as rpc-extension-ui.md says (`_pi_answer`).
+
+    Returns:
+        ``{"before_first_response": [types], "parse": record|None, "bash_updates":
+        [records], "bash_response": record|None, "ui_records": [every
+        extension_ui_request and ui_* record], "ui_replies": [responses to our
+        extension_ui_response lines], "answers": dict|None, "prompt_response":
+        record|None, "stderr": str}``.
+    """
+    import queue
+    import threading
+    import time
+
+    workspace, env = _layout(root)
+    turns = [{"text": "spare"}] * 3
+    if target == "pi16":
+        (root / "faux.ts").write_text(FAUX_PROVIDER_TS)
+        (root / "probe.ts").write_text(UI_PROBE_TS.replace("TIMEOUT_MS", str(ui_timeout_ms)))
+        (root / "script.json").write_text(json.dumps(turns))
+        env["PI_FAUX_SCRIPT"] = str(root / "script.json")
+        argv = [
+            str(pi16.node),
+            str(pi16.cli),
+            "--offline",
+            "-e",
+            str(root / "faux.ts"),
+            "-e",
+            str(root / "probe.ts"),
+            "--provider",
+            "faux",
+            "--model",
+            "faux-1",
+            "--mode",
+            "rpc",
+            "--no-session",
+        ]
+    elif target == "ours":
+        (root / "probe.py").write_text(UI_PROBE_PY.replace("TIMEOUT_MS", str(ui_timeout_ms)))
+        (root / "script.yaml").write_text(yaml.safe_dump(turns))
+        argv = [
+            *our_command(),
+            "--model",
+            "scripted",
+            "--script",
+            str(root / "script.yaml"),
+            "-e",
+            str(root / "probe.py"),
+            "--mode",
+            "rpc",
+            "--no-session",
+        ]
+    else:
+        raise ValueError(f"target must be 'pi16' or 'ours', not {target!r}")
+
+    proc = subprocess.Popen(
+        argv,
+        cwd=workspace,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    records: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    stderr_chunks: list[bytes] = []
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bytes: splits on LF only (rpc.md "Framing")
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.put(record)
+        records.put(None)
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        stderr_chunks.extend(proc.stderr)
+
+    for reader in (read_stdout, read_stderr):
+        threading.Thread(target=reader, daemon=True).start()
+
+    def send(line: bytes) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+
+    seen: list[dict[str, Any]] = []
+
+    def until(done: Any, deadline_s: float) -> dict[str, Any] | None:
+        """Records until one satisfies ``done`` (returned) or the deadline / EOF (None)."""
+        end = time.monotonic() + deadline_s
+        while (left := end - time.monotonic()) > 0:
+            try:
+                record = records.get(timeout=left)
+            except queue.Empty:
+                return None
+            if record is None:
+                return None
+            seen.append(record)
+            if done(record):
+                return record
+        return None
+
+    out: dict[str, Any] = {}
+    try:
+        send(b'{"id": "state-1", "type": "get_state"}')
+        first = until(lambda r: r.get("type") == "response", RUN_TIMEOUT_S)
+        out["before_first_response"] = [r.get("type") for r in seen[:-1]] if first else None
+
+        send(b"this is not json")
+        out["parse"] = until(
+            lambda r: r.get("type") == "response" and r.get("success") is False, 60
+        )
+
+        start = len(seen)
+        send(b'{"id": "bash-1", "type": "bash", "command": "echo streamed"}')
+        out["bash_response"] = until(
+            lambda r: r.get("type") == "response" and r.get("id") == "bash-1", 120
+        )
+        out["bash_updates"] = [r for r in seen[start:] if r.get("type") == "bash_execution_update"]
+
+        start = len(seen)
+        send(b'{"id": "prompt-1", "type": "prompt", "message": "/uiprobe"}')
+        answers = None
+        deadline = time.monotonic() + 4 * ui_timeout_ms / 1000 + 120
+        while answers is None and time.monotonic() < deadline:
+            record = until(lambda r: True, deadline - time.monotonic())
+            if record is None:
+                break
+            answers = _answers_note(record)
+            if record.get("type") == "extension_error":
+                break  # the probe itself failed: no answers will come
+            if record.get("type") == "extension_ui_request" and record.get("method") in (
+                "select",
+                "confirm",
+                "input",
+                "editor",
+            ):
+                send(json.dumps(_pi_answer(record)).encode())
+        out["answers"] = answers
+        if not any(r.get("id") == "prompt-1" for r in seen[start:] if r.get("type") == "response"):
+            until(lambda r: r.get("type") == "response" and r.get("id") == "prompt-1", 60)
+        probe = seen[start:]
+        out["ui_records"] = [
+            r
+            for r in probe
+            if r.get("type") == "extension_ui_request" or str(r.get("type")).startswith("ui_")
+        ]
+        out["ui_replies"] = [
+            r
+            for r in probe
+            if r.get("type") == "response" and r.get("command") == "extension_ui_response"
+        ]
+        out["prompt_response"] = next(
+            (r for r in probe if r.get("type") == "response" and r.get("id") == "prompt-1"), None
+        )
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    out["stderr"] = b"".join(stderr_chunks).decode(errors="replace")[-2000:]
+    return out
+
+
+_UI_METHODS = (
+    "notify",
+    "setStatus",
+    "setWidget",
+    "setTitle",
+    "set_editor_text",
+    "confirm",
+    "select",
+    "input",
+    "editor",
+)
+_OUR_UI_EVENTS = {"notify": "ui_notify", "setStatus": "ui_set_status", "setWidget": "ui_set_widget"}
+
+
+def compare_wire(pi_obs: Mapping[str, Any], our_obs: Mapping[str, Any]) -> list[str]:
+    """The differences `run_wire_probe` saw between pi 1.6.0 and ours, one line each
+    (``[]`` when ours speaks pi's protocol on these points)."""
+    lines: list[str] = []
+    before_pi = pi_obs.get("before_first_response") or []
+    before_ours = our_obs.get("before_first_response")
+    if before_ours is None:
+        lines.append("start: ours never answered get_state")
+    elif "session" in before_ours and "session" not in before_pi:
+        lines.append("start: ours opens the RPC stream with a `session` record; pi does not")
+    extra = sorted(set(before_ours or ()) - set(before_pi) - {"session"})
+    if extra:
+        lines.append(f"start: ours emits {_join(extra)} before its first response")
+
+    ref, mine = pi_obs.get("parse"), our_obs.get("parse")
+    if mine is None:
+        lines.append("parse error: ours sends no failed response to a line that is not JSON")
+    elif ref is not None:
+        if mine.get("command") != ref.get("command"):
+            lines.append(
+                f"parse error: response `command` is {mine.get('command')!r}, pi's is "
+                f"{ref.get('command')!r}"
+            )
+        for key in sorted(set(ref) - set(mine)):
+            lines.append(f"parse error: response lacks `{key}`")
+        for key in sorted(set(mine) - set(ref)):
+            lines.append(f"parse error: response adds `{key}`")
+
+    if pi_obs.get("bash_updates") and not our_obs.get("bash_updates"):
+        lines.append(
+            "bash: ours emits no `bash_execution_update` (pi streams the output, "
+            "with the command's id)"
+        )
+    elif our_obs.get("bash_updates"):
+        want = set().union(*(set(r) for r in pi_obs.get("bash_updates") or [{}]))
+        have = set().union(*(set(r) for r in our_obs["bash_updates"]))
+        lines += [f"bash_execution_update: ours lacks `{k}`" for k in sorted(want - have)]
+        lines += [f"bash_execution_update: ours adds `{k}`" for k in sorted(have - want)]
+    ref_bash, my_bash = pi_obs.get("bash_response") or {}, our_obs.get("bash_response") or {}
+    if not my_bash:
+        lines.append("bash: ours never answered the bash command")
+    else:
+        want = set(ref_bash.get("data") or {})
+        have = set(my_bash.get("data") or {})
+        lines += [f"bash response: `data` lacks `{k}`" for k in sorted(want - have)]
+        lines += [f"bash response: `data` adds `{k}`" for k in sorted(have - want)]
+
+    pi_ui = pi_obs.get("ui_records") or []
+    our_ui = our_obs.get("ui_records") or []
+    for method in _UI_METHODS:
+        ref_req = next((r for r in pi_ui if r.get("method") == method), None)
+        if ref_req is None:
+            continue
+        my_req = next(
+            (
+                r
+                for r in our_ui
+                if r.get("type") == "extension_ui_request" and r.get("method") == method
+            ),
+            None,
+        )
+        if my_req is None:
+            event = _OUR_UI_EVENTS.get(method)
+            if event and any(r.get("type") == event for r in our_ui):
+                mine_fields = sorted(
+                    set().union(*(set(r) for r in our_ui if r.get("type") == event)) - {"type"}
+                )
+                lines.append(
+                    f"extension UI `{method}`: ours emits a `{event}` event "
+                    f"({', '.join(mine_fields)}), not an `extension_ui_request` "
+                    f"({', '.join(sorted(set(ref_req) - {'type'}))})"
+                )
+            else:
+                lines.append(f"extension UI `{method}`: ours never emits it")
+            continue
+        for key in sorted(set(ref_req) - set(my_req)):
+            lines.append(f"extension UI `{method}` request: ours lacks `{key}`")
+        for key in sorted(set(my_req) - set(ref_req)):
+            lines.append(f"extension UI `{method}` request: ours adds `{key}`")
+
+    ref_answers, my_answers = pi_obs.get("answers"), our_obs.get("answers")
+    if my_answers is None:
+        lines.append("extension UI: ours' probe never reported its dialog answers")
+    elif ref_answers is not None:
+        for key, value in ref_answers.items():
+            if my_answers.get(key) != value:
+                lines.append(
+                    f"extension UI dialog answer: pi's answer reached pi's extension as "
+                    f"{key}={value!r}; ours' extension got {my_answers.get(key)!r}"
+                )
+    if our_obs.get("ui_replies") and not pi_obs.get("ui_replies"):
+        errors = sorted({str(r.get("error")) for r in our_obs["ui_replies"]})
+        lines.append(
+            "extension UI: ours answers each `extension_ui_response` with a `response` "
+            f"record (pi sends none): {errors}"
+        )
+    ref_prompt, my_prompt = pi_obs.get("prompt_response") or {}, our_obs.get("prompt_response")
+    if my_prompt is None:
+        lines.append("prompt `/uiprobe`: ours sent no response")
+    elif (ref_prompt.get("data") or {}).get("disposition") != (my_prompt.get("data") or {}).get(
+        "disposition"
+    ):
+        lines.append(
+            f"prompt `/uiprobe`: `data.disposition` is "
+            f"{(my_prompt.get('data') or {}).get('disposition')!r}, pi's is "
+            f"{(ref_prompt.get('data') or {}).get('disposition')!r}"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------------------
 # The gap report
 
 
@@ -1001,6 +1393,10 @@ def report(root: Path) -> str:
     for line in (pi_lines[-1], our_lines[-1]):
         if line["method"] == "(driver)":
             out.append(f"\n(driver problem: {line.get('error')})")
+    out += ["", "## RPC at the wire (start, parse errors, bash streaming, extension UI)", ""]
+    pi_wire = run_wire_probe(pi16, "pi16", root / "wire-pi16", 60_000)
+    our_wire = run_wire_probe(pi16, "ours", root / "wire-ours", 5_000)
+    out += [f"- {line}" for line in compare_wire(pi_wire, our_wire)] or ["- none"]
     out += ["", "## The minimal Python client of pi's docs/rpc.md", ""]
     for target in ("pi16", "ours"):
         proc = run_minimal_client(pi16, target, root / f"minimal-{target}")

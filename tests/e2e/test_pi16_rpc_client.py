@@ -4,6 +4,9 @@
   ``pi16_rpc_driver.mjs``, run with Node 22) calls every method in turn; each
   method gets a verdict against what the same drive gets from pi 1.6.0 itself.
 - The minimal Python client printed in pi's docs/rpc.md prints the model's answer.
+- At the wire (`run_wire_probe`): no ``session`` record at start, the ``parse``
+  error response, ``bash_execution_update`` streaming, and the extension UI
+  sub-protocol (rpc-extension-ui.md) with a probe extension answered as pi's docs say.
 
 Against pi 1.6.0 both must work (the controls: they show the drivers themselves are
 right). Against ours they are ``xfail(strict=True)`` until issue 17 §2 is done.
@@ -19,12 +22,15 @@ from typing import Any
 import pytest
 from pi16_conformance import (
     RPC_COMMANDS,
+    UI_ANSWERS,
     Pi16,
     Pi16Unavailable,
     compare_rpc,
+    compare_wire,
     ensure_pi16,
     run_minimal_client,
     run_rpc_driver,
+    run_wire_probe,
 )
 
 pytestmark = pytest.mark.e2e
@@ -134,3 +140,41 @@ def test_the_docs_minimal_python_client_prints_our_answer(pi16: Pi16, tmp_path: 
     proc = run_minimal_client(pi16, "ours", tmp_path)
     print(proc.stderr[-2000:])
     assert (proc.returncode, proc.stdout) == (0, "Hello there.\n")
+
+
+@pytest.fixture(scope="module")
+def pi16_wire(pi16: Pi16, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # Dialogs wait up to 60 s: answered at once, the wait only matters on a stalled machine.
+    return run_wire_probe(pi16, "pi16", tmp_path_factory.mktemp("wire-pi16"), 60_000)
+
+
+def test_pi16_speaks_the_documented_wire_protocol_to_the_probe(pi16_wire: dict[str, Any]) -> None:
+    # Control: what the probe expects is what pi 1.6.0 does.
+    print(pi16_wire["stderr"])
+    assert pi16_wire["before_first_response"] is not None
+    assert "session" not in pi16_wire["before_first_response"]
+    assert pi16_wire["parse"]["command"] == "parse" and "id" not in pi16_wire["parse"]
+    assert pi16_wire["bash_updates"]
+    assert all(r["id"] == "bash-1" for r in pi16_wire["bash_updates"])
+    methods = {r["method"] for r in pi16_wire["ui_records"]}
+    assert {"notify", "setStatus", "setWidget", "setTitle", "set_editor_text"} <= methods
+    assert {"confirm", "select", "input", "editor"} <= methods
+    assert pi16_wire["answers"] == UI_ANSWERS
+    assert pi16_wire["ui_replies"] == []
+    assert compare_wire(pi16_wire, pi16_wire) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 17 §2: ours opens RPC with a session record, has no parse command, no "
+    "bash_execution_update, and its extension UI uses ui_id/value and ui_* events; "
+    "the list is in docs/protocol-gaps.md",
+)
+def test_ours_speaks_pi16s_wire_protocol_to_the_probe(
+    pi16: Pi16, pi16_wire: dict[str, Any], tmp_path: Path
+) -> None:
+    # Short dialog timeouts: an answer that does not reach ours costs 5 s per dialog.
+    ours = run_wire_probe(pi16, "ours", tmp_path, 5_000)
+    diff = compare_wire(pi16_wire, ours)
+    print("\n".join(diff))
+    assert diff == []
