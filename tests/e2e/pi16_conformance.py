@@ -1386,10 +1386,8 @@ def report(root: Path) -> str:
         ref = refs[verdict.method]
         pi_cell = "ok" if ref["ok"] else f"refuses: {ref.get('error')}"
         detail = verdict.detail.replace("|", "\\|")
-        out.append(
-            f"| `{verdict.method}` | `{verdict.command}` | {pi_cell} | "
-            f"{verdict.verdict} | {detail} |"
-        )
+        command = f"`{verdict.command}`" if verdict.command else "—"
+        out.append(f"| `{verdict.method}` | {command} | {pi_cell} | {verdict.verdict} | {detail} |")
     for line in (pi_lines[-1], our_lines[-1]):
         if line["method"] == "(driver)":
             out.append(f"\n(driver problem: {line.get('error')})")
