@@ -31,9 +31,12 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -984,7 +987,8 @@ export default function (pi: any) {
 }
 """
 """pi 1.6.0 extension: ``/uiprobe`` calls every fire-and-forget and dialog method of
-rpc-extension-ui.md, then notifies what the dialogs returned."""
+rpc-extension-ui.md, then notifies what the dialogs returned. ``TIMEOUT_MS`` is
+replaced by each dialog's timeout before the file is written."""
 
 UI_PROBE_PY = """\
 import json
@@ -1058,12 +1062,8 @@ def run_wire_probe(pi16: Pi16, target: str, root: Path, ui_timeout_ms: int) -> d
         extension_ui_response lines], "answers": dict|None, "prompt_response":
         record|None, "stderr": str}``.
     """
-    import queue
-    import threading
-    import time
-
     workspace, env = _layout(root)
-    turns = [{"text": "spare"}] * 3
+    turns = [{"text": f"spare {n}"} for n in range(3)]
     if target == "pi16":
         (root / "faux.ts").write_text(FAUX_PROVIDER_TS)
         (root / "probe.ts").write_text(UI_PROBE_TS.replace("TIMEOUT_MS", str(ui_timeout_ms)))
