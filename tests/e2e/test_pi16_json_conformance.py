@@ -8,7 +8,8 @@ pi 1.6.0 runs with pi-ai's faux provider, ours with ``--model scripted``; the ha
 - The harness tests show the comparison can both pass and fail: two independent
   pi 1.6.0 runs of the same conversation compare equal (chunking, ids, timestamps,
   concurrent tool order differ), and a deliberately altered copy yields exactly the
-  expected differences.
+  expected differences. A synthetic-stream test checks the comparison's rules
+  without pi 1.6.0 (it runs even where pi cannot be installed).
 
 Skipped with the reason when pi 1.6.0 is not installed and npm cannot install it.
 """
@@ -151,3 +152,59 @@ def test_our_json_stream_has_pi16s_records_order_and_field_names(
     print(f"{len(diff)} differences from pi 1.6.0 ({scenario}):")
     print("\n".join(diff))
     assert diff == []
+
+
+def test_the_comparison_works_on_synthetic_streams_without_pi16() -> None:
+    # Runs where pi 1.6.0 cannot be installed: the comparison's own rules.
+    def tool(kind: str, call: str, **extra: Any) -> dict[str, Any]:
+        return {"type": f"tool_execution_{kind}", "toolCallId": call, **extra}
+
+    reference = [
+        {"type": "agent_start"},
+        {"type": "message_update", "assistantMessageEvent": {"type": "text_delta", "delta": "a"}},
+        {"type": "message_update", "assistantMessageEvent": {"type": "text_delta", "delta": "b"}},
+        tool("start", "1"),
+        tool("start", "2"),
+        tool("end", "2", isError=False, durationMs=1),
+        tool("end", "1", isError=True, durationMs=2),
+        {"type": "agent_settled", "aborted": False},
+    ]
+    assert canonical_sequence(reference) == [
+        "agent_start",
+        "message_update[text_delta]",
+        "tool_execution_start",
+        "tool_execution_end[isError]",
+        "tool_execution_start",
+        "tool_execution_end",
+        "agent_settled",
+    ]
+    # One delta instead of two, the calls in another interleaving, other values: equal.
+    same = [
+        reference[0],
+        reference[1],
+        tool("start", "1"),
+        tool("end", "1", isError=True, durationMs=9),
+        tool("start", "2"),
+        tool("end", "2", isError=False, durationMs=8),
+        {"type": "agent_settled", "aborted": True},
+    ]
+    assert compare_streams(reference, same) == []
+    # Our own records are left out by default, reported when not.
+    ours = [*same[:2], {"type": "policy_decision", "toolCallId": "1"}, *same[2:]]
+    assert compare_streams(reference, ours) == []
+    assert compare_streams(reference, ours, ignore_types=()) == [
+        "record type `policy_decision`: ours emits it, pi never does",
+        "order: extra in ours (pi record 3, after `message_update[text_delta]`): `policy_decision`",
+    ]
+    broken = [r for r in same if r["type"] != "agent_settled"]
+    broken[-1] = {k: v for k, v in broken[-1].items() if k != "durationMs"}
+    assert compare_streams(reference, broken) == [
+        "record type `agent_settled`: pi emits it, ours never does",
+        "order: missing in ours (pi record 7, after `tool_execution_end`): `agent_settled`",
+    ]
+    # A field no record of its type has any more is reported (field names are per type).
+    broken = [*same[:3], {k: v for k, v in same[3].items() if k != "durationMs"}, *same[4:]]
+    broken[5] = {k: v for k, v in same[5].items() if k != "durationMs"}
+    assert compare_streams(reference, broken) == [
+        "fields of `tool_execution_end`: ours lacks `durationMs`"
+    ]
