@@ -1391,6 +1391,17 @@ def report(root: Path) -> str:
     for line in (pi_lines[-1], our_lines[-1]):
         if line["method"] == "(driver)":
             out.append(f"\n(driver problem: {line.get('error')})")
+    out += ["", "Events the client saw during each step, where they differ (pi 1.6.0 / ours):", ""]
+    our_steps = {line["method"]: line for line in our_lines}
+    for ref in pi_lines:
+        mine = our_steps.get(ref["method"])
+        if ref["method"].startswith("(") or mine is None:
+            continue
+        if ref.get("events", []) != mine.get("events", []):
+            out.append(
+                f"- `{ref['method']}`: {_join(ref.get('events', [])) or 'none'} / "
+                f"{_join(mine.get('events', [])) or 'none'}"
+            )
     out += ["", "## RPC at the wire (start, parse errors, bash streaming, extension UI)", ""]
     pi_wire = run_wire_probe(pi16, "pi16", root / "wire-pi16", 60_000)
     our_wire = run_wire_probe(pi16, "ours", root / "wire-ours", 5_000)

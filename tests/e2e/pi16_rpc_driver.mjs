@@ -124,18 +124,48 @@ await step("setSteeringMode", "set_steering_mode", () => client.setSteeringMode(
 await step("setFollowUpMode", "set_follow_up_mode", () => client.setFollowUpMode("one-at-a-time"));
 await step("setAutoCompaction", "set_auto_compaction", () => client.setAutoCompaction(false));
 await step("setAutoRetry", "set_auto_retry", () => client.setAutoRetry(false));
+// The run a prompt started ends with agent_settled (pi) or at least agent_end.
+function runEnd() {
+  return new Promise((resolve) => {
+    const off = client.onEvent((event) => {
+      if (event.type === "agent_settled" || event.type === "agent_end") {
+        off();
+        resolve();
+      }
+    });
+  });
+}
+
+// When a prompt was accepted but the method threw (no data.disposition), its run
+// still goes on: wait for its end inside the step, so its events stay with it.
+async function keepingRun(call) {
+  const end = runEnd();
+  try {
+    return await call();
+  } catch (error) {
+    if (responses.some((r) => r.command === "prompt" && r.success)) {
+      await withDeadline(end, "the accepted prompt's run to end").catch(() => {});
+    }
+    throw error;
+  }
+}
+
 // prompt(): subscribe first (rpc.md "Run lifecycle"), then wait for agent_settled.
-await step("prompt", "prompt", async () => {
-  const settled = client.waitForIdle(timeoutMs);
-  settled.catch(() => {});
-  const disposition = await client.prompt("go");
-  if (disposition !== "handled") await settled;
-  return disposition;
-});
-await step("promptAndWait", "prompt", async () => {
-  const events = await client.promptAndWait("again", undefined, timeoutMs);
-  return events.map((e) => e.type);
-});
+await step("prompt", "prompt", () =>
+  keepingRun(async () => {
+    const settled = client.waitForIdle(timeoutMs);
+    settled.catch(() => {});
+    const disposition = await client.prompt("go");
+    if (disposition !== "handled") await settled;
+    return disposition;
+  }),
+);
+await step("promptAndWait", "prompt", () =>
+  keepingRun(async () => {
+    const events = await client.promptAndWait("again", undefined, timeoutMs);
+    return events.map((e) => e.type);
+  }),
+);
 await step("getMessages", "get_messages", () => client.getMessages());
 await step("getLastAssistantText", "get_last_assistant_text", () => client.getLastAssistantText());
 await step("getSessionStats", "get_session_stats", () => client.getSessionStats());
