@@ -26,6 +26,7 @@ import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
@@ -207,6 +208,8 @@ class AgentSession:
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
     extension_turns: int = 0
+    # pi's thinking level for the next request (THINKING_LEVELS; clamped to the model).
+    thinking_level: str = "off"
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
@@ -518,9 +521,14 @@ class AgentSession:
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
+                thinking_level=self.thinking_level,
             )
         if turn is None:
             return None
+        # issue 16: usage is priced from the catalogue before anything records it, and
+        # a models.json provider (an OpenAI-compatible one) answers under its own name.
+        turn.provider = getattr(self.provider, "name", None) or turn.provider
+        turn.usage = usage_with_cost(self.provider, turn)
         await self.notify(
             "after_provider_response",
             {

@@ -29,6 +29,7 @@ __all__ = [
     "add_cost",
     "builtin_catalogue",
     "split_thinking_suffix",
+    "usage_with_cost",
 ]
 
 DEFAULT_CONTEXT_WINDOW = 128000
@@ -284,3 +285,22 @@ def add_cost(usage: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
     }
     out["cost"] = {**parts, "total": sum(parts.values())}
     return out
+
+
+def usage_with_cost(provider: Any, turn: Any) -> dict[str, Any]:
+    """``turn.usage`` in pi's shape with ``cost`` priced from the catalogue entry of
+    the model that answered (issue 16 "every assistant message records usage and
+    cost"). Providers built by ``ProviderFactory`` carry their ``catalogue``; others
+    (scripted) and unlisted models cost 0. A cost the provider reported itself
+    (``cost.total`` > 0) is kept."""
+    from .base import normalise_usage
+
+    usage = normalise_usage(turn.usage)
+    if usage["cost"]["total"] > 0:
+        return usage
+    catalogue = getattr(provider, "catalogue", None)
+    if not isinstance(catalogue, Catalogue):
+        return usage
+    name = getattr(provider, "name", "") or turn.provider
+    model = catalogue.get(name, provider.model) or catalogue.get(name, turn.model or "")
+    return add_cost(usage, model.cost) if model is not None else usage
