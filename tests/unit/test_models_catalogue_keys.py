@@ -212,7 +212,7 @@ def test_a_project_may_not_redirect_a_provider_the_user_stored_a_key_for(tmp_pat
             }
         },
     )
-    with pytest.raises(ModelsConfigError, match="providers.corp.baseUrl"):
+    with pytest.raises(ModelsConfigError, match=r"providers\.corp\.baseUrl"):
         load_catalogue(tmp_path / "agent", project_dir=project, stored_keys={"corp"})
     # Control: without a stored key the project's own provider loads.
     catalogue = load_catalogue(tmp_path / "agent", project_dir=project)

@@ -1,7 +1,8 @@
 """Method names and error codes of the supervisor ↔ worker protocol (stdlib only).
 
 Supervisor → worker requests: ``initialize``, ``event/dispatch``, ``tool/execute``,
-``command/execute``, ``session/callback``, ``shutdown``; notifications ``$/cancel``,
+``command/execute``, ``session/callback``, ``provider/stream`` (one model request to
+an extension's provider, issue 16), ``shutdown``; notifications ``$/cancel``,
 ``bus/deliver``, ``generation/end``.
 
 Worker → supervisor request: ``host/call`` (an action of the extension API, e.g.
@@ -36,6 +37,7 @@ __all__ = [
     "INITIALIZE",
     "LOG",
     "PROTOCOL_VERSION",
+    "PROVIDER_STREAM",
     "REGISTRATIONS_UPDATE",
     "SESSION_CALLBACK",
     "SHUTDOWN",
@@ -56,6 +58,7 @@ SESSION_CALLBACK = "session/callback"
 CANCEL = "$/cancel"
 BUS_DELIVER = "bus/deliver"
 GENERATION_END = "generation/end"
+PROVIDER_STREAM = "provider/stream"
 
 HOST_CALL = "host/call"
 LOG = "log"

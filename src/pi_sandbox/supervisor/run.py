@@ -398,23 +398,31 @@ def _create_provider(options: RunOptions, start: _Start) -> Any:
     and ``.pi/settings.json`` count (trust as decided at start). Stores the choice and
     the factory on ``start`` for RPC model commands. Raises ``UsageError``."""
     from pi_sandbox.supervisor.providers import create_provider
-    from pi_sandbox.supervisor.providers.model_selection import choose_model
+    from pi_sandbox.supervisor.providers.extension_provider import ExtensionProvider
+    from pi_sandbox.supervisor.providers.model_selection import UnknownProviderError, choose_model
 
     if options.model is not None and options.model.partition("/")[0] == "scripted":
         return create_provider(options.model, script=options.script)
     if options.model is None and options.script is not None:
         return create_provider("scripted", script=options.script)
     trusted = start.trust in ("yes", "sandboxed")
-    choice, factory = choose_model(
-        agent_dir=options.agent_dir,
-        project_dir=options.cwd if trusted else None,
-        model=options.model,
-        provider=options.provider,
-        thinking=options.thinking,
-        models=options.models,
-        cli_key=options.api_key,
-        base_url=options.base_url,
-    )
+    try:
+        choice, factory = choose_model(
+            agent_dir=options.agent_dir,
+            project_dir=options.cwd if trusted else None,
+            model=options.model,
+            provider=options.provider,
+            thinking=options.thinking,
+            models=options.models,
+            cli_key=options.api_key,
+            base_url=options.base_url,
+        )
+    except UnknownProviderError:
+        head, _, tail = (options.model or "").partition("/")
+        if not tail or (options.no_extensions and not options.extensions):
+            raise
+        # An extension may register it (checked once the extensions have loaded).
+        return ExtensionProvider(head, tail)
     provider = factory.build(choice.model, initial=True)
     start.model_choice, start.provider_factory = choice, factory
     return provider
@@ -818,6 +826,8 @@ async def _run(
                 try:
                     with stop.guard():
                         await host.start(nursery)
+                    if hasattr(provider, "bind"):
+                        provider.bind(pool)  # an extension's provider (issue 16)
                     if options.mode == "rpc":
                         with stop.guard():
                             await serve_rpc(host, output)

@@ -26,6 +26,7 @@ __all__ = [
     "ModelChoice",
     "ModelSettings",
     "ProviderFactory",
+    "UnknownProviderError",
     "read_model_settings",
     "resolve_pattern",
     "resolve_scope",
@@ -36,6 +37,11 @@ DEFAULT_THINKING_LEVEL = "medium"
 without reasoning."""
 
 _FALLBACK_PROVIDERS = ("openai", "anthropic")
+
+
+class UnknownProviderError(UsageError):
+    """``--model PROVIDER/ID`` names a provider neither the catalogue nor models.json
+    knows (an extension may still register it: ``extension_provider``)."""
 
 
 @dataclass
@@ -124,7 +130,7 @@ def resolve_pattern(
     if provider is None and slash and head in catalogue.providers:
         provider, pattern = head, tail
     elif provider is None and slash and not catalogue.match(pattern):
-        raise UsageError(
+        raise UnknownProviderError(
             f"--model {head + slash + tail!r}: unknown provider {head!r}; known: {known}"
         )
     if provider is not None:
