@@ -200,8 +200,17 @@ def test_a_model_naming_an_unregistered_provider_stops_the_run_naming_it(tmp_pat
     work.mkdir()
     env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pi_sandbox.cli", "--no-sandbox", "--no-session"]
-        + ["--model", "nosuch/m1", "-p", "hi"],
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--no-sandbox",
+            "--no-session",
+            "--model",
+            "nosuch/m1",
+            "-p",
+            "hi",
+        ],
         env=env,
         cwd=work,
         capture_output=True,
