@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -129,6 +128,8 @@ def write_auth(agent_dir: Path, data: dict[str, Any]) -> None:
     Raises:
         OSError: the directory or file cannot be written.
     """
+    import tempfile  # only `pi auth login/logout` write
+
     agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, temp = tempfile.mkstemp(prefix=".auth.json.", suffix=".tmp", dir=agent_dir)
     try:

@@ -15,6 +15,7 @@ import copy
 import fnmatch
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -239,6 +240,12 @@ def _model_from_entry(provider: ProviderInfo, entry: dict[str, Any]) -> ModelInf
     )
 
 
+@cache
+def _builtin_data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("catalogue.json").read_text("utf-8")
+    return json.loads(text)
+
+
 def builtin_catalogue() -> Catalogue:
     """A fresh copy of the built-in catalogue (``catalogue.json``, package data).
 
@@ -246,8 +253,7 @@ def builtin_catalogue() -> Catalogue:
         OSError / ValueError: the packaged file is missing or malformed (a broken
             installation; never the user's input).
     """
-    text = resources.files(__package__).joinpath("catalogue.json").read_text("utf-8")
-    data = json.loads(text)
+    data = copy.deepcopy(_builtin_data())
     catalogue = Catalogue()
     for pid, raw in data["providers"].items():
         info = ProviderInfo(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -277,6 +276,8 @@ def resolve_value(value: str, *, what: str) -> str | None:
         failed, timed out or printed nothing (pi leaves the key unresolved then).
     """
     if value.startswith("!"):
+        import subprocess  # only for !command values
+
         try:
             done = subprocess.run(
                 ["/bin/sh", "-c", value[1:]],
