@@ -140,6 +140,12 @@ def test_a_bad_api_key_value_is_reported_without_quoting_it(tmp_path: Path) -> N
     assert "123456789" not in str(caught.value)
 
 
+def test_a_world_writable_models_json_is_refused(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "models.json", {"providers": {}}, 0o666)
+    with pytest.raises(ModelsConfigError, match=f"chmod o-w {path}"):
+        load_catalogue(tmp_path)
+
+
 def test_malformed_json_names_the_line(tmp_path: Path) -> None:
     (tmp_path / "models.json").write_text('{"providers": {\n  "x": }\n}')
     with pytest.raises(ModelsConfigError, match=r"models\.json: not valid JSON: line 2"):

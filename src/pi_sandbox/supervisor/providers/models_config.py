@@ -73,12 +73,18 @@ def read_models_file(path: Path) -> dict[str, Any] | None:
     """The validated content of one models.json, or None when it does not exist.
 
     Raises:
-        ModelsConfigError: unreadable, too large, not JSON, or not pi's schema
+        ModelsConfigError: unreadable, world-writable, too large, not JSON, or not pi's schema
             (``…/models.json: providers.ollama.models[0].contextWindow: …``); an
             invalid ``apiKey`` or header value is not quoted (it may be a secret).
     """
     try:
         with open(path, "rb") as handle:
+            # Anyone could point a world-writable file's providers elsewhere.
+            if os.fstat(handle.fileno()).st_mode & 0o002:
+                raise ModelsConfigError(
+                    f"{path}: anyone may write it; it decides where keys are sent. "
+                    f"Run: chmod o-w {path}"
+                )
             raw = handle.read(MAX_MODELS_FILE_BYTES + 1)
     except FileNotFoundError:
         return None
