@@ -459,3 +459,147 @@ def test_the_highest_matching_price_tier_prices_the_whole_request() -> None:
     assert add_cost({"input": 300_000, "output": 1000}, prices)["cost"]["total"] == pytest.approx(
         1.8 + 0.0225
     )
+
+
+# --- wiring into the providers' constructors (p1's and p2's keyword arguments) ----
+
+
+class _Recorder:
+    """Stands in for a provider class whose constructor takes the keyword arguments
+    the other branches add; records what it was given."""
+
+    calls: list = []
+
+    def __init__(
+        self,
+        model,
+        base_url,
+        api_key,
+        *,
+        compat=None,
+        max_tokens=None,
+        model_max_tokens=None,
+        reasoning=None,
+        headers=None,
+        provider_name="x",
+    ):
+        type(self).calls.append(
+            dict(
+                model=model,
+                base_url=base_url,
+                api_key=api_key,
+                compat=compat,
+                max_tokens=max_tokens,
+                model_max_tokens=model_max_tokens,
+                reasoning=reasoning,
+                headers=headers,
+                provider_name=provider_name,
+            )
+        )
+        self.model = model
+
+
+class _Compat:
+    def __init__(self, base, overrides=None):
+        self.base, self.overrides = base, overrides
+
+    @classmethod
+    def detect(cls, base_url):
+        return cls(base_url)
+
+    def with_overrides(self, overrides):
+        if overrides.get("thinkingFormat") == "zai":
+            raise ValueError("compat.thinkingFormat: 'zai' is not supported here")
+        return _Compat(self.base, dict(overrides))
+
+
+def test_models_json_compat_max_tokens_reasoning_and_headers_reach_the_openai_provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pi_sandbox.supervisor.providers import openai as openai_module
+
+    monkeypatch.setattr(openai_module, "OpenAIProvider", _Recorder)
+    monkeypatch.setattr(openai_module, "OpenAICompat", _Compat, raising=False)
+    monkeypatch.setattr(_Recorder, "calls", [])
+    monkeypatch.setenv("P3_HDR", "v1")
+    write_json(
+        tmp_path / "models.json",
+        {
+            "providers": {
+                "vllm": {
+                    "baseUrl": "http://127.0.0.1:8000/v1",
+                    "api": "openai-completions",
+                    "compat": {"supportsDeveloperRole": False},
+                    "headers": {"X-H": "$P3_HDR"},
+                    "models": [
+                        {
+                            "id": "m",
+                            "reasoning": True,
+                            "maxTokens": 4096,
+                            "compat": {"maxTokensField": "max_tokens"},
+                        }
+                    ],
+                }
+            }
+        },
+    )
+    choice, factory = choose_model(agent_dir=tmp_path, project_dir=None, model="vllm/m")
+    provider = factory.build(choice.model, initial=True)
+    (call,) = _Recorder.calls
+    assert call["compat"].base == "http://127.0.0.1:8000/v1"
+    assert call["compat"].overrides == {
+        "supportsDeveloperRole": False,
+        "maxTokensField": "max_tokens",
+    }
+    assert (call["max_tokens"], call["reasoning"], call["headers"]) == (4096, True, {"X-H": "v1"})
+    assert provider.name == "vllm"
+    # An unlisted id leaves max_tokens and reasoning to the provider's own defaults.
+    choice, factory = choose_model(agent_dir=tmp_path, project_dir=None, model="vllm/other")
+    factory.build(choice.model, initial=True)
+    assert (_Recorder.calls[-1]["max_tokens"], _Recorder.calls[-1]["reasoning"]) == (None, None)
+
+
+def test_a_bad_compat_value_is_a_usage_error_naming_the_provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pi_sandbox.supervisor.providers import openai as openai_module
+
+    monkeypatch.setattr(openai_module, "OpenAIProvider", _Recorder)
+    monkeypatch.setattr(openai_module, "OpenAICompat", _Compat, raising=False)
+    write_json(
+        tmp_path / "models.json",
+        {
+            "providers": {
+                "p": {
+                    "baseUrl": "http://127.0.0.1:9/v1",
+                    "api": "openai-completions",
+                    "compat": {"thinkingFormat": "zai"},
+                    "models": [{"id": "m"}],
+                }
+            }
+        },
+    )
+    choice, factory = choose_model(agent_dir=tmp_path, project_dir=None, model="p/m")
+    with pytest.raises(UsageError, match=r"providers\.p: compat\.thinkingFormat"):
+        factory.build(choice.model, initial=True)
+
+
+def test_an_anthropic_model_gets_capped_max_tokens_reasoning_and_its_provider_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    module = types.ModuleType("pi_sandbox.supervisor.providers.anthropic")
+    module.AnthropicProvider = _Recorder  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pi_sandbox.supervisor.providers.anthropic", module)
+    monkeypatch.setattr(_Recorder, "calls", [])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    choice, factory = choose_model(agent_dir=tmp_path, project_dir=None, model="claude-opus-4-6")
+    provider = factory.build(choice.model, initial=True)
+    (call,) = _Recorder.calls
+    assert call["base_url"] == "https://api.anthropic.com"
+    assert call["api_key"] == "sk-ant-env"
+    assert (call["max_tokens"], call["model_max_tokens"]) == (32000, 128000)
+    assert call["reasoning"] is True and call["provider_name"] == "anthropic"
+    assert provider.name == "anthropic"

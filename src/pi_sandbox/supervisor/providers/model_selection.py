@@ -311,37 +311,85 @@ class ProviderFactory:
         key, _ = self.key_for(model, initial=initial)
         headers = _resolve_headers(model)
         if model.api == "openai-completions":
-            import inspect
-
-            from .openai import OpenAIProvider
-
-            params = inspect.signature(OpenAIProvider.__init__).parameters
-            extra: dict[str, Any] = {}
-            # p2's OpenAICompat / headers switches, when this build has them.
-            if "compat" in params:
-                extra["compat"] = dict(model.compat)
-            if "headers" in params:
-                extra["headers"] = headers
-            provider: Any = OpenAIProvider(model.id, model.base_url, key, **extra)
-            if "headers" not in params:
-                provider.extra_headers = headers
+            provider: Any = _openai_provider(model, key, headers)
         elif model.api == "anthropic-messages":
-            try:
-                from .anthropic import AnthropicProvider  # type: ignore[import-not-found]
-            except ImportError:
-                raise UsageError(
-                    f"--model {model.ref!r}: the anthropic-messages API is not available "
-                    "in this build"
-                ) from None
-            provider = AnthropicProvider(model.id, model.base_url, key)
-            if headers:
-                provider.extra_headers = headers
+            provider = _anthropic_provider(model, key, headers)
         else:
             raise UsageError(f"--model {model.ref!r}: API {model.api!r} is not supported")
         provider.name = model.provider
         provider.catalogue = self.catalogue
         provider.model_info = model
         return provider
+
+
+def _openai_provider(model: ModelInfo, key: str | None, headers: dict[str, str]) -> Any:
+    """An ``OpenAIProvider`` for ``model``, with what this build's provider takes:
+    pi's ``compat`` flags through ``OpenAICompat.detect(base_url).with_overrides``
+    (p2's switches), ``max_tokens`` and ``reasoning`` for a model the catalogue or
+    models.json describes, and the resolved models.json ``headers``.
+
+    Raises:
+        UsageError: a ``compat`` field has the wrong type or value (names it).
+    """
+    import inspect
+
+    from . import openai as openai_module
+
+    cls = openai_module.OpenAIProvider
+    params = inspect.signature(cls.__init__).parameters
+    extra: dict[str, Any] = {}
+    compat_cls = getattr(openai_module, "OpenAICompat", None)
+    if "compat" in params and compat_cls is not None:
+        try:
+            extra["compat"] = compat_cls.detect(model.base_url).with_overrides(model.compat)
+        except ValueError as exc:
+            raise UsageError(f"models.json: providers.{model.provider}: {exc}") from None
+    if model.known and "max_tokens" in params:
+        extra["max_tokens"] = model.max_tokens
+    if model.known and "reasoning" in params:
+        extra["reasoning"] = model.reasoning
+    if "headers" in params:
+        extra["headers"] = headers
+    provider = cls(model.id, model.base_url, key, **extra)
+    if "headers" not in params:
+        provider.extra_headers = headers
+    return provider
+
+
+ANTHROPIC_MAX_TOKENS_CAP = 32000
+"""pi sends the model's output limit, at most this many tokens (p1's provider)."""
+
+
+def _anthropic_provider(model: ModelInfo, key: str | None, headers: dict[str, str]) -> Any:
+    """An ``AnthropicProvider`` (p1) for ``model``: ``max_tokens`` from the catalogue
+    (capped as pi), the model's limit, its ``reasoning`` flag, models.json
+    ``headers`` and the provider's name, as far as this build's provider takes them.
+
+    Raises:
+        UsageError: this build has no Anthropic provider.
+    """
+    import inspect
+
+    try:
+        from .anthropic import AnthropicProvider  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError(
+            f"--model {model.ref!r}: the anthropic-messages API is not available in this build"
+        ) from None
+    params = inspect.signature(AnthropicProvider.__init__).parameters
+    wanted: dict[str, Any] = {
+        "max_tokens": min(model.max_tokens, ANTHROPIC_MAX_TOKENS_CAP),
+        "model_max_tokens": model.max_tokens if model.known else None,
+        "headers": headers,
+        "provider_name": model.provider,
+    }
+    if model.known:
+        wanted["reasoning"] = model.reasoning
+    extra = {k: v for k, v in wanted.items() if k in params}
+    provider = AnthropicProvider(model.id, model.base_url, key, **extra)
+    if "headers" not in params:
+        provider.extra_headers = headers
+    return provider
 
 
 def _builtin_base(provider_id: str) -> str | None:
