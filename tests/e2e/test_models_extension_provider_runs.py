@@ -220,3 +220,57 @@ def test_a_model_naming_an_unregistered_provider_stops_the_run_naming_it(tmp_pat
     )
     assert proc.returncode == 2
     assert "no provider 'nosuch'" in proc.stderr
+
+
+GENERATOR_EXTENSION = """
+def extension(pi):
+    def stream(request, ctx):
+        results = [m for m in request["messages"] if m["role"] == "toolResult"]
+        if not results:
+            yield {"tool_calls": [{"id": "c1", "name": "bash", "arguments": {"command": "echo tool-ran"}}]}
+            return
+        yield "Hel"
+        yield "lo after " + results[0]["content"][0]["text"].strip()
+        yield {"usage": {"input": 7, "output": 2}}
+
+    pi.register_provider("genllm", {"stream": stream})
+"""
+
+
+def test_a_generator_provider_streams_text_as_it_comes_and_calls_tools(tmp_path):
+    ext = tmp_path / "gen.py"
+    ext.write_text(GENERATOR_EXTENSION)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path), "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--no-sandbox",
+            "--no-session",
+            "-e",
+            str(ext),
+            "--model",
+            "genllm/g1",
+            "--mode",
+            "json",
+            "go",
+        ],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    deltas = [e["delta"] for e in events if e["type"] == "message_update"]
+    assert deltas == ["Hel", "lo after tool-ran"]
+    ends = [e for e in events if e["type"] == "tool_execution_end"]
+    assert len(ends) == 1 and "tool-ran" in json.dumps(ends[0]["result"])
+    final = [e for e in events if e["type"] == "message_end"][-1]["message"]
+    assert final["content"] == [{"type": "text", "text": "Hello after tool-ran"}]
+    assert final["provider"] == "genllm" and final["usage"]["input"] == 7

@@ -8,7 +8,8 @@ an extension's provider, issue 16), ``shutdown``; notifications ``$/cancel``,
 Worker → supervisor request: ``host/call`` (an action of the extension API, e.g.
 ``send_message``, ``set_active_tools``, ``ui``; answered with a result or an error
 ``ERROR_STALE``/``ERROR_CAPABILITY``/``ERROR_HOST``). Worker → supervisor
-notifications: ``log``, ``tool/update``, ``registrations/update`` (a bound
+notifications: ``log``, ``tool/update``, ``provider/delta`` (text of a
+``provider/stream`` answer as it is produced, issue 16), ``registrations/update`` (a bound
 extension registered or unsubscribed something), ``bus/emit``, ``$/cancelled``
 (a cancelled request's handler has returned, issue 5: a worker that does not send
 it within the grace period is killed).
@@ -37,6 +38,7 @@ __all__ = [
     "INITIALIZE",
     "LOG",
     "PROTOCOL_VERSION",
+    "PROVIDER_DELTA",
     "PROVIDER_STREAM",
     "REGISTRATIONS_UPDATE",
     "SESSION_CALLBACK",
@@ -66,6 +68,7 @@ TOOL_UPDATE = "tool/update"
 REGISTRATIONS_UPDATE = "registrations/update"
 BUS_EMIT = "bus/emit"
 CANCELLED = "$/cancelled"
+PROVIDER_DELTA = "provider/delta"
 
 # JSON-RPC 2.0 reserved codes, then ours (-32000 to -32099 are implementation-defined).
 ERROR_INVALID_REQUEST = -32600

@@ -568,7 +568,9 @@ class ExtensionAPI:
         (``pi --model NAME/MODEL``; issue 16): ``request`` is ``{"model",
         "system_prompt", "messages", "tools", "thinking_level"}`` (pi's message
         shapes), the result a string (the answer) or ``{"text": str, "tool_calls":
-        [{"id", "name", "arguments"}], "stop_reason"?, "usage"?}``. Its network
+        [{"id", "name", "arguments"}], "stop_reason"?, "usage"?}``; or a generator
+        that yields text (``str``, streamed to the user as it comes) and dicts
+        (merged into the answer). Its network
         requests leave through the policy's egress proxy like any other code of the
         extension; it is given no key (it brings its own).
         """

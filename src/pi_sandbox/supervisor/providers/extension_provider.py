@@ -24,10 +24,13 @@ from .base import (
     ToolDefinition,
 )
 
-__all__ = ["PROVIDER_TIMEOUT_S", "ExtensionProvider"]
+__all__ = ["MAX_STREAMED_CHARS", "PROVIDER_TIMEOUT_S", "ExtensionProvider"]
 
 PROVIDER_TIMEOUT_S = 600.0
 """How long one request to an extension's provider may take, in seconds."""
+
+MAX_STREAMED_CHARS = 4 * 1024 * 1024
+"""Text forwarded as it streams, per request; the rest still arrives in the answer."""
 
 _STOP_REASONS = ("stop", "length", "toolUse", "error", "aborted")
 
@@ -79,9 +82,10 @@ class ExtensionProvider:
         on_event: AssistantEventCallback | None = None,
         thinking_level: str = "off",
     ) -> AssistantTurn:
-        """Run one request in the extension's worker; the answer arrives whole (one
-        text delta). Raises ``ProviderError`` when the extension is disabled, fails,
-        times out, or answers in the wrong shape."""
+        """Run one request in the extension's worker. Text a ``stream`` generator
+        yields reaches ``on_text_delta`` as it comes (``provider/delta``); a plain
+        function's answer arrives as one delta. Raises ``ProviderError`` when the
+        extension is disabled, fails, times out, or answers in the wrong shape."""
         if self.pool is None:
             raise ProviderError(f"{self.name}/{self.model}: the extension provider is not bound")
         path, _ = self.pool.providers[self.name]
@@ -94,6 +98,19 @@ class ExtensionProvider:
             raise ProviderError(f"{self.name}/{self.model}: its extension {path} is disabled")
         from pi_sandbox.protocol import methods
 
+        forwarded = 0
+
+        async def on_delta(_worker: Any, message: Any) -> None:
+            # Text as the extension produces it (a `stream` generator's yields).
+            nonlocal forwarded
+            delta = (message.params or {}).get("delta")
+            if not isinstance(delta, str) or forwarded + len(delta) > MAX_STREAMED_CHARS:
+                return
+            forwarded += len(delta)
+            if on_text_delta is not None:
+                await on_text_delta(delta)
+
+        worker.provider_deltas = on_delta
         try:
             result = await worker.request(
                 methods.PROVIDER_STREAM,
@@ -113,9 +130,11 @@ class ExtensionProvider:
             )
         except PiSandboxError as exc:
             raise ProviderError(f"{self.name}/{self.model}: {exc}") from None
+        finally:
+            worker.provider_deltas = None
         turn = _turn(self.name, self.model, result)
-        if turn.text and on_text_delta is not None:
-            await on_text_delta(turn.text)
+        if turn.text and on_text_delta is not None and not forwarded:
+            await on_text_delta(turn.text)  # a plain function answers whole
         return turn
 
 
