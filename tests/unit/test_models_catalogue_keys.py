@@ -328,6 +328,27 @@ def test_settings_choose_the_default_model_and_level_and_the_project_wins(
     assert choice.model.ref == "anthropic/claude-opus-4-6" and choice.thinking_level == "low"
 
 
+def test_a_per_model_thinking_level_from_settings_beats_the_default(tmp_path: Path) -> None:
+    write_json(
+        tmp_path / "settings.json",
+        {
+            "defaultThinkingLevel": "low",
+            "modelThinkingLevels": {"anthropic/claude-haiku-4-5": "high"},
+        },
+    )
+    choice, _ = choose_model(agent_dir=tmp_path, project_dir=None, model="claude-haiku-4-5")
+    assert choice.thinking_level == "high"
+    choice, _ = choose_model(agent_dir=tmp_path, project_dir=None, model="claude-opus-4-6")
+    assert choice.thinking_level == "low"
+
+
+def test_bad_thinking_budgets_name_the_settings_file(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "settings.json", {"thinkingBudgets": {"huge": 5}})
+    with pytest.raises(UsageError) as caught:
+        read_model_settings(tmp_path, None)
+    assert str(path) in str(caught.value) and "thinkingBudgets" in str(caught.value)
+
+
 def test_a_bad_default_thinking_level_names_the_settings_file(tmp_path: Path) -> None:
     path = write_json(tmp_path / "settings.json", {"defaultThinkingLevel": "loud"})
     with pytest.raises(UsageError) as caught:
@@ -482,6 +503,7 @@ class _Recorder:
         reasoning=None,
         headers=None,
         provider_name="x",
+        thinking_budgets=None,
     ):
         type(self).calls.append(
             dict(
@@ -494,6 +516,7 @@ class _Recorder:
                 reasoning=reasoning,
                 headers=headers,
                 provider_name=provider_name,
+                thinking_budgets=thinking_budgets,
             )
         )
         self.model = model
@@ -595,6 +618,7 @@ def test_an_anthropic_model_gets_capped_max_tokens_reasoning_and_its_provider_na
     monkeypatch.setitem(sys.modules, "pi_sandbox.supervisor.providers.anthropic", module)
     monkeypatch.setattr(_Recorder, "calls", [])
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    write_json(tmp_path / "settings.json", {"thinkingBudgets": {"low": 2048, "high": 20000}})
     choice, factory = choose_model(agent_dir=tmp_path, project_dir=None, model="claude-opus-4-6")
     provider = factory.build(choice.model, initial=True)
     (call,) = _Recorder.calls
@@ -602,4 +626,5 @@ def test_an_anthropic_model_gets_capped_max_tokens_reasoning_and_its_provider_na
     assert call["api_key"] == "sk-ant-env"
     assert (call["max_tokens"], call["model_max_tokens"]) == (32000, 128000)
     assert call["reasoning"] is True and call["provider_name"] == "anthropic"
+    assert call["thinking_budgets"] == {"low": 2048, "high": 20000}
     assert provider.name == "anthropic"

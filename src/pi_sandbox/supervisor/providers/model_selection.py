@@ -3,8 +3,8 @@
 Inputs, strongest first (pi docs cli.md "Models", settings.md "Model and thinking"):
 ``--model PATTERN[:LEVEL]`` (``--provider`` restricts it), ``--thinking LEVEL``,
 ``--models A,B`` (the cycling scope; its first entry starts when ``--model`` is
-absent), settings ``defaultProvider``/``defaultModel``/``defaultThinkingLevel``/
-``enabledModels`` (project ``.pi/settings.json`` over the user's, the project only
+absent), settings ``defaultProvider``/``defaultModel``/``modelThinkingLevels``/
+``defaultThinkingLevel``/``enabledModels``/``thinkingBudgets`` (project ``.pi/settings.json`` over the user's, the project only
 when trusted), then the first built-in provider with a key.
 """
 
@@ -52,12 +52,16 @@ class ModelSettings:
     default_model: str | None = None
     default_thinking_level: str | None = None
     enabled_models: list[str] | None = None
+    model_thinking_levels: dict[str, str] | None = None
+    thinking_budgets: dict[str, int] | None = None
 
 
 def read_model_settings(agent_dir: Path | None, project_dir: Path | None) -> ModelSettings:
-    """``defaultProvider``, ``defaultModel``, ``defaultThinkingLevel`` and
-    ``enabledModels`` from ``<agent_dir>/settings.json`` then (``project_dir`` given
-    only for a trusted project) ``<project>/.pi/settings.json``, the project's winning.
+    """``defaultProvider``, ``defaultModel``, ``defaultThinkingLevel``,
+    ``modelThinkingLevels``, ``thinkingBudgets`` and ``enabledModels`` (pi docs
+    settings.md) from ``<agent_dir>/settings.json`` then (``project_dir`` given only
+    for a trusted project) ``<project>/.pi/settings.json``, the project's winning
+    (the two objects merge key by key).
 
     A missing or malformed file contributes nothing (extension discovery reports a
     malformed settings file). Raises ``UsageError`` naming file and field when one of
@@ -91,6 +95,33 @@ def read_model_settings(agent_dir: Path | None, project_dir: Path | None) -> Mod
                 f"{path}: defaultThinkingLevel: {level!r} is not one of "
                 f"{', '.join(THINKING_LEVELS)}"
             )
+        levels = data.get("modelThinkingLevels")
+        if levels is not None:
+            if not isinstance(levels, dict) or not all(
+                isinstance(v, str) and v in (*THINKING_LEVELS, "max") for v in levels.values()
+            ):
+                raise UsageError(
+                    f"{path}: modelThinkingLevels: expected an object of provider/modelId -> "
+                    f"one of {', '.join(THINKING_LEVELS)}"
+                )
+            out.model_thinking_levels = {**(out.model_thinking_levels or {}), **levels}
+        budgets = data.get("thinkingBudgets")
+        if budgets is not None:
+            if not isinstance(budgets, dict) or not all(
+                k in ("minimal", "low", "medium", "high")
+                and isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and v > 0
+                for k, v in budgets.items()
+            ):
+                raise UsageError(
+                    f"{path}: thinkingBudgets: expected positive token counts for "
+                    "minimal, low, medium, high"
+                )
+            out.thinking_budgets = {
+                **(out.thinking_budgets or {}),
+                **{k: int(v) for k, v in budgets.items()},
+            }
         if "enabledModels" in data:
             models = data["enabledModels"]
             if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
@@ -227,6 +258,8 @@ class ProviderFactory:
         cli_key: ``--api-key``; it applies to the model chosen at start only (pi:
             "It does not choose between providers").
         base_url: ``--base-url``; like ``cli_key``.
+        thinking_budgets: settings ``thinkingBudgets`` (level -> tokens), for
+            providers that take them.
     """
 
     def __init__(
@@ -236,8 +269,10 @@ class ProviderFactory:
         agent_dir: Path | None,
         cli_key: str | None = None,
         base_url: str | None = None,
+        thinking_budgets: dict[str, int] | None = None,
     ) -> None:
         self.catalogue = catalogue
+        self.thinking_budgets = thinking_budgets
         self.agent_dir = agent_dir
         self._cli_key = cli_key
         self._base_url = base_url
@@ -313,7 +348,7 @@ class ProviderFactory:
         if model.api == "openai-completions":
             provider: Any = _openai_provider(model, key, headers)
         elif model.api == "anthropic-messages":
-            provider = _anthropic_provider(model, key, headers)
+            provider = _anthropic_provider(model, key, headers, self.thinking_budgets)
         else:
             raise UsageError(f"--model {model.ref!r}: API {model.api!r} is not supported")
         provider.name = model.provider
@@ -360,7 +395,12 @@ ANTHROPIC_MAX_TOKENS_CAP = 32000
 """pi sends the model's output limit, at most this many tokens (p1's provider)."""
 
 
-def _anthropic_provider(model: ModelInfo, key: str | None, headers: dict[str, str]) -> Any:
+def _anthropic_provider(
+    model: ModelInfo,
+    key: str | None,
+    headers: dict[str, str],
+    thinking_budgets: dict[str, int] | None = None,
+) -> Any:
     """An ``AnthropicProvider`` (p1) for ``model``: ``max_tokens`` from the catalogue
     (capped as pi), the model's limit, its ``reasoning`` flag, models.json
     ``headers`` and the provider's name, as far as this build's provider takes them.
@@ -383,6 +423,8 @@ def _anthropic_provider(model: ModelInfo, key: str | None, headers: dict[str, st
         "headers": headers,
         "provider_name": model.provider,
     }
+    if thinking_budgets:
+        wanted["thinking_budgets"] = dict(thinking_budgets)
     if model.known:
         wanted["reasoning"] = model.reasoning
     extra = {k: v for k, v in wanted.items() if k in params}
@@ -435,8 +477,14 @@ def choose_model(
 
     stored = set(read_auth(agent_dir)) if agent_dir is not None else set()
     catalogue = load_catalogue(agent_dir, project_dir=project_dir, stored_keys=stored)
-    factory = ProviderFactory(catalogue, agent_dir=agent_dir, cli_key=cli_key, base_url=base_url)
     settings = read_model_settings(agent_dir, project_dir)
+    factory = ProviderFactory(
+        catalogue,
+        agent_dir=agent_dir,
+        cli_key=cli_key,
+        base_url=base_url,
+        thinking_budgets=settings.thinking_budgets,
+    )
     if provider is not None and model is None:
         raise UsageError("--provider needs --model (pi: it restricts the --model lookup)")
     scope_patterns = (
@@ -462,7 +510,10 @@ def choose_model(
     else:
         start = next((p for p in _FALLBACK_PROVIDERS if factory.has_key(p)), "openai")
         chosen, suffix = resolve_pattern(catalogue, start + "/")
-    requested = thinking or suffix or settings.default_thinking_level or DEFAULT_THINKING_LEVEL
+    per_model = (settings.model_thinking_levels or {}).get(chosen.ref)
+    requested = (
+        thinking or suffix or per_model or settings.default_thinking_level or DEFAULT_THINKING_LEVEL
+    )
     if requested == "max":
         requested = "xhigh"
     if requested not in THINKING_LEVELS:
