@@ -1,8 +1,8 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
 ``pi [options] [message…]``, ``pi sandbox doctor [--json]``,
-``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``
-and ``pi resources [--json]``. Exit status: 0 success; 1 the agent or provider
+``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``,
+``pi resources [--json]`` and ``pi auth login|logout|status``. Exit status: 0 success; 1 the agent or provider
 failed; 2 bad usage or configuration (names the argument or file); 3 a sandbox was
 required (``--sandbox``, or ``--trust sandboxed`` with project extensions) and
 bubblewrap cannot run here — in ``--ci`` mode that is 2, and 3 means the run
@@ -88,13 +88,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-C", dest="directory", metavar="DIR", help="run as if started in DIR")
     parser.add_argument(
-        "--model", default=None, metavar="PROVIDER[/ID]", help="scripted | openai/MODEL"
+        "--model",
+        default=None,
+        metavar="PATTERN",
+        help="PROVIDER/ID[:THINKING], a model id or name pattern (see --list-models), or scripted",
+    )
+    parser.add_argument(
+        "--provider", metavar="NAME", help="restrict the --model lookup to one provider"
+    )
+    parser.add_argument(
+        "--thinking",
+        choices=["off", "minimal", "low", "medium", "high", "xhigh", "max"],
+        metavar="LEVEL",
+        help="thinking level: off, minimal, low, medium, high, xhigh (clamped to the model)",
+    )
+    parser.add_argument(
+        "--models",
+        metavar="A,B,C",
+        help="model patterns to cycle through (RPC cycle_model); the first starts "
+        "when --model is absent",
+    )
+    parser.add_argument(
+        "--list-models",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SEARCH",
+        help="list the known models (optionally matching SEARCH) and exit",
     )
     parser.add_argument(
         "--script", type=Path, metavar="FILE", help="YAML script for --model scripted"
     )
-    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint base URL")
-    parser.add_argument("--api-key", metavar="KEY", help="API key (default: $OPENAI_API_KEY)")
+    parser.add_argument("--base-url", metavar="URL", help="API base URL for the chosen model")
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="API key for this run (default: auth.json, models.json, then the "
+        "provider's variable, e.g. $OPENAI_API_KEY; `pi auth login` stores one)",
+    )
     parser.add_argument(
         "--context-window",
         type=_positive_tokens,
@@ -176,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verbose",
         action="store_true",
-        help="print mode: also show the model's text between tool calls and whole tool results",
+        help="print mode: also show on stderr the model's text between tool calls, whole "
+        "tool results and a usage and cost line at the end",
     )
     parser.add_argument(
         "--offline",
@@ -912,6 +944,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # `pi resources | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
+    if argv[:1] == ["auth"]:
+        from pi_sandbox.supervisor.providers.commands import auth_main
+
+        return auth_main(argv[1:], agent_dir())
     if argv[:1] == ["policy"]:
         try:
             return policy_main(argv[1:])
@@ -951,6 +987,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             known = [o for a in parser._actions for o in a.option_strings]
             if close := closest_option(name, known):
                 parser.error(f"unknown option {name} (did you mean {close}?)")
+    if args.list_models is not None:
+        # issue 16: a table of the catalogue (after the user's models.json), no session.
+        from pi_sandbox.supervisor.providers.commands import list_models_main
+
+        try:
+            return list_models_main(agent_dir(), args.list_models or None)
+        except BrokenPipeError:  # `pi --list-models | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
     # Heavy imports after argument parsing: `pi --help` stays fast.
     from pi_sandbox.supervisor.run import RunOptions, run_print_session
 
@@ -1026,7 +1071,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tools=selection,
         argv=argv if unknown else [],
         message_from_stdin=stdin_text is not None and not args.message,
-        model=args.model or ("scripted" if args.script else "openai/gpt-4o-mini"),
+        model=args.model or ("scripted" if args.script else None),
+        provider=args.provider,
+        thinking=args.thinking,
+        models=args.models,
         script=args.script.resolve() if args.script else None,
         base_url=args.base_url,
         api_key=args.api_key,

@@ -1,13 +1,15 @@
 """Method names and error codes of the supervisor ↔ worker protocol (stdlib only).
 
 Supervisor → worker requests: ``initialize``, ``event/dispatch``, ``tool/execute``,
-``command/execute``, ``session/callback``, ``shutdown``; notifications ``$/cancel``,
+``command/execute``, ``session/callback``, ``provider/stream`` (one model request to
+an extension's provider, issue 16), ``shutdown``; notifications ``$/cancel``,
 ``bus/deliver``, ``generation/end``.
 
 Worker → supervisor request: ``host/call`` (an action of the extension API, e.g.
 ``send_message``, ``set_active_tools``, ``ui``; answered with a result or an error
 ``ERROR_STALE``/``ERROR_CAPABILITY``/``ERROR_HOST``). Worker → supervisor
-notifications: ``log``, ``tool/update``, ``registrations/update`` (a bound
+notifications: ``log``, ``tool/update``, ``provider/delta`` (text of a
+``provider/stream`` answer as it is produced, issue 16), ``registrations/update`` (a bound
 extension registered or unsubscribed something), ``bus/emit``, ``$/cancelled``
 (a cancelled request's handler has returned, issue 5: a worker that does not send
 it within the grace period is killed).
@@ -36,6 +38,8 @@ __all__ = [
     "INITIALIZE",
     "LOG",
     "PROTOCOL_VERSION",
+    "PROVIDER_DELTA",
+    "PROVIDER_STREAM",
     "REGISTRATIONS_UPDATE",
     "SESSION_CALLBACK",
     "SHUTDOWN",
@@ -56,6 +60,7 @@ SESSION_CALLBACK = "session/callback"
 CANCEL = "$/cancel"
 BUS_DELIVER = "bus/deliver"
 GENERATION_END = "generation/end"
+PROVIDER_STREAM = "provider/stream"
 
 HOST_CALL = "host/call"
 LOG = "log"
@@ -63,6 +68,7 @@ TOOL_UPDATE = "tool/update"
 REGISTRATIONS_UPDATE = "registrations/update"
 BUS_EMIT = "bus/emit"
 CANCELLED = "$/cancelled"
+PROVIDER_DELTA = "provider/delta"
 
 # JSON-RPC 2.0 reserved codes, then ours (-32000 to -32099 are implementation-defined).
 ERROR_INVALID_REQUEST = -32600

@@ -170,6 +170,7 @@ _DENY_IN_HOME = (
 # The agent's own secrets and records in its agent directory.
 _DENY_IN_AGENT_DIR = (
     "auth.json",
+    "models.json",  # may hold literal apiKeys and headers (issue 16)
     "trust.json",
     "trust.json.lock",
     "pi-sandbox-trust.json",  # our trust records beside pi's trust.json (issue 17 §4)

@@ -28,6 +28,7 @@ from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
+from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
@@ -212,6 +213,8 @@ class AgentSession:
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
     extension_turns: int = 0
+    # pi's thinking level for the next request (THINKING_LEVELS; clamped to the model).
+    thinking_level: str = "off"
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
@@ -549,6 +552,7 @@ class AgentSession:
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
+                thinking_level=self.thinking_level,
             )
 
         async with self.abortable():
@@ -557,6 +561,10 @@ class AgentSession:
             turn = await (self.retry.run(request, self.emit) if self.retry else request())
         if turn is None:
             return None
+        # issue 16: usage is priced from the catalogue before anything records it, and
+        # a models.json provider (an OpenAI-compatible one) answers under its own name.
+        turn.provider = getattr(self.provider, "name", None) or turn.provider
+        turn.usage = usage_with_cost(self.provider, turn)
         await self.notify(
             "after_provider_response",
             {

@@ -13,8 +13,10 @@ failed response), ``set_auto_compaction {enabled}`` (this session only), ``bash 
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
 ``set_trust {decision, save?}`` (the project's trust for this session, and with
 ``save`` in the trust store; project resources follow through a reload, issue 6),
-``get_state``, ``get_commands``,
-``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
+``get_state``, ``get_commands``, the model commands of issue 16 (``get_available_models``,
+``set_model {provider, modelId}``, ``cycle_model``, ``set_thinking_level {level}``,
+``cycle_thinking_level``, ``get_available_thinking_levels``, ``get_session_stats``;
+``model_commands``), ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
 event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
 runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
 ends the session.
@@ -29,6 +31,7 @@ import trio
 
 from pi_sandbox.errors import HostCallError, ProviderError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
+from pi_sandbox.supervisor.model_commands import MODEL_COMMANDS
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
@@ -266,6 +269,15 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     return await host.set_trust(decision, save=save)
 
                 answer_later(command, set_trust)
+            elif kind in MODEL_COMMANDS and getattr(host, "models", None) is not None:
+                # issue 16: model/thinking switches and usage totals (pi's shapes).
+                try:
+                    data = host.models.handle(command)
+                except UsageError as exc:
+                    await respond(command, False, error=str(exc))
+                else:
+                    extra = {} if kind == "set_thinking_level" else {"data": data}
+                    await respond(command, True, **extra)
             elif kind == "get_state":
                 await respond(command, True, data=host.state())
             elif kind == "get_commands":

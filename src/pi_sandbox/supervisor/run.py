@@ -81,6 +81,11 @@ class RunOptions:
     verbose: bool = False  # --verbose: model text between tool calls, whole tool results
     managed_policy_dirs: tuple[Path, ...] = (Path("/etc/pi/policy.d"),)
     extra_managed_policy_dirs: tuple[Path, ...] = ()
+    # issue 16: --provider, --thinking, --models, --verbose. ``model`` None: settings
+    # defaultProvider/defaultModel, else the first built-in provider with a key.
+    provider: str | None = None
+    thinking: str | None = None
+    models: str | None = None
 
 
 CI_AUDIT_LOG = Path("pi-output") / "audit.jsonl"
@@ -103,6 +108,8 @@ class _Start:
     trust_info: Any = None  # resources.resource_set.TrustDecision
     base_policy: Any = None  # the managed and user tiers only (before trust)
     base_locations: Any = None
+    model_choice: Any = None  # providers.model_selection.ModelChoice (None: scripted)
+    provider_factory: Any = None  # providers.model_selection.ProviderFactory
 
     def apply_trust(self, options: RunOptions, info: Any) -> None:
         """Take ``info`` (a `TrustDecision`) as the run's decision: the project's
@@ -135,7 +142,6 @@ def run_print_session(options: RunOptions) -> int:
         printable,
         silence_stdout,
     )
-    from pi_sandbox.supervisor.providers import create_provider
 
     def fail(text: str, code: int) -> int:
         print(printable(f"pi: {text}"), file=sys.stderr, flush=True)
@@ -148,9 +154,7 @@ def run_print_session(options: RunOptions) -> int:
     except UsageError as exc:
         return fail(str(exc), 2)
     try:
-        provider = create_provider(
-            options.model, script=options.script, base_url=options.base_url, api_key=options.api_key
-        )
+        provider = _create_provider(options, start)
     except UsageError as exc:
         if options.argv:
             # Unknown options wait for the extensions' flags, which load later; a typo
@@ -422,6 +426,42 @@ def _forbid_ptrace_and_proc_reads() -> None:
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
+
+
+def _create_provider(options: RunOptions, start: _Start) -> Any:
+    """The run's provider (issue 16): ``scripted``, or the model ``--model``/
+    ``--models``/settings choose, with its key; a trusted project's ``.pi/models.json``
+    and ``.pi/settings.json`` count (trust as decided at start). Stores the choice and
+    the factory on ``start`` for RPC model commands. Raises ``UsageError``."""
+    from pi_sandbox.supervisor.providers import create_provider
+    from pi_sandbox.supervisor.providers.extension_provider import ExtensionProvider
+    from pi_sandbox.supervisor.providers.model_selection import UnknownProviderError, choose_model
+
+    if options.model is not None and options.model.partition("/")[0] == "scripted":
+        return create_provider(options.model, script=options.script)
+    if options.model is None and options.script is not None:
+        return create_provider("scripted", script=options.script)
+    trusted = start.trust in ("yes", "sandboxed")
+    try:
+        choice, factory = choose_model(
+            agent_dir=options.agent_dir,
+            project_dir=options.cwd if trusted else None,
+            model=options.model,
+            provider=options.provider,
+            thinking=options.thinking,
+            models=options.models,
+            cli_key=options.api_key,
+            base_url=options.base_url,
+        )
+    except UnknownProviderError:
+        head, _, tail = (options.model or "").partition("/")
+        if not tail or (options.no_extensions and not options.extensions):
+            raise
+        # An extension may register it (checked once the extensions have loaded).
+        return ExtensionProvider(head, tail)
+    provider = factory.build(choice.model, initial=True)
+    start.model_choice, start.provider_factory = choice, factory
+    return provider
 
 
 async def _run_stoppable(
@@ -784,6 +824,13 @@ async def _run(
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "notice", "message": notice})
+                from pi_sandbox.supervisor.model_commands import ModelControl
+
+                choice = start.model_choice
+                if choice is not None:
+                    session.thinking_level = choice.thinking_level
+                    if choice.thinking_level != "off":
+                        writer.append_thinking_level_change(choice.thinking_level)
 
                 def new_writer() -> SessionWriter:
                     if options.session:
@@ -809,10 +856,18 @@ async def _run(
                     ),
                     trust_info=lambda: start.trust_info,
                 )
+                host.models = ModelControl(
+                    session,
+                    choice.model if choice is not None else None,
+                    start.provider_factory,
+                    choice.scope if choice is not None else None,
+                )
                 stop.on_stop.append(host.abort)
                 try:
                     with stop.guard():
                         await host.start(nursery)
+                    if hasattr(provider, "bind"):
+                        provider.bind(pool)  # an extension's provider (issue 16)
                     if options.mode == "rpc":
                         with stop.guard():
                             await serve_rpc(host, output)
@@ -872,6 +927,13 @@ async def _run(
                                 flush=True,
                             )
                         status = 1
+                if options.verbose and options.mode == "print":
+                    # issue 16: the session's usage and cost, after the answer.
+                    from pi_sandbox.supervisor.model_commands import session_stats, usage_line
+
+                    ref = f"{session.provider.name}/{session.provider.model}"
+                    stats = session_stats(session, host.models.model)
+                    print(f"pi: {usage_line(stats, ref)}", file=sys.stderr, flush=True)
             except UsageError as exc:
                 await output({"type": "error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)

@@ -158,7 +158,9 @@ class SessionHost:
         # The positional words of the command line once extension flags took their
         # values (``@files`` and messages; prompt_input assembles them).
         self.message_from_flags: list[str] | None = None
-        self.thinking_level = "medium"
+        # issue 16: RPC model/thinking commands (`model_commands.ModelControl`), set by
+        # the run; the thinking level itself lives on the session (`thinking_level`).
+        self.models: Any = None
         self.reload_requested = False
         self.replacing = False
         self.keep_going = False  # rpc mode: a failed prompt does not end the session
@@ -950,6 +952,15 @@ class SessionHost:
                 for k in resources.skills
             ]
         return commands
+
+    @property
+    def thinking_level(self) -> str:
+        """The session's thinking level (``AgentSession.thinking_level``)."""
+        return self.session.thinking_level
+
+    @thinking_level.setter
+    def thinking_level(self, level: str) -> None:
+        self.session.thinking_level = level
 
     async def _op_get_commands(self, *, worker: Any, source: Any) -> list[dict[str, Any]]:
         return self.commands()

@@ -121,6 +121,11 @@ class WorkerProcess:
         self.tool_updates: (
             Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
         ) = None
+        # Called with (this worker, a provider/delta notification) while an extension
+        # provider's request runs (issue 16; `providers.extension_provider`).
+        self.provider_deltas: (
+            Callable[[WorkerProcess, NotificationMessage], Awaitable[None]] | None
+        ) = None
         # Called with (this worker, the host/call request); returns the result or
         # raises HostCallError. Set by the pool for extension workers.
         self.host_call: Callable[[WorkerProcess, RequestMessage], Awaitable[Any]] | None = None
@@ -458,6 +463,9 @@ class WorkerProcess:
         elif message.method == methods.TOOL_UPDATE:
             if self.tool_updates is not None:
                 await self.tool_updates(self, message)
+        elif message.method == methods.PROVIDER_DELTA:
+            if self.provider_deltas is not None:  # late deltas of an ended request: dropped
+                await self.provider_deltas(self, message)
         elif message.method == methods.CANCELLED:
             try:
                 params = CancelledParams.model_validate(message.params)

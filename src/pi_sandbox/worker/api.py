@@ -297,6 +297,7 @@ class ExtensionAPI:
         self._shortcuts: dict[str, dict[str, Any]] = {}
         self._renderers: dict[str, Callable[..., Any]] = {}
         self._providers: dict[str, dict[str, Any]] = {}
+        self._provider_streams: dict[str, Callable[..., Any]] = {}
         self._bound = False
         self.events = EventBus(self)
 
@@ -560,15 +561,36 @@ class ExtensionAPI:
     def register_provider(self, name: str, config: dict[str, Any]) -> None:
         """Register a model provider (``base_url``, ``api``, ``models``); queued until
         the extension is bound, then checked against the ``register_providers``
-        capability by the supervisor."""
+        capability by the supervisor.
+
+        ``config["stream"]``, when given, is a function ``stream(request, ctx)``
+        (plain or ``async``) that answers one model request in this worker
+        (``pi --model NAME/MODEL``; issue 16): ``request`` is ``{"model",
+        "system_prompt", "messages", "tools", "thinking_level"}`` (pi's message
+        shapes), the result a string (the answer) or ``{"text": str, "tool_calls":
+        [{"id", "name", "arguments"}], "stop_reason"?, "usage"?}``; or a generator
+        that yields text (``str``, streamed to the user as it comes) and dicts
+        (merged into the answer). Its network
+        requests leave through the policy's egress proxy like any other code of the
+        extension; it is given no key (it brings its own).
+        """
         self._generation.check("pi.register_provider")
         if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
             raise ValueError(f"register_provider: name {name!r} must be letters, digits, _ and -")
         if not isinstance(config, dict):
             raise TypeError(f"register_provider({name!r}): config must be a dict")
-        _check_json(f"register_provider({name!r}): config", config)
+        stream = config.get("stream")
+        if stream is not None and not callable(stream):
+            raise TypeError(f"register_provider({name!r}): config['stream'] must be a function")
+        wire = {k: v for k, v in config.items() if k != "stream"}
+        _check_json(f"register_provider({name!r}): config", wire)
         _check_room(self._providers, name, MAX_PROVIDERS, "register_provider")
-        self._providers[name] = dict(config)
+        # The supervisor learns only that the provider streams here, not the function.
+        self._providers[name] = {**wire, **({"stream": True} if stream is not None else {})}
+        if stream is not None:
+            self._provider_streams[name] = stream
+        else:
+            self._provider_streams.pop(name, None)
         self._changed()
 
     # --- actions (after binding) --------------------------------------------------------------

@@ -31,6 +31,7 @@ from pi_sandbox.worker.api import (
     Generation,
     HostError,
     StaleContextError,
+    _check_json,
 )
 
 TYPE_CHECKING = False
@@ -446,6 +447,8 @@ class WorkerRuntime:
             return self._execute_command(params, cancel)
         if method == methods.SESSION_CALLBACK:
             return self._session_callback(params, cancel)
+        if method == methods.PROVIDER_STREAM:
+            return self._provider_stream(params, cancel, request_id)
         raise _RequestError(methods.ERROR_METHOD_NOT_FOUND, f"unknown method {method!r}")
 
     # --- requests ------------------------------------------------------------------------
@@ -537,6 +540,64 @@ class WorkerRuntime:
                 {"traceback": _format_exception(exc)},
             ) from exc
         return {}
+
+    def _drain_provider_stream(
+        self, items: Any, request_id: Any, cancel: threading.Event
+    ) -> dict[str, Any]:
+        """A ``stream`` generator: each ``str`` it yields is text, sent at once as a
+        ``provider/delta`` notification; each ``dict`` is merged into the answer
+        (``tool_calls``, ``usage``, ``stop_reason``). The answer's text is the
+        yielded text unless a dict gives ``text``."""
+        text: list[str] = []
+        answer: dict[str, Any] = {}
+        for item in items:
+            if cancel.is_set():
+                items.close()
+                break
+            if isinstance(item, str):
+                if item:
+                    text.append(item)
+                    self.notify(methods.PROVIDER_DELTA, {"id": request_id, "delta": item})
+            elif isinstance(item, dict):
+                answer.update(item)
+            else:
+                raise TypeError(f"yielded {type(item).__name__}; yield text (str) or a dict")
+        answer.setdefault("text", "".join(text))
+        answer["streamed"] = bool(text)
+        return answer
+
+    def _provider_stream(
+        self, params: dict[str, Any], cancel: threading.Event, request_id: Any = None
+    ) -> Any:
+        """One model request to this extension's provider (issue 16): its ``stream``
+        function runs here, in the extension's worker and sandbox."""
+        name = str(params.get("provider") or "")
+        stream = self._api._provider_streams.get(name) if self._api else None
+        if stream is None:
+            raise _RequestError(
+                methods.ERROR_METHOD_NOT_FOUND, f"this extension has no streaming provider {name!r}"
+            )
+        ctx = self._context(params.get("ctx") or {}, cancel)
+        request = {
+            key: params.get(key)
+            for key in ("model", "system_prompt", "messages", "tools", "thinking_level")
+        }
+        try:
+            result = _resolve(stream(request, ctx))
+            if hasattr(result, "__next__"):
+                result = self._drain_provider_stream(result, request_id, cancel)
+            if isinstance(result, str):
+                result = {"text": result}
+            if not isinstance(result, dict):
+                raise TypeError(f"must return a string or a dict, not {type(result).__name__}")
+            _check_json("the result", result)
+        except BaseException as exc:
+            raise _RequestError(
+                methods.ERROR_HANDLER,
+                f"provider {name} in {self._extension_path} failed: {type(exc).__name__}: {exc}",
+                {"traceback": _format_exception(exc)},
+            ) from exc
+        return result
 
     def _session_callback(self, params: dict[str, Any], cancel: threading.Event) -> Any:
         name = str(params.get("callback") or "")

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pi_sandbox.errors import UsageError
@@ -25,7 +24,6 @@ __all__ = [
 ]
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_KNOWN = ("openai/MODEL", "scripted")
 
 
 def create_provider(
@@ -34,25 +32,32 @@ def create_provider(
     script: Path | None = None,
     base_url: str | None = None,
     api_key: str | None = None,
+    agent_dir: Path | None = None,
 ) -> Provider:
     """Build the provider named by ``spec``.
 
     Args:
-        spec: ``PROVIDER[/ID]``: ``scripted`` or ``openai/MODEL`` (the model id may
-            itself contain slashes, e.g. ``openai/meta-llama/Llama-3.1-8B``).
+        spec: ``scripted``, ``PROVIDER/ID`` (the id may itself contain slashes, e.g.
+            ``openai/meta-llama/Llama-3.1-8B``; an id the catalogue does not list is
+            sent as is), or a bare pattern resolved through the catalogue (pi's
+            ``--model`` rules, ``model_selection.resolve_pattern``). A ``:LEVEL``
+            suffix is accepted and ignored here (the run applies it).
         script: the YAML script, required by ``scripted``; ignored otherwise.
-        base_url: API root for ``openai``; default ``https://api.openai.com/v1``.
-        api_key: key for ``openai``; default ``$OPENAI_API_KEY``. It may be missing
-            only when ``base_url`` is given (a local server needs none).
+        base_url: API root overriding the model's (``--base-url``).
+        api_key: ``--api-key``; otherwise auth.json, models.json, then the
+            provider's environment variable (pi's precedence). It may be missing
+            only when the endpoint is not the provider's public one.
+        agent_dir: the user's agent directory (auth.json, models.json); None reads
+            neither.
 
     Returns:
-        A ``ScriptedProvider`` or an ``OpenAIProvider``. Options that do not apply to
-        the chosen provider are ignored.
+        A ``ScriptedProvider``, an ``OpenAIProvider`` or (when built in) an
+        ``AnthropicProvider``. Options that do not apply are ignored.
 
     Raises:
         UsageError: unknown provider (names ``--model`` and the known ones), a missing
-            model id, ``scripted`` without ``--script`` or with a model id, or
-            ``openai`` against the default endpoint without a key.
+            model id, ``scripted`` without ``--script`` or with a model id, or a
+            public endpoint without a key; a bad models.json or auth.json.
         ProviderError: the script file is unreadable or malformed.
     """
     provider, _, model = spec.partition("/")
@@ -62,16 +67,9 @@ def create_provider(
         if script is None:
             raise UsageError("--model scripted needs --script FILE (a YAML list of turns)")
         return ScriptedProvider(script)
-    if provider == "openai":
-        if not model:
-            raise UsageError(
-                f"--model {spec!r}: name the model after a slash, e.g. openai/gpt-4o-mini"
-            )
-        key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if key is None and base_url is None:
-            raise UsageError(
-                f"--model {spec!r}: no API key; set OPENAI_API_KEY "
-                "(a key may be omitted only for a local server given by base URL)"
-            )
-        return OpenAIProvider(model, base_url or OPENAI_DEFAULT_BASE_URL, key)
-    raise UsageError(f"--model {spec!r}: unknown provider {provider!r}; known: {', '.join(_KNOWN)}")
+    from .model_selection import choose_model
+
+    choice, factory = choose_model(
+        agent_dir=agent_dir, project_dir=None, model=spec, cli_key=api_key, base_url=base_url
+    )
+    return factory.build(choice.model, initial=True)

@@ -335,6 +335,8 @@ class OpenAIProvider:
         headers = {"Accept": "text/event-stream"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        # models.json ``headers`` (issue 16), resolved by the supervisor's model selection.
+        headers.update(getattr(self, "extra_headers", None) or {})
         stream = _StreamAccumulator(self._error, self.compat)
         try:
             if self._client is not None:

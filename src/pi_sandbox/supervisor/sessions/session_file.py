@@ -256,6 +256,10 @@ class SessionWriter:
         self._remember(record)
         return record
 
+    def append_thinking_level_change(self, level: str) -> dict[str, Any]:
+        """Append a ``thinking_level_change`` entry (pi docs session-format.md)."""
+        return self._append({"type": "thinking_level_change", "thinkingLevel": level})
+
     def append_custom(self, custom_type: str, data: Any) -> dict[str, Any]:
         """Append a ``custom`` entry (extension state; never sent to the model)."""
         return self._append({"type": "custom", "customType": custom_type, "data": data})
