@@ -26,9 +26,9 @@ import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
 from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
-from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
