@@ -27,6 +27,7 @@ import os
 import stat
 import time
 
+from pi_sandbox.protocol.edit_arguments import is_single_edit, prepare_edit_arguments
 from pi_sandbox.worker.search_tools import FIND_DEFINITION, GREP_DEFINITION, format_size
 
 TYPE_CHECKING = False
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
-    "DEFAULT_ACTIVE_TOOLS",
     "TOOL_DEFINITIONS",
     "execute_tool",
     "kill_running_commands",
@@ -69,10 +69,6 @@ _DEFAULT_LS_LIMIT = 500
 IMAGE_MAX_BASE64_BYTES = 1536 * 1024
 # pi utils/mime.js reads this much to recognise an image by its magic bytes.
 _IMAGE_SNIFF_BYTES = 4100
-
-# The built-in tools active when no --tools is given (pi 1.6.0 cli.md: "Default enabled
-# tools are read, bash, edit, and write"); grep, find and ls are there to be enabled.
-DEFAULT_ACTIVE_TOOLS = frozenset({"read", "bash", "edit", "write"})
 
 # A NUL byte in the first 8 KiB is git's heuristic for "binary"; UTF-8 text has none.
 _BINARY_SNIFF_BYTES = 8192
@@ -728,48 +724,6 @@ def _write(params: dict, ctx: _Context) -> dict:
 # edit
 
 
-def prepare_edit_arguments(params: dict) -> dict:
-    """pi 1.6.0's ``prepareArguments`` for ``edit``: the forms models send, made into
-    ``{"path", "edits": [{"oldText", "newText"}, ...]}``.
-
-    ``edits`` given as a JSON string or as one object becomes a list; a top-level
-    ``oldText``/``newText`` pair (the single-edit form of pi before 1.6) is appended
-    to ``edits``. Anything else is returned unchanged for the schema to judge.
-    Returns a new dict; ``params`` is not modified.
-    """
-    if not isinstance(params, dict):
-        return params
-    args = dict(params)
-    edits = args.get("edits")
-    if isinstance(edits, str):
-        import json
-
-        try:
-            parsed = json.loads(edits)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            args["edits"] = parsed
-        elif _is_single_edit(parsed):
-            args["edits"] = [parsed]
-    elif _is_single_edit(edits):
-        args["edits"] = [edits]
-    if not (isinstance(args.get("oldText"), str) and isinstance(args.get("newText"), str)):
-        return args
-    listed = list(args["edits"]) if isinstance(args.get("edits"), list) else []
-    listed.append({"oldText": args.pop("oldText"), "newText": args.pop("newText")})
-    args["edits"] = listed
-    return args
-
-
-def _is_single_edit(value: object) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("oldText"), str)
-        and isinstance(value.get("newText"), str)
-    )
-
-
 def _edit(params: dict, ctx: _Context) -> dict:
     """``edit``: replace each ``edits[i].oldText`` with its ``newText`` (pi 1.6.0).
 
@@ -804,7 +758,7 @@ def _edit(params: dict, ctx: _Context) -> dict:
         )
     total = len(edits)
     for index, edit in enumerate(edits):
-        if not _is_single_edit(edit):
+        if not is_single_edit(edit):
             raise _ToolError(
                 f"edits[{index}] must be an object with string oldText and newText, "
                 f"got {_short_repr(edit)}"
