@@ -202,6 +202,9 @@ GREP_CASES = [
     {"pattern": "foo", "path": "src/w.txt"},
     {"pattern": "(a+)+$"},
     {"pattern": "^$", "path": "src"},
+    {"pattern": "^    return"},
+    {"pattern": "\\)$"},
+    {"pattern": "(?i)FOO", "limit": 4},
 ]
 
 
@@ -214,6 +217,20 @@ def test_ripgrep_and_the_fallback_give_the_same_output(tree, params, monkeypatch
     fallback = search_tools.grep_files(params, path, cancel=no_cancel, use_rg=False)
     assert with_rg[1]["engine"] == "rg" and fallback[1]["engine"] == "python"
     assert with_rg[0] == fallback[0]
+
+
+@pytest.mark.skipif(RG is None, reason="rg is not installed (pip install ripgrep)")
+def test_a_nul_byte_past_the_first_64_kib_ends_the_file_for_both_engines(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(RG))
+    (tmp_path / "late.txt").write_bytes(
+        b"foo early\n" + b"x" * 70_000 + b"\nfoo before nul\n\0\nfoo after\n"
+    )
+    (tmp_path / "z-big.txt").write_bytes(b"foo\n" * 200_000)  # 800 KB, read whole
+    params = {"pattern": "foo", "limit": 5}
+    with_rg = search_tools.grep_files(params, str(tmp_path), cancel=no_cancel, use_rg=True)
+    fallback = search_tools.grep_files(params, str(tmp_path), cancel=no_cancel, use_rg=False)
+    assert with_rg[0] == fallback[0]
+    assert "late.txt:1: foo early" in fallback[0] and "foo after" not in fallback[0]
 
 
 # --- find -----------------------------------------------------------------------------
