@@ -295,6 +295,55 @@ def test_fd_and_the_fallback_give_the_same_output(tree, pattern, monkeypatch):
     assert with_fd[0] == fallback[0]
 
 
+def fake_program(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+
+
+def test_fd_output_is_relativised_sorted_limited_and_filtered(tmp_path, monkeypatch):
+    # fd itself has no wheel; a stand-in printing what fd prints checks our side of it.
+    ws = tmp_path / "ws"
+    (ws / "b").mkdir(parents=True)
+    (ws / "secret").mkdir()
+    listing = "\\n".join(f"{ws}/{p}" for p in ["z.py", "b/", "b/a.py", "secret/k.py", "a.py"])
+    fake_program(tmp_path / "bin", "fd", f'printf "{listing}\\n"\n')
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    hidden = search_tools.PathFilter([r"secret(?:/.*)?"], str(ws))
+    text, details = search_tools.find_files(
+        {"pattern": "*", "limit": 3}, str(ws), cancel=no_cancel, hidden=hidden
+    )
+    assert details["engine"] == "fd"
+    assert (
+        text
+        == "a.py\nb/\nb/a.py\n\n[3 results limit reached. Use limit=6 for more, or refine pattern]"
+    )
+    assert details["hiddenByPolicy"] == 1
+
+
+def test_an_abort_stops_a_search_program_that_prints_nothing(tmp_path, monkeypatch):
+    fake_program(tmp_path / "bin", "rg", f"exec {shutil.which('sleep')} 60\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    cancel = threading.Event()
+    timer = threading.Timer(0.2, cancel.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        result = run("grep", {"pattern": "x"}, tmp_path, cancel=cancel)
+    finally:
+        timer.cancel()
+    assert result["is_error"] and text_of(result) == "Operation aborted"
+    assert time.monotonic() - started < 20  # not the program's 60 s
+
+
+def test_a_ripgrep_failure_is_an_error_quoting_it(tmp_path, monkeypatch):
+    fake_program(tmp_path / "bin", "rg", "echo 'regex parse error: oops' >&2; exit 2\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    result = run("grep", {"pattern": "x"}, tmp_path)
+    assert result["is_error"] and text_of(result) == "regex parse error: oops"
+
+
 # --- policy exclusions ----------------------------------------------------------------
 
 DENY_SECRETS = """

@@ -606,7 +606,6 @@ def _rg_events(
     """Events from ``rg --json`` (pi's arguments plus the pinned semantics above)."""
     import base64
     import json
-    import subprocess
 
     args = [
         rg,
@@ -631,17 +630,8 @@ def _rg_events(
     if context > 0:
         args += ["--context", str(context)]
     args += ["--", pattern, "." if is_directory else search_path]
-    try:
-        proc = subprocess.Popen(
-            args,
-            cwd=search_path if is_directory else None,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-    except OSError as exc:
-        raise SearchError(f"Failed to run ripgrep: {exc}") from None
-    procs.append(proc)
+    run = _Program(args, cwd=search_path if is_directory else None, name="ripgrep")
+    procs.append(run)
 
     def text_of(data: dict | None) -> str:
         if not isinstance(data, dict):
@@ -652,8 +642,7 @@ def _rg_events(
             return base64.b64decode(data["bytes"]).decode("utf-8", "replace")
         return ""
 
-    for raw in proc.stdout:
-        cancel()
+    for raw in run.lines(cancel):
         try:
             event = json.loads(raw)
         except ValueError:
@@ -671,6 +660,65 @@ def _rg_events(
             text = text[:-1]
         full = os.path.normpath(os.path.join(search_path, path)) if is_directory else path
         yield _Event(full, number, text, kind == "match")
+
+
+class _Program:
+    """rg or fd as a child process: stdout read line by line while stderr is drained
+    (a full stderr pipe would stall the program), the cancel check run every 50 ms
+    even while the program prints nothing, and the process killed and reaped by
+    `close`."""
+
+    def __init__(self, args: list[str], *, cwd: str | None, name: str) -> None:
+        import subprocess
+
+        self.name = name
+        self.stderr = b""
+        try:
+            self.proc = subprocess.Popen(
+                args,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise SearchError(f"Failed to run {name}: {exc}") from None
+
+    def lines(self, cancel: Callable[[], None]) -> Iterator[bytes]:
+        import selectors
+
+        out, err = self.proc.stdout, self.proc.stderr
+        assert out is not None and err is not None
+        pending = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(out, selectors.EVENT_READ)
+            selector.register(err, selectors.EVENT_READ)
+            open_streams = 2
+            while open_streams:
+                cancel()
+                for key, _ in selector.select(0.05):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+                    elif key.fileobj is err:
+                        self.stderr = (self.stderr + data)[-8192:]
+                    else:
+                        pending += data
+                        *complete, pending = pending.split(b"\n")
+                        yield from complete
+        if pending:
+            yield pending
+
+    def close(self) -> int:
+        """Kill the program if it still runs, reap it; returns its exit status."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        code = self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return code
 
 
 def _strip_dot_slash(glob: str) -> str:
@@ -823,15 +871,16 @@ def grep_files(
             if match_limit_reached and not (in_window and event.line_number < trailing_end):
                 break
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            stderr = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
-            proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
-            if not limit_hit and proc.returncode not in (0, 1, -9):
-                raise SearchError(stderr.strip() or f"ripgrep exited with code {proc.returncode}")
+        for program in procs:
+            finished = program.proc.poll() is not None
+            code = program.close()
+            # 0: matches, 1: none; a program we killed early (limit, abort) is no failure.
+            # 2 is also "a file could not be read" (the fallback skips those too), so
+            # only a bad pattern or glob fails the call.
+            stderr = program.stderr.decode("utf-8", "replace").strip()
+            bad_input = "regex parse error" in stderr or "error parsing glob" in stderr
+            if finished and code not in (0, 1) and (code != 2 or bad_input or not stderr):
+                raise SearchError(stderr or f"ripgrep exited with code {code}")
 
     details: dict = {"engine": "rg" if rg else "python"}
     if hidden is not None and hidden.hidden:
@@ -970,7 +1019,6 @@ def find_files(
 
 def _fd_results(fd, pattern, search_path, limit, hidden, cancel) -> tuple[list[str], bool]:
     """fd's results (pi's arguments plus the pinned semantics), sorted in path order."""
-    import subprocess
 
     effective = pattern
     while effective.startswith("./"):
@@ -995,18 +1043,18 @@ def _fd_results(fd, pattern, search_path, limit, hidden, cancel) -> tuple[list[s
                 args.append("--ignore-case")
             effective = f"{root}/{effective}"
     args += ["--", effective, search_path]
-    cancel()
+    program = _Program(args, cwd=None, name="fd")
     try:
-        done = subprocess.run(args, capture_output=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SearchError(f"Failed to run fd: {exc}") from None
-    cancel()
-    out = done.stdout.decode("utf-8", "replace")
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    if done.returncode != 0 and not lines:
+        lines = [
+            text
+            for raw in program.lines(cancel)
+            if (text := raw.decode("utf-8", "replace").strip())
+        ]
+    finally:
+        code = program.close()
+    if code != 0 and not lines:
         raise SearchError(
-            done.stderr.decode("utf-8", "replace").strip()
-            or f"fd exited with code {done.returncode}"
+            program.stderr.decode("utf-8", "replace").strip() or f"fd exited with code {code}"
         )
     entries: list[tuple[tuple[bytes, ...], str]] = []
     for line in lines:
