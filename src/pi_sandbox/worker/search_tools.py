@@ -673,6 +673,9 @@ class _Program:
 
         self.name = name
         self.stderr = b""
+        # Set when the program closed both its outputs: it ran to its end, and its
+        # exit status counts (it may not be reaped yet when `close` looks).
+        self.drained = False
         try:
             self.proc = subprocess.Popen(
                 args,
@@ -707,11 +710,20 @@ class _Program:
                         pending += data
                         *complete, pending = pending.split(b"\n")
                         yield from complete
+        self.drained = True
         if pending:
             yield pending
 
     def close(self) -> int:
-        """Kill the program if it still runs, reap it; returns its exit status."""
+        """Reap the program, killing it first unless it has closed its outputs (then
+        it gets a moment to exit); returns its exit status."""
+        import subprocess
+
+        if self.drained:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
         code = self.proc.wait()
@@ -872,8 +884,8 @@ def grep_files(
                 break
     finally:
         for program in procs:
-            finished = program.proc.poll() is not None
             code = program.close()
+            finished = program.drained
             # 0: matches, 1: none; a program we killed early (limit, abort) is no failure.
             # 2 is also "a file could not be read" (the fallback skips those too), so
             # only a bad pattern or glob fails the call.
