@@ -53,7 +53,15 @@ def kill_quietly(pid: int) -> None:
 def test_tool_definitions_are_closed_draft_2020_12_schemas_keyed_by_name():
     assert sorted(TOOL_DEFINITIONS) == ["bash", "edit", "find", "grep", "ls", "read", "write"]
     for name, definition in TOOL_DEFINITIONS.items():
-        assert set(definition) == {"name", "label", "description", "parameters"}
+        assert {"name", "label", "description", "parameters"} <= set(definition)
+        assert set(definition) <= {
+            "name",
+            "label",
+            "description",
+            "parameters",
+            "prompt_snippet",
+            "prompt_guidelines",
+        }
         assert definition["name"] == name
         assert definition["description"]
         schema = definition["parameters"]
@@ -150,9 +158,7 @@ def test_read_truncates_at_max_bytes_when_that_comes_first(tmp_path):
     result = run("read", {"path": "wide.txt"}, tmp_path, max_output_bytes=1000)
     text = text_of(result)
     # 10 lines of 99 bytes plus 9 joining newlines is 999 bytes; an 11th would not fit.
-    assert text.endswith(
-        "[Showing lines 1-10 of 1000 (1000B limit). Use offset=11 to continue.]"
-    )
+    assert text.endswith("[Showing lines 1-10 of 1000 (1000B limit). Use offset=11 to continue.]")
     assert result["details"]["lines"] == 10
     assert result["details"]["truncated"] is True
 
@@ -601,9 +607,7 @@ def test_ls_past_the_limit_says_how_to_see_more(tmp_path):
     for i in range(7):
         (tmp_path / f"f{i}").write_text("")
     result = run("ls", {"path": str(tmp_path), "limit": 3}, tmp_path)
-    assert text_of(result) == (
-        "f0\nf1\nf2\n\n[3 entries limit reached. Use limit=6 for more]"
-    )
+    assert text_of(result) == ("f0\nf1\nf2\n\n[3 entries limit reached. Use limit=6 for more]")
     assert result["details"]["truncated"] is True
 
 

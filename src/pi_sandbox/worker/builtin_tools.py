@@ -147,6 +147,17 @@ TOOL_DEFINITIONS: dict[str, dict] = {
             "emitting overlapping edits. Do not include large unchanged regions just to "
             "connect distant changes."
         ),
+        # pi's editToolSystemPromptContribution: the system prompt teaches edits[].
+        "prompt_snippet": (
+            "Make precise file edits with exact text replacement, including multiple "
+            "disjoint edits in one call"
+        ),
+        "prompt_guidelines": [
+            "Use edit for targeted changes. Batch changes to one file in a single call.",
+            "Each edits[].oldText must exactly and uniquely match the original file. Keep "
+            "matches short and non-overlapping; merge nearby changes without including "
+            "large unchanged regions.",
+        ],
         "parameters": {
             "type": "object",
             "properties": {

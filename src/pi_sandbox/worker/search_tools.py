@@ -73,6 +73,7 @@ GREP_DEFINITION: dict = {
         f"{GREP_DEFAULT_LIMIT} matches or {PI_MAX_BYTES // 1024}KB (whichever is hit "
         f"first). Long lines are truncated to {GREP_MAX_LINE_LENGTH} chars."
     ),
+    "prompt_snippet": "Search file contents for patterns (respects .gitignore)",
     "parameters": {
         "type": "object",
         "properties": {
@@ -123,6 +124,7 @@ FIND_DEFINITION: dict = {
         "search directory. Respects .gitignore. Output is truncated to "
         f"{FIND_DEFAULT_LIMIT} results or {PI_MAX_BYTES // 1024}KB (whichever is hit first)."
     ),
+    "prompt_snippet": "Find files by glob pattern (respects .gitignore)",
     "parameters": {
         "type": "object",
         "properties": {
