@@ -200,6 +200,7 @@ GREP_CASES = [
     {"pattern": "foo", "glob": "src/**/*.log"},
     {"pattern": "foo", "path": "src"},
     {"pattern": "foo", "path": "src/w.txt"},
+    {"pattern": "foo", "path": "docs/bin.dat"},
     {"pattern": "(a+)+$"},
     {"pattern": "^$", "path": "src"},
     {"pattern": "^    return"},

@@ -24,7 +24,8 @@ Shared semantics, pinned so both engines agree (and documented in docs/tools.md)
   default), so a link cannot lead a search out of the directory it was given;
 - results come in path order (``rg --sort=path``; fd's results are sorted after);
 - a file with a NUL byte in its first 64 KiB is binary and skipped, as ripgrep
-  skips it while walking.
+  skips it while walking; a binary file named as ``path`` is searched, as ripgrep
+  searches it.
 
 Paths a policy ``path`` rule covers (the supervisor's ``exclusions``) are neither
 entered nor read by the fallback and are filtered from rg/fd output, so their names
@@ -492,24 +493,25 @@ class _Matcher:
         self.line = search
 
 
-def _file_lines(path: str, matcher: _Matcher) -> Iterator[str] | None:
+def _file_lines(path: str, matcher: _Matcher, *, binary_ok: bool = False) -> Iterator[str] | None:
     """The lines of a text file (``\\n`` removed, ``\\r`` kept), decoded lossily; None
     for a binary file (a NUL in the first 64 KiB) and for a file ``matcher`` says
     cannot match. A later block with a NUL ends the file there, as ripgrep quits on
-    it. Files up to 16 MiB are read whole; larger ones are streamed."""
+    it. Files up to 16 MiB are read whole; larger ones are streamed. ``binary_ok``:
+    search a binary file whole instead (ripgrep does so for a file named explicitly)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed here or by the generator below
     except OSError:
         return None
     try:
         first = f.read(_BINARY_BLOCK)
-        if b"\0" in first:
+        if b"\0" in first and not binary_ok:
             f.close()
             return None
         if len(first) < _BINARY_BLOCK or os.fstat(f.fileno()).st_size <= _WHOLE_FILE_BYTES:
             data = first + f.read(_WHOLE_FILE_BYTES)
             f.close()
-            nul = data.find(b"\0", _BINARY_BLOCK)
+            nul = -1 if binary_ok else data.find(b"\0", _BINARY_BLOCK)
             if nul >= 0:  # the 64 KiB block holding it, and the line it cuts, are not searched
                 data = data[: nul - nul % _BINARY_BLOCK]
                 data = data[: data.rfind(b"\n") + 1]
@@ -529,7 +531,7 @@ def _file_lines(path: str, matcher: _Matcher) -> Iterator[str] | None:
             carry = b""
             block = first
             while block:
-                if b"\0" in block:
+                if b"\0" in block and not binary_ok:
                     return
                 data = carry + block
                 parts = data.split(b"\n")
@@ -565,7 +567,7 @@ def _fallback_events(
         files = iter([search_path])
     for path in files:
         cancel()
-        lines = _file_lines(path, matcher)
+        lines = _file_lines(path, matcher, binary_ok=not is_directory)
         if lines is None:
             continue
         before: list[tuple[int, str]] = []
