@@ -407,7 +407,14 @@ class _GlobFilter:
         self.regex = _glob_regex(body.lstrip("/") if not self.by_name else body, ignore_case=False)
 
     def accepts(self, relative: str) -> bool:
-        target = relative.rpartition("/")[2] if self.by_name else relative
+        parts = relative.split("/")
+        if self.negate:
+            # rg applies an exclusion to directories too: "!build" skips build/ whole.
+            for depth in range(1, len(parts)):
+                target = parts[depth - 1] if self.by_name else "/".join(parts[:depth])
+                if self.regex.fullmatch(target):
+                    return False
+        target = parts[-1] if self.by_name else relative
         matched = self.regex.fullmatch(target) is not None
         return matched != self.negate
 
