@@ -35,12 +35,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
-__all__ = [
-    "TOOL_DEFINITIONS",
-    "execute_tool",
-    "kill_running_commands",
-    "prepare_edit_arguments",
-]
+__all__ = ["TOOL_DEFINITIONS", "execute_tool", "kill_running_commands"]
 
 # Process groups of bash commands still running (their shells are session leaders,
 # so pgid == pid). The worker kills them when it exits: without bwrap's PID
@@ -87,8 +82,9 @@ TOOL_DEFINITIONS: dict[str, dict] = {
         "name": "read",
         "label": "read",
         "description": (
+            # pi's text lists bmp too, which pi converts to PNG; we do not convert.
             "Read the contents of a file. Supports text files and images (jpg, png, gif, "
-            "webp, bmp). Images are sent as attachments. For text files, output is "
+            "webp). Images are sent as attachments. For text files, output is "
             f"truncated to {_DEFAULT_MAX_LINES} lines or {_DEFAULT_MAX_BYTES // 1024}KB "
             "(whichever is hit first). Use offset/limit for large files. When you need the "
             "full file, continue with offset until complete."
