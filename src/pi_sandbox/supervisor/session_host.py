@@ -66,7 +66,13 @@ from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["BUILTIN_COMMANDS", "SessionHost", "unknown_option_message"]
+__all__ = ["BUILTIN_COMMANDS", "DEFAULT_OFF_BUILTIN_TOOLS", "SessionHost", "unknown_option_message"]
+
+# Built-in tools that are off unless the tool selection or set_active_tools names them:
+# pi 1.6.0 enables read, bash, edit and write by default (cli.md "Tools"), not grep,
+# find and ls. The CLI's `ToolSelection` applies the same default; this covers hosts
+# built without one.
+DEFAULT_OFF_BUILTIN_TOOLS = frozenset({"grep", "find", "ls"})
 
 BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
@@ -551,10 +557,19 @@ class SessionHost:
     # --- tools and the system prompt -------------------------------------------------------
 
     def is_active(self, name: str) -> bool:
-        """Whether tool ``name`` is offered to the model (and may be called)."""
+        """Whether tool ``name`` is offered to the model (and may be called).
+
+        Without ``--tools`` and before any ``set_active_tools``, the built-in tools of
+        `DEFAULT_OFF_BUILTIN_TOOLS` are off, as in pi 1.6.0 (cli.md); naming them in
+        ``--tools`` or ``set_active_tools`` turns them on."""
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
-        return self.active is None or name in self.active
+        if self.active is not None:
+            return name in self.active
+        if self.tools_filter is None and name in DEFAULT_OFF_BUILTIN_TOOLS:
+            tool = self.pool.tools.get(name)
+            return tool is None or tool.source != "builtin"
+        return True
 
     def active_definitions(self) -> list[ToolDefinition]:
         """The active tools in registry order."""
