@@ -10,7 +10,9 @@ Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
 ``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
 ``set_trust {decision, save?}`` (the project's trust for this session, and with
 ``save`` in the trust store; project resources follow through a reload, issue 6),
-``get_state``, ``get_commands``,
+``get_state``, ``get_commands``, the session commands ``get_entries``, ``get_tree``,
+``get_fork_messages``, ``fork``, ``clone``, ``switch_session``, ``set_session_name``,
+``navigate_tree`` and ``set_label`` (`pi_sandbox.supervisor.sessions.rpc_commands`),
 ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
 event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
 runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
@@ -26,6 +28,7 @@ import trio
 
 from pi_sandbox.errors import HostCallError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
+from pi_sandbox.supervisor.sessions.rpc_commands import SESSION_COMMANDS, handle_session_command
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
@@ -222,6 +225,16 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
             elif kind == "extension_ui_response":
                 found = host.ui_response(str(command.get("ui_id")), command.get("value"))
                 await respond(command, found, **({} if found else {"error": "no such UI request"}))
+            elif kind in SESSION_COMMANDS:  # issue 15: sessions/rpc_commands.py
+                await handle_session_command(
+                    host,
+                    command,
+                    emit=emit,
+                    respond=respond,
+                    answer_later=answer_later,
+                    running=running,
+                    busy_reason=busy_reason,
+                )
             elif kind == "quit":
                 await respond(command, True)
                 break

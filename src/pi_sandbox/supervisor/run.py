@@ -789,6 +789,8 @@ async def _run(
                     ),
                     trust_info=lambda: start.trust_info,
                 )
+                if options.session_choice is not None:
+                    host.session_dirs = (options.session_choice.directory,)
                 stop.on_stop.append(host.abort)
                 try:
                     with stop.guard():

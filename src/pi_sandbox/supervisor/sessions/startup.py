@@ -122,9 +122,12 @@ def choose_session(
         directory_override = Path(os.path.abspath(Path(session_dir).expanduser()))
     elif env.get(SESSION_DIR_ENV):
         directory_override = Path(os.path.abspath(Path(env[SESSION_DIR_ENV]).expanduser()))
-    if directory_override is not None and directory_override.exists():
-        if not directory_override.is_dir():
-            raise UsageError(f"argument --session-dir: not a directory: {directory_override}")
+    if (
+        directory_override is not None
+        and directory_override.exists()
+        and not directory_override.is_dir()
+    ):
+        raise UsageError(f"argument --session-dir: not a directory: {directory_override}")
     if fork is not None:
         _conflicts(
             "--fork",
