@@ -285,8 +285,19 @@ def test_a_session_written_by_pi_1_6_0_is_listed_and_continued_with_its_history(
     env = {**fake_provider_env(tmp_path), "PI_FAUX_SCRIPT": str(script)}
     (tmp_path / "home").mkdir(exist_ok=True)
     made = subprocess.run(
-        [str(node), str(cli), "--offline", "-e", str(FAUX), "--provider", "faux"]
-        + ["--model", "faux-1", "-p", "pi16 prompt about MANGO"],
+        [
+            str(node),
+            str(cli),
+            "--offline",
+            "-e",
+            str(FAUX),
+            "--provider",
+            "faux",
+            "--model",
+            "faux-1",
+            "-p",
+            "pi16 prompt about MANGO",
+        ],
         cwd=a,
         env=env,
         capture_output=True,
@@ -316,8 +327,19 @@ class Rpc:
     def __init__(self, root: Path, server: FakeOpenAI, *args: str) -> None:
         (root / "home").mkdir(exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pi_sandbox.cli", "--no-sandbox", "--model", "openai/fake"]
-            + ["--base-url", server.url, "--mode", "rpc", *args],
+            [
+                sys.executable,
+                "-m",
+                "pi_sandbox.cli",
+                "--no-sandbox",
+                "--model",
+                "openai/fake",
+                "--base-url",
+                server.url,
+                "--mode",
+                "rpc",
+                *args,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
