@@ -969,7 +969,7 @@ def _custom_session_dir(options: RunOptions) -> Path | None:
     """The ``--session-dir`` to mask in every sandbox, when it lies outside the
     agent directory (whose ``sessions`` are masked already)."""
     choice = options.session_choice
-    if choice is None or not choice.persist:
+    if choice is None or (not choice.persist and not choice.directory.is_dir()):
         return None
     real = Path(os.path.realpath(choice.directory))
     if real.is_relative_to(os.path.realpath(options.agent_dir)):
