@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from pi_runs import bash_script, json_events, pi_env, run_pi, scripted_argv  # noqa: E402
+from pi_runs import bash_script, json_events, pi_env, run_pi, scripted_argv
 
 pytestmark = pytest.mark.e2e
 
