@@ -309,7 +309,7 @@ def open_writer(choice: SessionChoice, session_id: str) -> SessionWriter:
         raise UsageError(f"cannot open the session: {exc}") from exc
     except OSError as exc:
         raise UsageError(
-            f"cannot open or write the session file in {choice.directory}: "
+            f"cannot write the session file in {choice.directory}: "
             f"{exc.strerror or exc} (use --no-session, --session-dir, or set "
             "PI_CODING_AGENT_DIR)"
         ) from exc

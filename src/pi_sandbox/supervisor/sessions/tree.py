@@ -283,6 +283,7 @@ async def navigate(
     outcome = await dispatch(
         "session_before_tree",
         {
+            "target_id": target_id,  # kept from before issue 15
             "preparation": {
                 "target_id": target_id,
                 "old_leaf_id": old_leaf,
@@ -342,6 +343,8 @@ async def navigate(
     await notify(
         "session_tree",
         {
+            "target_id": target_id,  # kept from before issue 15, with previous_leaf_id
+            "previous_leaf_id": old_leaf,
             "new_leaf_id": writer.last_id,
             "old_leaf_id": old_leaf,
             "summary_entry": summary_entry,
