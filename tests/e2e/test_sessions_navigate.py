@@ -566,3 +566,21 @@ def test_pi_sessions_ignores_files_that_are_not_sessions(tmp_path, dirs):
     listed = pi_cli(tmp_path, "sessions", "--json", "-C", str(a), timeout=30)
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["sessions"] == []
+
+
+def test_set_session_name_fires_session_info_changed_to_extensions(tmp_path, dirs):
+    a, _ = dirs
+    ext = _tree_extension(
+        tmp_path,
+        "def extension(pi):\n"
+        "    def changed(event, ctx):\n"
+        "        pi.append_entry('seen-name', {'name': event.name})\n"
+        "    pi.on('session_info_changed', changed)\n",
+    )
+    with FakeOpenAI([]) as server:
+        rpc = Rpc(tmp_path, server, "-C", str(a), "-e", str(ext))
+        assert rpc.call({"type": "set_session_name", "name": "  renamed  "})["success"]
+        assert rpc.call({"type": "get_state"})["data"]["session_name"] == "renamed"
+        assert rpc.close() == 0
+    custom = [r for r in _records(_files(tmp_path)[0]) if r["type"] == "custom"]
+    assert [(r["customType"], r["data"]) for r in custom] == [("seen-name", {"name": "renamed"})]

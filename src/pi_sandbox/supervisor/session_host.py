@@ -842,6 +842,7 @@ class SessionHost:
         check_text("name", name, limits.text_chars)
         self._charge_write(source, json_size(name))
         self.session.writer.append_session_info(name)
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -1333,9 +1334,9 @@ class SessionHost:
         )
         return turn.text.strip() or "(the model returned an empty summary)"
 
-    def set_session_name(self, name: str) -> None:
+    async def set_session_name(self, name: str) -> None:
         """RPC ``set_session_name``: a ``session_info`` entry (pi normalises line
-        breaks to spaces and trims).
+        breaks to spaces and trims), then ``session_info_changed`` (``name``).
 
         Raises:
             HostCallError: the name is empty once normalised.
@@ -1346,6 +1347,7 @@ class SessionHost:
                 "set_session_name: 'name' must not be empty", methods.ERROR_INVALID_PARAMS
             )
         self.session.writer.append_session_info(value[:1000])
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
 
     def set_label(self, entry_id: str, label: str | None) -> dict[str, Any]:
         """RPC ``set_label`` (our addition; pi has ``/label`` and ``pi.setLabel``):

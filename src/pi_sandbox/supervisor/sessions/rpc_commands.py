@@ -105,7 +105,7 @@ async def handle_session_command(
             await respond(command, False, error="set_session_name: 'name' must be a string")
             return
         try:
-            host.set_session_name(name)
+            await host.set_session_name(name)
         except Exception as exc:  # HostCallError: the reason, as a failed response
             await respond(command, False, error=str(exc))
             return
