@@ -539,6 +539,8 @@ def test_an_extension_labels_the_new_leaf_from_session_tree(tmp_path, dirs):
         "def extension(pi):\n"
         "    def after(event, ctx):\n"
         "        pi.set_label(event.new_leaf_id, 'visited')\n"
+        "        seen = ctx.session_manager.get_label(event.new_leaf_id)\n"
+        "        pi.append_entry('label-read-back', {'label': seen})\n"
         "    pi.on('session_tree', after)\n",
     )
     with FakeOpenAI([text("A1"), text("A2")]) as server:
@@ -551,8 +553,11 @@ def test_an_extension_labels_the_new_leaf_from_session_tree(tmp_path, dirs):
             "success"
         ]
         assert rpc.close() == 0
-    labels = [r for r in _records(_files(tmp_path)[0]) if r["type"] == "label"]
+    records = _records(_files(tmp_path)[0])
+    labels = [r for r in records if r["type"] == "label"]
     assert [(r["targetId"], r["label"]) for r in labels] == [(answer, "visited")]
+    read_back = [r["data"] for r in records if r.get("customType") == "label-read-back"]
+    assert read_back == [{"label": "visited"}]
 
 
 def test_pi_sessions_ignores_files_that_are_not_sessions(tmp_path, dirs):

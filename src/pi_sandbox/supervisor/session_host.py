@@ -1130,6 +1130,10 @@ class SessionHost:
             return str(writer.path) if writer.path is not None else None
         if what == "session_id":
             return writer.header.id
+        if what == "labels":  # issue 15: ctx.session_manager.get_label(s)
+            from pi_sandbox.supervisor.sessions.tree import labels_of
+
+            return {target: label for target, (label, _) in labels_of(writer.entries).items()}
         raise _refuse(f"session_manager: unknown view {what!r}", methods.ERROR_INVALID_PARAMS)
 
     async def _op_ui(

@@ -293,7 +293,7 @@ async def navigate(
                 "custom_instructions": custom_instructions,
                 "replace_instructions": replace_instructions,
                 "label": label,
-            }
+            },
         },
     )
     await report(outcome.errors, "session_before_tree")
