@@ -1,8 +1,8 @@
 """The ``pi`` command line (a public contract; later issues extend it).
 
 ``pi [options] [message…]``, ``pi sandbox doctor [--json]``,
-``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``
-and ``pi resources [--json]``. Exit status: 0 success; 1 the agent or provider
+``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``,
+``pi resources [--json]`` and ``pi sessions [--json] [-C DIR] [--all]``. Exit status: 0 success; 1 the agent or provider
 failed; 2 bad usage or configuration (names the argument or file); 3 a sandbox was
 required (``--sandbox``, or ``--trust sandboxed`` with project extensions) and
 bubblewrap cannot run here — in ``--ci`` mode that is 2, and 3 means the run

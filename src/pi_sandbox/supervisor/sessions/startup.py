@@ -260,6 +260,17 @@ def _open(
             "again"
         )
     recorded_path = recorded_path.resolve()
+    if recorded_path != cwd and not _in_store(path, agent_dir, override):
+        # The recorded cwd becomes the sandbox's writable workspace: a file from
+        # outside the session store (a download, a repository) must not choose it.
+        raise UsageError(
+            f"{path} is not in the session store ({agent_dir / 'sessions'}"
+            + (f" or {override}" if override is not None else "")
+            + f") and was recorded in {recorded_path}, not {cwd}; pi-sandbox does not move "
+            "the workspace on the word of such a file. Resume it there with "
+            f"`pi -C {recorded_path} --session {path}`, or copy it into {cwd} with "
+            f"`pi --fork {path}`"
+        )
     if recorded_path != cwd:
         note = "given with -C" if cwd_given else "the current directory"
         choice.notices.append(
@@ -270,6 +281,14 @@ def _open(
     # New sessions of this run (new_session, clone) belong to the directory it runs in.
     choice.directory = lookup_directory(agent_dir, recorded_path, override)
     return choice
+
+
+def _in_store(path: Path, agent_dir: Path, override: Path | None) -> bool:
+    """``path`` lies in the session store (``<agent_dir>/sessions`` or the
+    ``--session-dir``), symlinks resolved."""
+    real = Path(os.path.realpath(path))
+    stores = [agent_dir / "sessions", *([override] if override is not None else [])]
+    return any(real.is_relative_to(os.path.realpath(store)) for store in stores)
 
 
 def new_session_writer(directory: Path, cwd: Path, session_id: str | None = None) -> SessionWriter:
