@@ -172,7 +172,8 @@ async def _session_change(
             return
 
         async def clone() -> dict[str, Any]:
-            return await host.replace("fork", entry_id=writer.last_id, position="at")
+            leaf = host.session.writer.last_id  # when it runs, after queued work
+            return await host.replace("fork", entry_id=leaf, position="at")
 
         answer_later(command, clone)
     elif kind == "switch_session":
