@@ -137,6 +137,19 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "timestamp": message.get("timestamp"),
                 }
             )
+        elif role == "branchSummary":
+            # pi's BRANCH_SUMMARY_PREFIX/SUFFIX (core/messages.ts), issue 15.
+            text = (
+                "The following is a summary of a branch that this conversation came back "
+                f"from:\n\n<summary>\n{message.get('summary', '')}</summary>"
+            )
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": text}],
+                    "timestamp": message.get("timestamp"),
+                }
+            )
         elif role == "bashExecution":
             text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
                 f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
