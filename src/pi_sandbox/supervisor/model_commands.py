@@ -55,10 +55,22 @@ class ModelControl:
         self.factory = factory
         self.scope = list(scope or [])
 
+    @property
+    def current(self) -> ModelInfo:
+        """The model answering now: `model`, or for a provider outside the catalogue
+        (the scripted one, an extension's) a Model object describing it, so that
+        RPC ``get_state``/``get_available_models`` always have pi's Model shape."""
+        if self.model is not None:
+            return self.model
+        provider = self.session.provider
+        name, model_id = str(provider.name), str(provider.model)
+        api = str(getattr(provider, "api", None) or name)
+        return ModelInfo(provider=name, id=model_id, name=model_id, api=api, base_url="")
+
     def available(self) -> list[ModelInfo]:
         """pi's "available models": those whose provider has a key (or needs none)."""
         if self.factory is None:
-            return [self.model] if self.model is not None else []
+            return [self.current]
         return self.factory.available()
 
     def _switch(self, model: ModelInfo, level: str | None) -> None:
@@ -80,6 +92,9 @@ class ModelControl:
         """RPC ``set_model``: switch to ``provider``/``model_id``; returns the Model
         object. Raises ``UsageError`` for an unknown model or a provider without a key."""
         if self.factory is None:
+            current = self.current
+            if (provider, model_id) == (current.provider, current.id):
+                return current.as_dict()  # the model already answering: nothing to switch
             raise UsageError("set_model: this run's provider cannot be switched (scripted)")
         if not isinstance(provider, str) or not isinstance(model_id, str) or not model_id:
             raise UsageError("set_model: 'provider' and 'modelId' must be strings")

@@ -1,32 +1,42 @@
 """``pi --mode rpc``: JSON-lines commands on stdin, events and responses on stdout.
 
-Close to ``pi``'s RPC mode. Each stdin line is one command object with ``type`` and
-an optional ``id`` echoed in its response
-``{"type": "response", "id", "command", "success", "data"?, "error"?}``; every event
-of the session is written as it happens (the same objects as ``--mode json``).
+pi 1.6.0's RPC protocol (pi docs rpc.md, rpc-commands.md, rpc-extension-ui.md; issue
+17 §2): each stdin line is one command ``{type, id?, …}``; its response is
+``{"type": "response", "id"?, "command", "success", "data"?, "error"?}`` with pi's
+``data`` shapes; the session's events are written as they happen, as pi's wire
+records (`pi_sandbox.supervisor.rpc_wire` translates our internal events).
 
-Commands: ``prompt {message}``, ``steer {message}``, ``follow_up {message}``,
-``abort``, ``abort_retry`` (cancels the wait before an automatic retry),
-``set_auto_retry {enabled}``, ``reload``, ``new_session``, ``compact
-{customInstructions?}`` (pi's result as ``data``; cancelled or nothing to compact: a
-failed response), ``set_auto_compaction {enabled}`` (this session only), ``bash {command}`` (the user's own command:
-``user_bash`` hooks, then the policy gate and the sandboxed tool worker),
-``set_trust {decision, save?}`` (the project's trust for this session, and with
-``save`` in the trust store; project resources follow through a reload, issue 6),
-``get_state``, ``get_commands``, the model commands of issue 16 (``get_available_models``,
-``set_model {provider, modelId}``, ``cycle_model``, ``set_thinking_level {level}``,
-``cycle_thinking_level``, ``get_available_thinking_levels``, ``get_session_stats``;
-``get_fork_messages``, ``fork``, ``clone``, ``switch_session``, ``set_session_name``,
-``navigate_tree`` and ``set_label`` (`pi_sandbox.supervisor.sessions.rpc_commands`),
-``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
-event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
-runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
-ends the session.
+All 33 commands of rpc-commands.md: ``prompt {message, images?,
+streamingBehavior?}`` (``data.disposition``: ``started``, ``queued`` or
+``handled``), ``steer``/``follow_up {message, images?}`` (``queued``; sent while
+idle they wait for the next prompt, `rpc_wire.RpcQueue`), ``abort``,
+``clear_queue``, ``new_session``, ``get_state``, ``get_messages``, the model and
+thinking commands (`model_commands`), ``set_steering_mode``/``set_follow_up_mode
+{mode}``, ``compact {customInstructions?}``, ``set_auto_compaction {enabled}``,
+``set_auto_retry {enabled}``, ``abort_retry``, ``bash {command}`` (streams
+``bash_execution_update``), ``abort_bash``, ``get_session_stats``, ``export_html
+{outputPath?}``, the session commands (`sessions.rpc_commands`: ``switch_session``,
+``fork``, ``clone``, ``get_fork_messages``, ``get_entries``, ``get_tree``,
+``set_session_name``), ``get_last_assistant_text``, ``get_commands``; and
+``extension_ui_response {id, value | confirmed | cancelled}``, which gets no
+response (as pi).
+
+Our own commands, named so that pi's cannot collide with them (docs/rpc.md):
+``sandbox_set_trust {decision, save?}``, ``sandbox_reload``,
+``sandbox_navigate_tree``, ``sandbox_set_label``, ``sandbox_quit``; the older
+unprefixed names (``set_trust``, ``reload``, ``navigate_tree``, ``set_label``,
+``quit``) still work.
+
+``prompt`` while the agent runs needs ``streamingBehavior`` (as pi);
+``new_session``/``sandbox_reload``/``bash``/``compact`` wait for queued work and
+are refused while the agent runs. End of input waits for queued work and ends the
+session.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -34,14 +44,28 @@ import trio
 from pi_sandbox.errors import HostCallError, ProviderError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
 from pi_sandbox.supervisor.model_commands import MODEL_COMMANDS
+from pi_sandbox.supervisor.rpc_wire import RpcQueue, RpcWire
 from pi_sandbox.supervisor.sessions.rpc_commands import SESSION_COMMANDS, handle_session_command
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
-__all__ = ["MAX_COMMAND_BYTES", "serve_rpc"]
+__all__ = ["MAX_COMMAND_BYTES", "OUR_COMMANDS", "serve_rpc"]
 
 MAX_COMMAND_BYTES = 8 * 1024 * 1024
 """Longest command line accepted on stdin; a longer one is refused and skipped."""
+
+OUR_COMMANDS = {
+    "sandbox_set_trust": "set_trust",
+    "sandbox_reload": "reload",
+    "sandbox_navigate_tree": "navigate_tree",
+    "sandbox_set_label": "set_label",
+    "sandbox_quit": "quit",
+}
+"""Our RPC commands (pi has none of them): the ``sandbox_`` name → the older
+unprefixed name, which still works (docs/rpc.md)."""
+
+QUEUE_MODES = ("all", "one-at-a-time")
+"""``set_steering_mode``/``set_follow_up_mode`` values (rpc-commands.md)."""
 
 
 async def _lines(stream: trio.abc.ReceiveStream) -> Any:
@@ -70,13 +94,142 @@ async def _lines(stream: trio.abc.ReceiveStream) -> Any:
             yield None  # report the oversized line, once
 
 
-async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
-    """Serve commands from ``stdin_fd`` until ``quit`` or end of input.
+def _images(command: dict[str, Any]) -> list[dict[str, Any]] | bool | None:
+    """The command's ``images`` (pi's ImageContent list), None when absent, False
+    when malformed."""
+    images = command.get("images")
+    if images is None:
+        return None
+    if not isinstance(images, list) or not all(
+        isinstance(i, dict)
+        and i.get("type") == "image"
+        and isinstance(i.get("data"), str)
+        and isinstance(i.get("mimeType"), str)
+        for i in images
+    ):
+        return False
+    return images
 
-    Never raises for bad input: a malformed line gets a failed response naming the
-    problem.
+
+def _user_message(text: str, images: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, *(images or [])],
+        "timestamp": now_ms(),
+    }
+
+
+def _last_assistant_text(messages: list[dict[str, Any]]) -> str | None:
+    """pi's ``getLastAssistantText``: the text blocks of the last assistant message
+    that has content, or None."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and content:
+            return "".join(
+                b.get("text", "")
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "text"
+            )
+    return None
+
+
+def _source_info(command: dict[str, Any], host: Any) -> dict[str, Any]:
+    """pi's ``sourceInfo`` ``{path, source, scope, origin}`` for a ``get_commands`` item."""
+    path = command.get("path")
+    scope = "user"
+    if command.get("source") == "builtin":
+        return {
+            "path": f"builtin:{command['name']}",
+            "source": "builtin",
+            "scope": "user",
+            "origin": "top-level",
+        }
+    for source, _ in getattr(host.pool, "extensions", ()):
+        if command.get("extension") == str(source.path):
+            path = str(source.path)
+            scope = {"cli": "temporary", "project": "project"}.get(source.origin, "user")
+    return {"path": path or "", "source": "local", "scope": scope, "origin": "top-level"}
+
+
+def get_commands(host: Any) -> dict[str, Any]:
+    """``get_commands`` data: ``{"commands": [{name, description, source, sourceInfo,
+    path?}]}`` (pi's wrapper; our built-ins come first with ``source: "builtin"``,
+    since ours, unlike pi's RPC mode, runs ``/reload``, ``/compact``, ``/new`` and
+    ``/trust`` sent as prompts)."""
+    commands = []
+    by_name = {c.name: c for c in host.pool.commands.values()}
+    extensions = list(getattr(host.pool, "extensions", ()))
+    for item in host.commands():
+        entry = dict(item)
+        registered = by_name.get(entry["name"])
+        if registered is not None and 0 <= registered.index < len(extensions):
+            entry["extension"] = str(extensions[registered.index][0].path)
+        entry["sourceInfo"] = _source_info(entry, host)
+        entry.pop("extension", None)
+        commands.append(entry)
+    return {"commands": commands}
+
+
+def get_state(host: Any, queue: RpcQueue) -> dict[str, Any]:
+    """``get_state`` data with pi's fields (rpc-commands.md), plus ours under
+    ``sandbox`` (docs/rpc.md)."""
+    session = host.session
+    writer = session.writer
+    models = getattr(host, "models", None)
+    if models is not None:
+        model = models.current.as_dict()
+    else:
+        model = {"provider": session.provider.name, "id": session.provider.model}
+    ours = dict(host.state())
+    for key in ("model", "thinking_level", "session_file", "session_id", "session_name"):
+        ours.pop(key, None)
+    ours.pop("autoCompactionEnabled", None)
+    ours.pop("isCompacting", None)
+    return {
+        "model": model,
+        "thinkingLevel": host.thinking_level,
+        "isStreaming": bool(session.running),
+        "isCompacting": bool(session.compactor.compacting),
+        "steeringMode": queue.steering_mode,
+        "followUpMode": queue.follow_up_mode,
+        "sessionFile": str(writer.path) if writer.path is not None else None,
+        "sessionId": writer.header.id,
+        "sessionName": writer.name,
+        "autoCompactionEnabled": session.compactor.auto_enabled(session),
+        "messageCount": len(session.messages),
+        "pendingMessageCount": queue.pending,
+        "sandbox": ours,
+    }
+
+
+def _bash_data(result: dict[str, Any]) -> dict[str, Any]:
+    """pi's ``BashResult`` (rpc-commands.md ``bash``) from `SessionHost.user_bash`'s
+    result. ``fullOutputPath`` is never set: ours keeps no full-output file."""
+    return {
+        "output": result["output"],
+        "exitCode": result["exit_code"],
+        "cancelled": result["cancelled"],
+        "truncated": bool(result.get("truncated", False)),
+    }
+
+
+async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
+    """Serve commands from ``stdin_fd`` until ``sandbox_quit`` or end of input.
+
+    ``emit`` is the run's `RpcWire` (any emit function works; then there is no
+    ``queue_update`` on delivery and start-up notices were not held back).
+
+    Never raises for bad input: a malformed line gets a failed response with
+    ``command: "parse"`` naming the problem.
     """
     host.keep_going = True
+    queue = emit.queue if isinstance(emit, RpcWire) else RpcQueue()
+    if isinstance(emit, RpcWire):
+        emit.live = True
 
     async def respond(command: dict[str, Any], success: bool, **extra: Any) -> None:
         response = {"type": "response", "command": command.get("type"), "success": success}
@@ -85,8 +238,9 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
         response.update(extra)
         await emit(response)
 
-    def user_message(text: str) -> dict[str, Any]:
-        return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
+    async def parse_error(message: str) -> None:
+        # pi's response to a line that is not a command: command "parse", no id.
+        await emit({"type": "response", "command": "parse", "success": False, "error": message})
 
     def answer_later(command: dict[str, Any], action: Any, *args: Any) -> None:
         # Queued behind the current work; the response says how the action went.
@@ -110,19 +264,55 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
         # start while a run is in progress (or a replacement is).
         return host.session.running or host.replacing
 
-    def busy() -> bool:
-        return host.session.running or host._queued > 0 or host.replacing
+    def extension_command(text: str) -> str | None:
+        if not text.startswith("/"):
+            return None
+        name = text[1:].partition(" ")[0]
+        return name if name in host.pool.commands else None
+
+    async def queue_message(kind: str, text: str, images: list[dict[str, Any]] | None) -> None:
+        # pi's _queueSteer/_queueFollowUp: the text joins the queue the client sees;
+        # while idle the message waits for the next prompt's run.
+        message = _user_message(text, images)
+        if kind == "steer":
+            queue.steering.append(text)
+            target = host.session.steering if host.session.running else queue.held_steering
+        else:
+            queue.follow_up.append(text)
+            target = host.session.follow_ups if host.session.running else queue.held_follow_up
+        target.append(message)
+        await emit(queue.record())
+
+    async def start_prompt(
+        command: dict[str, Any], text: str, images: list[dict[str, Any]] | None
+    ) -> None:
+        answered = False
+
+        async def disposition(value: str) -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                await respond(command, True, data={"disposition": value})
+
+        async def prompt_job() -> None:
+            queue.release(host.session)
+            try:
+                await host.submit(text, images, on_disposition=disposition)
+            except BaseException as exc:
+                if not answered and not isinstance(exc, trio.Cancelled):
+                    with trio.CancelScope(shield=True):
+                        await respond(command, False, error=str(exc) or type(exc).__name__)
+                raise
+
+        async def dropped() -> None:
+            await respond(command, False, error="aborted before it started")
+
+        host.enqueue(prompt_job, prompt=True, on_dropped=dropped)
 
     async with trio.lowlevel.FdStream(os.dup(stdin_fd)) as stream:
         async for raw in _lines(stream):
             if raw is None:
-                await emit(
-                    {
-                        "type": "response",
-                        "success": False,
-                        "error": f"command longer than {MAX_COMMAND_BYTES} bytes; skipped",
-                    }
-                )
+                await parse_error(f"command longer than {MAX_COMMAND_BYTES} bytes; skipped")
                 continue
             if not raw.strip():
                 continue
@@ -130,64 +320,101 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 # The worker channel's decoder: bounded numbers and nesting, no NaN.
                 command = decode_line(raw)
             except FrameError as exc:
-                await emit({"type": "response", "success": False, "error": str(exc)[:500]})
+                await parse_error(f"Failed to parse command: {str(exc)[:500]}")
                 continue
             if not isinstance(command.get("type"), str):
-                await emit(
-                    {
-                        "type": "response",
-                        "success": False,
-                        "error": "a command needs a string 'type'",
-                    }
-                )
+                await parse_error("a command needs a string 'type'")
                 continue
             kind = command["type"]
+            if kind in OUR_COMMANDS:
+                kind = OUR_COMMANDS[kind]
             message = command.get("message")
-            if kind in ("prompt", "steer", "follow_up") and not isinstance(message, str):
-                await respond(command, False, error=f"{kind}: 'message' must be a string")
-                continue
-            if kind == "prompt":
-                if busy():
+            if kind in ("prompt", "steer", "follow_up"):
+                images = _images(command)
+                if not isinstance(message, str):
+                    await respond(command, False, error=f"{kind}: 'message' must be a string")
+                    continue
+                if images is False:
                     await respond(
                         command,
                         False,
-                        error=f"{busy_reason()}; use steer, follow_up or abort",
+                        error=f"{kind}: 'images' must be a list of "
+                        "{type: 'image', data, mimeType}",
                     )
                     continue
-
-                async def prompt_job(text: str = message) -> None:
-                    await host.submit(text)
-
-                host.enqueue(prompt_job, prompt=True)
-                await respond(command, True)
-            elif kind in ("steer", "follow_up"):
+            if kind == "prompt":
+                behaviour = command.get("streamingBehavior")
+                if behaviour not in (None, "steer", "followUp"):
+                    await respond(
+                        command,
+                        False,
+                        error="prompt: 'streamingBehavior' must be steer or followUp",
+                    )
+                    continue
                 if host.session.running:
-                    queue = host.session.steering if kind == "steer" else host.session.follow_ups
-                    queue.append(user_message(message))
-                else:
-
-                    async def queued_job(text: str = message) -> None:
-                        await host.submit(text)
-
-                    host.enqueue(queued_job, prompt=True)
-                await respond(command, True)
+                    if behaviour is None:
+                        # pi's words (agent-session.js _preparePrompt).
+                        await respond(
+                            command,
+                            False,
+                            error="Agent is already processing. Specify streamingBehavior "
+                            "('steer' or 'followUp') to queue the message.",
+                        )
+                        continue
+                    if (name := extension_command(message)) is not None:
+                        # Extension commands run at once, even during a run (pi).
+                        await start_prompt(command, message, images)
+                        continue
+                    await queue_message(
+                        "steer" if behaviour == "steer" else "follow_up", message, images
+                    )
+                    await respond(command, True, data={"disposition": "queued"})
+                    continue
+                await start_prompt(command, message, images)
+            elif kind in ("steer", "follow_up"):
+                if (name := extension_command(message)) is not None:
+                    await respond(
+                        command,
+                        False,
+                        error=f'Extension command "/{name}" cannot be queued. '
+                        "Use prompt or execute the command when not streaming.",
+                    )
+                    continue
+                await queue_message(kind, message, images)
+                await respond(command, True, data={"disposition": "queued"})
             elif kind == "abort":
                 await respond(command, True, data={"aborted": host.abort()})
+            elif kind == "clear_queue":
+                data = queue.clear(host.session)
+                await emit(queue.record())
+                await respond(command, True, data=data)
             elif kind == "abort_retry":
                 # pi docs rpc-commands.md "Retry": cancel the wait and stop retrying.
                 retry = host.session.retry
                 await respond(
                     command, True, data={"aborted": retry.abort_retry() if retry else False}
                 )
-            elif kind == "set_auto_retry":
+            elif kind in ("set_auto_retry", "set_auto_compaction"):
                 enabled = command.get("enabled")
                 if not isinstance(enabled, bool):
+                    await respond(command, False, error=f"{kind}: 'enabled' must be true or false")
+                    continue
+                if kind == "set_auto_compaction":
+                    host.session.compactor.auto = enabled
+                elif host.session.retry is not None:
+                    host.session.retry.settings.enabled = enabled
+                await respond(command, True)
+            elif kind in ("set_steering_mode", "set_follow_up_mode"):
+                mode = command.get("mode")
+                if mode not in QUEUE_MODES:
                     await respond(
-                        command, False, error="set_auto_retry: 'enabled' must be true or false"
+                        command, False, error=f"{kind}: 'mode' must be all or one-at-a-time"
                     )
                     continue
-                if host.session.retry is not None:
-                    host.session.retry.settings.enabled = enabled
+                if kind == "set_steering_mode":
+                    queue.steering_mode = mode
+                else:
+                    queue.follow_up_mode = mode
                 await respond(command, True)
             elif kind in ("reload", "new_session"):
                 if running():
@@ -211,7 +438,22 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     await respond(command, False, error=f"{busy_reason()}; bash waits for idle")
                     continue
 
-                answer_later(command, host.user_bash, bash_command)
+                async def run_bash(
+                    command: dict[str, Any] = command, bash_command: str = bash_command
+                ) -> dict[str, Any]:
+                    async def update(delta: str) -> None:
+                        record: dict[str, Any] = {"type": "bash_execution_update"}
+                        if "id" in command:
+                            record["id"] = command["id"]
+                        record["delta"] = delta
+                        await emit(record)
+
+                    return _bash_data(await host.user_bash(bash_command, on_output=update))
+
+                answer_later(command, run_bash)
+            elif kind == "abort_bash":
+                host.abort_bash()
+                await respond(command, True)
             elif kind == "compact":
                 if running():
                     await respond(command, False, error=f"cannot compact: {busy_reason()}")
@@ -230,29 +472,26 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     try:
                         result = await host.compact(instructions)
                     except (HostCallError, UsageError, ProviderError) as exc:
-                        await respond(command, False, error=f"compaction failed: {exc}")
+                        await respond(command, False, error=f"Compaction failed: {exc}")
                         return
                     if result.get("compacted"):
-                        await respond(command, True, data=result)
+                        data = {
+                            k: v
+                            for k, v in result.items()
+                            if k not in ("first_kept_entry_id", "tokens_before")
+                        }
+                        await respond(command, True, data=data)
                     elif result.get("cancelled"):
                         await respond(
-                            command, False, error=f"compaction cancelled: {result.get('reason')}"
+                            command, False, error=f"Compaction cancelled: {result.get('reason')}"
                         )
                     else:
+                        # pi's words (agent-session.js compact).
                         await respond(
-                            command, False, error="nothing to compact (the session is too small)"
+                            command, False, error="Nothing to compact (session too small)"
                         )
 
                 host.enqueue(compact_job)
-            elif kind == "set_auto_compaction":
-                enabled = command.get("enabled")
-                if not isinstance(enabled, bool):
-                    await respond(
-                        command, False, error="set_auto_compaction: 'enabled' must be true or false"
-                    )
-                    continue
-                host.session.compactor.auto = enabled
-                await respond(command, True)
             elif kind == "set_trust":
                 decision = command.get("decision")
                 if decision not in ("yes", "no", "sandboxed"):
@@ -272,8 +511,11 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     return await host.set_trust(decision, save=save)
 
                 answer_later(command, set_trust)
-            elif kind in MODEL_COMMANDS and getattr(host, "models", None) is not None:
+            elif kind in MODEL_COMMANDS:
                 # issue 16: model/thinking switches and usage totals (pi's shapes).
+                if getattr(host, "models", None) is None:
+                    await respond(command, False, error=f"{kind}: no model control in this run")
+                    continue
                 try:
                     data = host.models.handle(command)
                 except UsageError as exc:
@@ -282,12 +524,38 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     extra = {} if kind == "set_thinking_level" else {"data": data}
                     await respond(command, True, **extra)
             elif kind == "get_state":
-                await respond(command, True, data=host.state())
+                await respond(command, True, data=get_state(host, queue))
+            elif kind == "get_messages":
+                await respond(command, True, data={"messages": host.session.messages})
+            elif kind == "get_last_assistant_text":
+                text = _last_assistant_text(host.session.messages)
+                await respond(command, True, data={"text": text})
             elif kind == "get_commands":
-                await respond(command, True, data=host.commands())
+                await respond(command, True, data=get_commands(host))
+            elif kind == "export_html":
+                output_path = command.get("outputPath")
+                if output_path is not None and (
+                    not isinstance(output_path, str) or not output_path
+                ):
+                    await respond(command, False, error="export_html: 'outputPath' must be a path")
+                    continue
+                from pi_sandbox.supervisor.sessions.html_export import export_html
+
+                try:
+                    path = await trio.to_thread.run_sync(
+                        export_html,
+                        host.session.writer,
+                        Path(output_path) if output_path else None,
+                        Path(host.session.cwd),
+                    )
+                except OSError as exc:
+                    await respond(command, False, error=f"export_html: cannot write: {exc}")
+                    continue
+                await respond(command, True, data={"path": str(path)})
             elif kind == "extension_ui_response":
-                found = host.ui_response(str(command.get("ui_id")), command.get("value"))
-                await respond(command, found, **({} if found else {"error": "no such UI request"}))
+                # pi sends no response to an answer (rpc-extension-ui.md); an answer to
+                # no open dialog (timed out, or never asked) is dropped, as pi drops it.
+                host.ui_response(str(command.get("ui_id", command.get("id"))), _ui_value(command))
             elif kind in SESSION_COMMANDS:  # issue 15: sessions/rpc_commands.py
                 await handle_session_command(
                     host,
@@ -302,6 +570,17 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 await respond(command, True)
                 break
             else:
-                await respond(command, False, error=f"unknown command type {kind!r}")
+                await respond(command, False, error=f"Unknown command: {kind}")
     host.close_ui()
     await host.wait_quiet()
+
+
+def _ui_value(command: dict[str, Any]) -> Any:
+    """The answer an ``extension_ui_response`` carries, as `SessionHost.ui_response`
+    takes it: ``cancelled: true`` → None (the dialog's default), ``confirmed`` (a
+    confirm) → that boolean, else ``value``."""
+    if command.get("cancelled") is True:
+        return None
+    if "confirmed" in command:
+        return command["confirmed"]
+    return command.get("value")

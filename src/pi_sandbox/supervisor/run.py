@@ -170,9 +170,13 @@ def run_print_session(options: RunOptions) -> int:
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
-    output = (
+    output: Any = (
         JsonOutput() if options.mode in ("json", "rpc") else PrintOutput(verbose=options.verbose)
     )
+    if options.mode == "rpc":
+        from pi_sandbox.supervisor.rpc_wire import RpcWire
+
+        output = RpcWire(output)  # pi's RPC records (issue 17 §2)
     from pi_sandbox.supervisor.audit_log import AuditLog
 
     policy = start.policy
@@ -605,6 +609,16 @@ async def _run(
         if pool.running_calls.get(update.tool_call_id or "") is not worker:
             return  # only the worker executing a call may report progress for it
         call_id = update.tool_call_id or ""
+        if (to_user := pool.user_bash_output.get(call_id)) is not None:
+            # The user's own RPC bash command: its output is the user's, streamed as
+            # pi's bash_execution_update (no tool_result hook sees it).
+            text = update.update.get("text") if isinstance(update.update, dict) else None
+            sent = update_bytes.get(call_id, 0)
+            if isinstance(text, str) and text and sent <= MAX_UPDATE_BYTES_PER_CALL:
+                # Bounded as tool progress is; the response has the output's tail.
+                update_bytes[call_id] = sent + len(text.encode())
+                await to_user(text)
+            return
         if pool.subscribed("tool_result"):
             # issue 13 §1: a tool_result hook may redact the result; streamed raw,
             # the output would reach stdout before (or without, when the hook fails)
@@ -765,7 +779,7 @@ async def _run(
                         timestamp=writer.header.timestamp,
                         path=str(writer.path),
                     )
-                if options.mode in ("json", "rpc"):
+                if options.mode == "json":  # pi's RPC stream opens with nothing (rpc.md)
                     await output(header)
                 for notice in notices:
                     await output({"type": "notice", "message": notice})

@@ -194,6 +194,10 @@ class SessionHost:
         self._prompt_started = 0
         self._quiet = trio.Event()
         self._quiet.set()
+        # The session's idle event at the last agent_settled (see `_settled`).
+        self._settled_idle: trio.Event = session.idle
+        # RPC bash (issue 17 §2): running user commands' cancel scopes (abort_bash).
+        self._bash_scopes: set[trio.CancelScope] = set()
         self._nursery: trio.Nursery | None = None
         # issue 13 §4: rates, session budgets and strikes of every extension.
         rules = pool.config.extension_rules
@@ -265,9 +269,16 @@ class SessionHost:
                 if self._queued == 0:
                     self._quiet.set()
 
-    def enqueue(self, job: Callable[[], Awaitable[Any]], *, prompt: bool = False) -> None:
+    def enqueue(
+        self,
+        job: Callable[[], Awaitable[Any]],
+        *,
+        prompt: bool = False,
+        on_dropped: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
         """Queue ``job`` (a prompt, a reload …) for the runner, one at a time.
-        A ``prompt`` job is dropped if `abort` comes before it starts."""
+        A ``prompt`` job is dropped if `abort` comes before it starts (then
+        ``on_dropped`` is awaited: the RPC prompt's response)."""
         self._queued += 1
         self._quiet = trio.Event() if self._quiet.is_set() else self._quiet
         if prompt:
@@ -277,6 +288,8 @@ class SessionHost:
             async def guarded() -> None:
                 if serial <= self._aborted_serial:
                     await self.emit({"type": "notice", "message": "a queued prompt was aborted"})
+                    if on_dropped is not None:
+                        await on_dropped()
                     return
                 self._prompt_started = serial
                 try:
@@ -337,7 +350,7 @@ class SessionHost:
             break
         else:
             if not self.session.follow_ups:
-                return await self.session.notify("agent_settled", {})
+                return await self._settled()
             self.session.follow_ups.clear()
             await self.emit(
                 {
@@ -346,6 +359,18 @@ class SessionHost:
                     "after the prompt; their queued follow-ups were dropped",
                 }
             )
+        await self._settled()
+
+    async def _settled(self) -> None:
+        """``agent_settled {aborted}`` on the output (pi 1.6.0 json.md / rpc.md: the
+        last record of a prompt's work; pi's ``RpcClient.waitForIdle`` and
+        ``promptAndWait`` wait for it), then the extension event. Only after work
+        that ran the agent: a ``bash`` or ``compact`` command alone settles nothing.
+        ``AgentSession.run`` makes a new ``idle`` event per run, so a run since the
+        last settle is one whose ``idle`` event this host has not seen yet."""
+        if self.session.idle is not self._settled_idle and self.session.idle.is_set():
+            self._settled_idle = self.session.idle
+            await self.emit({"type": "agent_settled", "aborted": bool(self.session.aborted)})
         await self.session.notify("agent_settled", {})
 
     async def _run_guarded(self, run: Callable[[], Awaitable[Any]]) -> Any:
@@ -362,9 +387,20 @@ class SessionHost:
                 await self.emit({"type": "error", "error": str(exc)})
             return None
 
-    async def submit(self, text: str, images: list[dict[str, Any]] | None = None) -> str:
+    async def submit(
+        self,
+        text: str,
+        images: list[dict[str, Any]] | None = None,
+        *,
+        on_disposition: Callable[[str], Awaitable[None]] | None = None,
+    ) -> str:
         """Handle one user input: a ``/command``, else the ``input`` event, else an
         agent run. Returns the final assistant text ("" for commands/handled input).
+
+        ``on_disposition`` (RPC ``prompt``, pi's ``preflightResult``) is awaited once
+        with ``"handled"`` when a command or an ``input`` hook took the input, or
+        with ``"started"`` just before the agent run starts; not at all when the
+        input failed before either (the error is raised).
 
         Raises:
             ProviderError: the provider failed.
@@ -390,10 +426,16 @@ class SessionHost:
                         )
                 else:
                     await self.replace("new")
+                if on_disposition is not None:
+                    await on_disposition("handled")
                 return ""
             # /skill:NAME is always a skill (an extension cannot register over it).
             command = None if name.startswith("skill:") else self.pool.commands.get(name)
             if command is not None:
+                if on_disposition is not None:
+                    # pi answers a command's prompt once it ran; ours answers as it
+                    # starts, so that a command's dialogs can be answered meanwhile.
+                    await on_disposition("handled")
                 await self.run_command(command, args.strip())
                 return ""
             if name in self.pool.ambiguous_commands:
@@ -406,10 +448,14 @@ class SessionHost:
         )
         if state is not None:
             if state.get("action") == "handled":
+                if on_disposition is not None:
+                    await on_disposition("handled")
                 return ""
             text = str(state.get("text", text))
             images = list(state.get("images") or images or [])
         text = await self.expand_input(text)
+        if on_disposition is not None:
+            await on_disposition("started")
         return await self.session.run(text, images)
 
     async def expand_input(self, text: str) -> str:
@@ -1127,7 +1173,7 @@ class SessionHost:
     ) -> Any:
         check_ui_call(kind, args, self.budgets.limits(source.origin))
         self.budgets.take(source.path, source.origin, "ui")
-        if kind in ("notify", "set_status", "set_widget"):
+        if kind in ("notify", "set_status", "set_widget", "set_title", "set_editor_text"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
         if not self.pool.config.has_ui or self.ui_closed:
@@ -1137,6 +1183,7 @@ class SessionHost:
         options = [str(o) for o in args.get("options") or []] if kind == "select" else []
         slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
+        limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
         await self.emit(
             {
                 "type": "extension_ui_request",
@@ -1144,9 +1191,11 @@ class SessionHost:
                 "method": kind,
                 "extension": str(source.path),
                 **args,
+                # pi's request carries the dialog's timeout in milliseconds
+                # (rpc-extension-ui.md); absent when the extension gave none.
+                **({"timeout": round(limit * 1000)} if limit is not None else {}),
             }
         )
-        limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
         try:
             # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
@@ -1337,6 +1386,8 @@ class SessionHost:
                 "set_session_name: 'name' must not be empty", methods.ERROR_INVALID_PARAMS
             )
         self.session.writer.append_session_info(value[:1000])
+        # pi's event on the stream (rpc.md / json.md "session_info_changed").
+        await self.emit({"type": "session_info_changed", "name": self.session.writer.name})
         await self.session.notify("session_info_changed", {"name": self.session.writer.name})
 
     def set_label(self, entry_id: str, label: str | None) -> dict[str, Any]:
@@ -1645,7 +1696,17 @@ class SessionHost:
                 }
             )
 
-    async def user_bash(self, command: str) -> dict[str, Any]:
+    def abort_bash(self) -> bool:
+        """RPC ``abort_bash``: cancel the user's running ``bash`` command(s) (the tool
+        worker gets ``$/cancel`` and kills the command's process group). False when
+        none runs."""
+        for scope in list(self._bash_scopes):
+            scope.cancel()
+        return bool(self._bash_scopes)
+
+    async def user_bash(
+        self, command: str, *, on_output: Callable[[str], Awaitable[None]] | None = None
+    ) -> dict[str, Any]:
         """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
         handlers may supply the result instead (first decisive wins); otherwise the
         policy gate decides and the tool worker runs it in the sandbox. The output is
@@ -1655,8 +1716,14 @@ class SessionHost:
         malformed result, times out or whose worker crashes (or is disabled) blocks
         the command.
 
+        ``on_output`` (RPC ``bash``: ``bash_execution_update``) is awaited with each
+        chunk of the command's output as the tool worker streams it; an extension's
+        result arrives whole, in one chunk. `abort_bash` cancels the command: the
+        result then says ``cancelled`` with the output so far.
+
         Returns:
-            ``{"output": str, "exit_code": int | None, "cancelled": bool, "by": str}``.
+            ``{"output": str, "exit_code": int | None, "cancelled": bool, "by": str,
+            "truncated": bool}``.
 
         Raises:
             HostCallError: the policy denied the command, or a ``user_bash`` handler
@@ -1689,7 +1756,10 @@ class SessionHost:
                 "exit_code": exit_code,
                 "cancelled": supplied.get("cancelled") is True,
                 "by": "extension",
+                "truncated": len(supplied["output"]) > MAX_SUPPLIED_CHARS,
             }
+            if on_output is not None and result["output"]:
+                await on_output(result["output"])
         else:
             if supplied is not None:
                 # A handler answered with something that is not a result: it is a
@@ -1706,34 +1776,64 @@ class SessionHost:
             if denial := await pipeline._gate(call, {"command": command}):
                 raise _refuse(denial)
             worker = await self.pool.ensure_tool_worker()
-            raw = await worker.request(
-                methods.TOOL_EXECUTE,
-                {
-                    "tool_call_id": call.id,
-                    "name": "bash",
-                    "params": {"command": command},
-                    "ctx": self.pool._ctx(),
-                },
-                timeout_s=pipeline.tool_timeout_s + 30,
-            )
-            text = "".join(
-                b.get("text", "") for b in (raw.get("content") or []) if isinstance(b, dict)
-            )
-            details = raw.get("details") or {}
-            result = {
-                "output": text,
-                "exit_code": details.get("exit_code")
-                if isinstance(details.get("exit_code"), int)
-                else None,
-                "cancelled": bool(details.get("aborted", False)),
-                "by": "tool worker",
-            }
+            streamed: list[str] = []
+
+            async def chunk(text: str) -> None:
+                streamed.append(text)
+                if on_output is not None:
+                    await on_output(text)
+
+            raw: dict[str, Any] | None = None
+            # The worker's progress for this call reaches `chunk` (run.py's tool
+            # update handler looks the call up in `user_bash_output`).
+            self.pool.running_calls[call.id] = worker
+            self.pool.user_bash_output[call.id] = chunk
+            try:
+                with trio.CancelScope() as scope:
+                    self._bash_scopes.add(scope)
+                    raw = await worker.request(
+                        methods.TOOL_EXECUTE,
+                        {
+                            "tool_call_id": call.id,
+                            "name": "bash",
+                            "params": {"command": command},
+                            "ctx": self.pool._ctx(),
+                        },
+                        timeout_s=pipeline.tool_timeout_s + 30,
+                    )
+            finally:
+                self._bash_scopes.discard(scope)
+                self.pool.running_calls.pop(call.id, None)
+                self.pool.user_bash_output.pop(call.id, None)
+            if raw is None:  # abort_bash: the output so far
+                result = {
+                    "output": "".join(streamed),
+                    "exit_code": None,
+                    "cancelled": True,
+                    "by": "tool worker",
+                    "truncated": False,
+                }
+            else:
+                text = "".join(
+                    b.get("text", "") for b in (raw.get("content") or []) if isinstance(b, dict)
+                )
+                details = raw.get("details") or {}
+                result = {
+                    "output": text,
+                    "exit_code": details.get("exit_code")
+                    if isinstance(details.get("exit_code"), int)
+                    else None,
+                    "cancelled": bool(details.get("aborted", False)),
+                    "by": "tool worker",
+                    "truncated": bool(details.get("truncated", False)),
+                }
         message = {
             "role": "bashExecution",
             "command": command,
             "output": result["output"],
             "exitCode": result["exit_code"],
             "cancelled": result["cancelled"],
+            "truncated": result["truncated"],
             "timestamp": now_ms(),
         }
         await self.session.commit(message)

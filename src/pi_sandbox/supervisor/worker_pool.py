@@ -236,6 +236,9 @@ class WorkerPool:
         self._on_tool_update: Callable[..., Any] | None = None
         # tool call id → the worker executing it (set by the tool pipeline).
         self.running_calls: dict[str, WorkerProcess] = {}
+        # The user's own bash commands (RPC ``bash``): call id → where its streamed
+        # output goes (``bash_execution_update``) instead of ``tool_execution_update``.
+        self.user_bash_output: dict[str, Callable[[str], Awaitable[None]]] = {}
         self.cgroups: CgroupLimiter | None = None
         # Protected entries sandboxed tools created and the guard moved out of the
         # workspace (issue 14 §1); reported as they are found.
