@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -789,13 +789,29 @@ def _empty_lists(value: Any, prefix: str = "data") -> set[str]:
     return out
 
 
+def in_message_object(path: str) -> bool:
+    """Whether a result field path lies inside a session message or entry object
+    (``data[]<assistant>.api``, ``data.entries[]<message>.message<toolResult>.durationMs``,
+    ``data.tree[]…``, ``data.entries[]<thinking_level_change>.id``): fields the JSON
+    stream and session file work (protocol-gaps items 1–8) owns, not the RPC commands."""
+    return (
+        path.startswith("data[]<")
+        or ".message<" in path
+        or path.startswith("data.tree[]")
+        or path.startswith("data.entries[]<")
+    )
+
+
 def compare_rpc(
-    pi_lines: Sequence[Mapping[str, Any]], our_lines: Sequence[Mapping[str, Any]]
+    pi_lines: Sequence[Mapping[str, Any]],
+    our_lines: Sequence[Mapping[str, Any]],
+    ignore: Callable[[str], bool] | None = None,
 ) -> list[RpcVerdict]:
     """One `RpcVerdict` per method pi 1.6.0's drive reached, in the driver's order
     (``start`` and ``stop`` included). Field paths are `field_paths`' (``data`` is
     the method's result); fields under an array that is empty on our side are not
-    counted as missing (nothing to compare)."""
+    counted as missing (nothing to compare), nor are those ``ignore(path)`` is true
+    for (e.g. `in_message_object`)."""
     ours = {line["method"]: line for line in our_lines}
     verdicts: list[RpcVerdict] = []
     for ref in pi_lines:
@@ -841,7 +857,11 @@ def compare_rpc(
         want = _result_paths(ref)
         have = _result_paths(mine)
         blind = _empty_lists(mine.get("result"))
-        missing = {p for p in want - have if not any(p.startswith(b) for b in blind)}
+        missing = {
+            p
+            for p in want - have
+            if not any(p.startswith(b) for b in blind) and not (ignore and ignore(p))
+        }
         if missing:
             tops = _top_most(missing)
             detail = "lacks " + ", ".join(f"`{p}`{_under(n)}" for p, n in tops[:10])

@@ -172,7 +172,7 @@ class ModelControl:
         if kind == "get_available_thinking_levels":
             return {"levels": self.levels()}
         if kind == "get_session_stats":
-            return session_stats(self.session, self.model)
+            return session_stats(self.session, self.current)
         raise UsageError(f"unknown command type {kind!r}")
 
 
