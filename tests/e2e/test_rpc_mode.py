@@ -133,7 +133,10 @@ def test_malformed_command_lines_each_get_one_failed_response_and_the_session_go
     assert b"Traceback" not in proc.stderr
     answered = responses(lines(proc.stdout.decode()))
     assert [r["success"] for r in answered] == [False] * len(bad) + [True]
-    assert answered[-1]["id"] == "ok" and answered[-1]["data"]["is_idle"] is True
+    assert answered[-1]["id"] == "ok" and answered[-1]["data"]["isStreaming"] is False
+    # pi's shapes: a line that is no command is a "parse" failure, an unknown type is not.
+    assert [r["command"] for r in answered[:-1]] == ["parse"] * 6 + ["launch_missiles", "parse"]
+    assert answered[-3]["error"] == "Unknown command: launch_missiles"
     assert "4300" in answered[0]["error"] and "recursion" in answered[1]["error"]
     assert "longer than" in answered[-2]["error"]
 
@@ -146,10 +149,10 @@ def test_dialog_answers_must_fit_the_dialog_and_open_dialogs_end_with_the_input(
         confirm = rpc.command({"type": "prompt", "message": "/ask"}, "extension_ui_request")
         assert confirm["method"] == "confirm"
         select = rpc.command(
-            {"type": "extension_ui_response", "ui_id": confirm["ui_id"], "value": "false"},
+            {"type": "extension_ui_response", "id": confirm["id"], "confirmed": "false"},
             "extension_ui_request",
         )
-        rpc.send({"type": "extension_ui_response", "ui_id": select["ui_id"], "value": "blue"})
+        rpc.send({"type": "extension_ui_response", "id": select["id"], "value": "blue"})
         _wait_for_line(log)
         assert json.loads(log.read_text().splitlines()[0]) == {"confirm": False, "select": None}
         # A dialog left open when the client's input ends gets its default at once.
@@ -198,7 +201,12 @@ def test_compaction_uses_the_extension_summary_and_the_next_request_sees_it(tmp_
             assert compacted["data"]["summary"] == "EXTENSION-SUMMARY of 2 message(s)"
             rpc.command({"type": "prompt", "message": "third"}, "agent_end")
             bash = rpc.command({"type": "bash", "command": "fake", "id": "b"}, "response")
-            assert bash["data"]["output"] == "FAKE-OUTPUT" and bash["data"]["by"] == "extension"
+            assert bash["data"] == {
+                "output": "FAKE-OUTPUT",
+                "exitCode": 0,
+                "cancelled": False,
+                "truncated": False,
+            }
         finally:
             rpc.close()
         last = json.dumps(server.requests[-1].body["messages"])
@@ -322,7 +330,7 @@ def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_p
         # generous (issue 13 §7): a restart on a saturated machine takes seconds.
         assert time.monotonic() - started < 300
         state = rpc.command({"type": "get_state"}, "response")
-        assert state["data"]["is_idle"] is True
+        assert state["data"]["isStreaming"] is False
     finally:
         assert rpc.close() == 0
 
