@@ -291,7 +291,9 @@ def test_case_2_duplicate_commands_are_both_callable_and_bare_name_is_ambiguous(
     rpc = rpc_factory(["c2_review_one", "c2_review_two"], scripted(tmp_path, script))
     commands = rpc.call("get_commands")
     assert commands["success"]
-    names = {c["name"]: c["source"] for c in commands["data"] if c["source"] != "builtin"}
+    names = {
+        c["name"]: c["source"] for c in commands["data"]["commands"] if c["source"] != "builtin"
+    }
     assert names == {
         "review:1": str(fixture("c2_review_one")),
         "review:2": str(fixture("c2_review_two")),
@@ -304,7 +306,9 @@ def test_case_2_duplicate_commands_are_both_callable_and_bare_name_is_ambiguous(
     assert (work / "review-1.marker").read_text() == "one:first pass"
     assert (work / "review-2.marker").read_text() == "two:second pass"
 
-    assert rpc.call("prompt", message="/review again")["success"]
+    # pi's protocol: a prompt that fails before it starts gets a failed response.
+    refused = rpc.call("prompt", message="/review again")
+    assert refused["success"] is False and "/review is ambiguous" in refused["error"]
     error = rpc.wait_for(lambda e: e.get("type") == "error")
     assert "/review is ambiguous" in error["error"]
     assert "/review:1" in error["error"] and "/review:2" in error["error"]
@@ -487,8 +491,8 @@ def test_case_6_abort_in_tool_call_gives_one_error_result_and_keeps_the_follow_u
     state = rpc.call("get_state")
     rpc.close()
     assert state["success"]
-    assert state["data"]["pending"]["follow_up"] == 1
-    assert state["data"]["is_idle"] is True
+    assert state["data"]["sandbox"]["pending"]["follow_up"] == 1
+    assert state["data"]["isStreaming"] is False
 
     ends = of(rpc.events, "tool_execution_end")
     assert [e["toolCallId"] for e in ends] == ["c6_first"]

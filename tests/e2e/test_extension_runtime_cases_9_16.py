@@ -295,7 +295,7 @@ def test_case_9_set_active_tools_none_restores_all_empty_leaves_none_and_mid_run
         assert event["tools"] == []
         assert json.loads(wait_for_lines(ws / "c9.log", 2)[1]) == []
         _, state = rpc.call("get_state")
-        assert state["data"]["active_tools"] == []
+        assert state["data"]["sandbox"]["active_tools"] == []
         rpc.prompt("another plain prompt")
         fifth = server.requests[4].body
         assert tool_names(fifth) == [] and listed_tools(system_of(fifth)) == []
@@ -358,7 +358,7 @@ def test_case_11_reload_asked_for_during_a_tool_waits_for_idle_and_happens_once(
         assert refused["success"] is False
         assert "the agent is running" in refused["error"]
         _, state = rpc.call("get_state")
-        assert state["data"]["generation"] == 1 and state["data"]["is_idle"] is False
+        assert state["data"]["sandbox"]["generation"] == 1 and state["data"]["isStreaming"]
         assert read_lines(ws / "c11.log") == ["factory", "start:startup"]
         (ws / "c11.go").touch()
         end, _ = rpc.wait(lambda e: e.get("type") == "agent_end", after=start)
@@ -371,7 +371,8 @@ def test_case_11_reload_asked_for_during_a_tool_waits_for_idle_and_happens_once(
         # A later prompt works against the new generation, and no second reload came.
         rpc.prompt("after the reload")
         _, state = rpc.call("get_state")
-        assert state["data"]["generation"] == 2 and state["data"]["is_idle"] is True
+        assert state["data"]["sandbox"]["generation"] == 2
+        assert state["data"]["isStreaming"] is False
         assert len(of_type(rpc.events, "reloaded")) == 1
         assert server.requests[2].body["messages"][-1]["content"] == "after the reload"
     finally:

@@ -416,7 +416,7 @@ def test_rpc_model_commands_switch_models_and_report_session_stats(tmp_path):
             assert chosen["success"] and chosen["data"]["id"] == "m1"
             assert command({"type": "set_thinking_level", "level": "low"})["success"]
             state = command({"type": "get_state"})["data"]
-            session_file = Path(state["session_file"])
+            session_file = Path(state["sessionFile"])
         finally:
             proc.stdin.close()
             proc.wait(timeout=120)

@@ -212,7 +212,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         raise AssertionError(f"pi ended: {seen}")
 
     try:
-        before = command({"type": "get_state", "id": 1})["data"]
+        before = command({"type": "get_state", "id": 1})["data"]["sandbox"]
         assert before["trust"]["decision"] == "undecided"
         assert not before["skills"] and not (tmp_path / "MARKER-evil").exists()
         refused = command({"type": "set_trust", "id": 2, "decision": "maybe"})
@@ -220,7 +220,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         changed = command({"type": "set_trust", "id": 3, "decision": "yes", "save": True})
         assert changed["success"] is True, changed
         assert (tmp_path / "MARKER-evil").read_text() == "imported"
-        after = command({"type": "get_state", "id": 4})["data"]
+        after = command({"type": "get_state", "id": 4})["data"]["sandbox"]
         assert after["trust"]["decision"] == "yes" and after["trust"]["source"] == "/trust"
         assert [s["name"] for s in after["skills"]] == ["deploy"]
         assert any(path.endswith("evil.py") for path in after["extensions"])
@@ -231,7 +231,7 @@ def test_case_6_trusting_at_runtime_activates_the_project_without_a_restart(tmp_
         assert record["decision"] == "yes" and record["fingerprint"]["resources"]  # issue 14 §4
         # And back: untrusting unloads the project's extensions and skills.
         command({"type": "set_trust", "id": 5, "decision": "no"})
-        last = command({"type": "get_state", "id": 6})["data"]
+        last = command({"type": "get_state", "id": 6})["data"]["sandbox"]
         assert not last["skills"] and not any("evil" in p for p in last["extensions"])
     finally:
         proc.stdin.close()

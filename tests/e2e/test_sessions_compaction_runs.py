@@ -372,7 +372,7 @@ def test_manual_compact_of_a_small_session_is_a_failed_response_not_an_empty_sum
         finally:
             rpc.close()
         assert len(server.requests) == 1
-    assert answered["success"] is False and "nothing to compact" in answered["error"]
+    assert answered["success"] is False and "Nothing to compact" in answered["error"]
 
 
 def test_the_compact_slash_command_compacts_with_its_instructions(tmp_path):
@@ -443,7 +443,7 @@ def test_reload_reads_the_compaction_settings_again(tmp_path):
             assert rpc.response(rpc.send({"type": "reload"}))["success"] is True
         finally:
             rpc.close()
-    assert before["success"] is False and "nothing to compact" in before["error"]
+    assert before["success"] is False and "Nothing to compact" in before["error"]
     assert after["success"] is True and after["data"]["summary"].startswith("RELOADED-SUMMARY")
     [warning] = [w for w in rpc.of_type("warning") if "compaction" in w["message"]]
     assert "compaction.keepRecentTokens" in warning["message"]

@@ -454,7 +454,7 @@ def test_labels_and_names_persist_and_read_back(tmp_path, dirs):
         since = again.call({"type": "get_entries", "since": target})["data"]["entries"]
         unknown = again.call({"type": "get_entries", "since": "missing"})
         assert again.close() == 0
-    assert state["session_name"] == "my work"
+    assert state["sessionName"] == "my work"
     nodes, labelled = list(tree["tree"]), {}
     while nodes:
         node = nodes.pop()
@@ -585,7 +585,7 @@ def test_set_session_name_fires_session_info_changed_to_extensions(tmp_path, dir
     with FakeOpenAI([]) as server:
         rpc = Rpc(tmp_path, server, "-C", str(a), "-e", str(ext))
         assert rpc.call({"type": "set_session_name", "name": "  renamed  "})["success"]
-        assert rpc.call({"type": "get_state"})["data"]["session_name"] == "renamed"
+        assert rpc.call({"type": "get_state"})["data"]["sessionName"] == "renamed"
         assert rpc.close() == 0
     custom = [r for r in _records(_files(tmp_path)[0]) if r["type"] == "custom"]
     assert [(r["customType"], r["data"]) for r in custom] == [("seen-name", {"name": "renamed"})]
