@@ -108,7 +108,8 @@ def test_json_mode_streams_tool_execution_events_with_pi_field_names(tmp_path, e
     end = next(e for e in events if e["type"] == "tool_execution_end" and e["toolCallId"] == "t1")
     assert end["toolName"] == "bash" and end["isError"] is False
     assert end["result"]["content"][0]["text"].strip() == "out-42"
-    assert [e["type"] for e in events][-1] == "agent_end"
+    # pi 1.6.0 json.md: agent_end, then agent_settled ends the stream.
+    assert [e["type"] for e in events][-2:] == ["agent_end", "agent_settled"]
 
 
 def test_an_option_no_extension_registered_is_a_usage_error_after_loading(tmp_path, env, script):
