@@ -190,6 +190,45 @@ def test_a_prompt_during_a_run_needs_a_streaming_behaviour_and_is_then_queued(tm
         assert rpc.close() == 0
 
 
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # pi's default: one steering message per turn.
+        (None, ["user:P", "assistant:", "user:S1", "assistant:a", "user:S2", "assistant:b"]),
+        ("all", ["user:P", "assistant:", "user:S1", "user:S2", "assistant:a"]),
+    ],
+)
+def test_the_steering_mode_decides_how_many_messages_one_delivery_takes(tmp_path, mode, expected):
+    wait = "while [ ! -e go ]; do sleep 0.05; done"
+    turns = [
+        {"tool_calls": [{"name": "bash", "arguments": {"command": wait}}]},
+        {"text": "a"},
+        {"text": "b"},
+        {"text": "c"},
+    ]
+    rpc = Rpc(tmp_path, turns)
+    try:
+        if mode is not None:
+            assert rpc.call({"type": "set_steering_mode", "mode": mode})["success"]
+        state = rpc.call({"type": "get_state"})["data"]
+        assert state["steeringMode"] == (mode or "one-at-a-time")
+        rpc.call({"type": "prompt", "message": "P"})
+        rpc.until("tool_execution_start")
+        rpc.call({"type": "steer", "message": "S1"})
+        rpc.call({"type": "steer", "message": "S2"})
+        (rpc.work / "go").touch()
+        rpc.until("agent_settled")
+    finally:
+        assert rpc.close() == 0
+    said = [
+        f"{r['message']['role']}:"
+        + "".join(b.get("text", "") for b in r["message"]["content"] if b["type"] == "text")
+        for r in rpc.seen
+        if r.get("type") == "message_end" and r["message"]["role"] in ("user", "assistant")
+    ]
+    assert said == expected
+
+
 def test_the_extension_ui_sub_protocol_is_pis_and_answers_get_no_response(tmp_path):
     rpc = Rpc(tmp_path, [{"text": "spare"}], "-e", str(RUNTIME / "rpc_ui_wire.py"))
     try:

@@ -201,6 +201,10 @@ class AgentSession:
         max_turns: a guard against a model that never stops calling tools.
         steering / follow_ups / next_turn: queued user or custom messages, delivered
             after the current tool batch, when the model stops, with the next prompt.
+        steering_mode / follow_up_mode: ``"all"`` or ``"one-at-a-time"``: how many
+            queued steering messages (follow-ups) one delivery takes (pi's RPC
+            ``set_steering_mode``/``set_follow_up_mode``; RPC mode starts with pi's
+            default, one at a time, for both).
         retry: retries a model request that failed before any output (issue 16,
             `providers.retry`); None sends each request once.
     """
@@ -222,6 +226,10 @@ class AgentSession:
     next_turn: list[dict[str, Any]] = field(default_factory=list)
     prompt_override: str | None = None
     retry: AutoRetry | None = None
+    # How many queued messages one delivery takes (pi's RPC set_steering_mode /
+    # set_follow_up_mode): "all" or "one-at-a-time".
+    steering_mode: str = "all"
+    follow_up_mode: str = "one-at-a-time"
     # ids of queued messages that extensions (not the user) sent, and how many turns
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
@@ -463,7 +471,10 @@ class AgentSession:
         if self.aborted or terminate:
             return turn.text, False
         if self.steering:
-            queued_now, self.steering[:] = list(self.steering), []
+            if self.steering_mode == "one-at-a-time":
+                queued_now = [self.steering.pop(0)]  # the rest after the next turn
+            else:
+                queued_now, self.steering[:] = list(self.steering), []
             if not turn.tool_calls and not self._extension_turn(queued_now):
                 return turn.text, False
             for queued in queued_now:
@@ -472,10 +483,14 @@ class AgentSession:
         if turn.tool_calls:
             return turn.text, True
         if self.follow_ups:
-            queued = self.follow_ups.pop(0)
-            if not self._extension_turn([queued]):
+            if self.follow_up_mode == "all":
+                batch, self.follow_ups[:] = list(self.follow_ups), []
+            else:
+                batch = [self.follow_ups.pop(0)]
+            if not self._extension_turn(batch):
                 return turn.text, False
-            await self.commit(queued, new_messages)
+            for queued in batch:
+                await self.commit(queued, new_messages)
             return turn.text, True
         return turn.text, False
 

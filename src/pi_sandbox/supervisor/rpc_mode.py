@@ -230,6 +230,9 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
     queue = emit.queue if isinstance(emit, RpcWire) else RpcQueue()
     if isinstance(emit, RpcWire):
         emit.live = True
+    # pi's queue modes, one at a time by default (rpc-commands.md).
+    host.session.steering_mode = queue.steering_mode
+    host.session.follow_up_mode = queue.follow_up_mode
 
     async def respond(command: dict[str, Any], success: bool, **extra: Any) -> None:
         response = {"type": "response", "command": command.get("type"), "success": success}
@@ -271,8 +274,10 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
         return name if name in host.pool.commands else None
 
     async def queue_message(kind: str, text: str, images: list[dict[str, Any]] | None) -> None:
-        # pi's _queueSteer/_queueFollowUp: the text joins the queue the client sees;
-        # while idle the message waits for the next prompt's run.
+        # pi's _queueSteer/_queueFollowUp: skills and templates expanded, the text
+        # joins the queue the client sees; while idle the message waits for the
+        # next prompt's run.
+        text = await host.expand_input(text)
         message = _user_message(text, images)
         if kind == "steer":
             queue.steering.append(text)
@@ -352,6 +357,11 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     )
                     continue
                 if host.session.running:
+                    if extension_command(message) is not None:
+                        # pi runs an extension command even during a run, whatever
+                        # streamingBehavior says; ours runs it once the run ended.
+                        await start_prompt(command, message, images)
+                        continue
                     if behaviour is None:
                         # pi's words (agent-session.js _preparePrompt).
                         await respond(
@@ -360,10 +370,6 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                             error="Agent is already processing. Specify streamingBehavior "
                             "('steer' or 'followUp') to queue the message.",
                         )
-                        continue
-                    if (name := extension_command(message)) is not None:
-                        # Extension commands run at once, even during a run (pi).
-                        await start_prompt(command, message, images)
                         continue
                     await queue_message(
                         "steer" if behaviour == "steer" else "follow_up", message, images
@@ -412,9 +418,9 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                     )
                     continue
                 if kind == "set_steering_mode":
-                    queue.steering_mode = mode
+                    queue.steering_mode = host.session.steering_mode = mode
                 else:
-                    queue.follow_up_mode = mode
+                    queue.follow_up_mode = host.session.follow_up_mode = mode
                 await respond(command, True)
             elif kind in ("reload", "new_session"):
                 if running():
