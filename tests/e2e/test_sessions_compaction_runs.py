@@ -373,6 +373,12 @@ def test_manual_compact_of_a_small_session_is_a_failed_response_not_an_empty_sum
             rpc.close()
         assert len(server.requests) == 1
     assert answered["success"] is False and "Nothing to compact" in answered["error"]
+    # pi's events for the refusal: it starts, then ends with the error, no result.
+    [end] = rpc.of_type("compaction_end")
+    assert end["errorMessage"] == "Nothing to compact (session too small)"
+    assert "result" not in end and [s["reason"] for s in rpc.of_type("compaction_start")] == [
+        "manual"
+    ]
 
 
 def test_the_compact_slash_command_compacts_with_its_instructions(tmp_path):

@@ -492,10 +492,20 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                             command, False, error=f"Compaction cancelled: {result.get('reason')}"
                         )
                     else:
-                        # pi's words (agent-session.js compact).
-                        await respond(
-                            command, False, error="Nothing to compact (session too small)"
+                        # pi's words and events (agent-session.js compact): it starts,
+                        # then ends with the error.
+                        refusal = "Nothing to compact (session too small)"
+                        await emit({"type": "compaction_start", "reason": "manual"})
+                        await emit(
+                            {
+                                "type": "compaction_end",
+                                "reason": "manual",
+                                "aborted": False,
+                                "willRetry": False,
+                                "errorMessage": refusal,
+                            }
                         )
+                        await respond(command, False, error=refusal)
 
                 host.enqueue(compact_job)
             elif kind == "set_trust":
