@@ -292,12 +292,15 @@ def test_case_2_duplicate_commands_are_both_callable_and_bare_name_is_ambiguous(
     commands = rpc.call("get_commands")
     assert commands["success"]
     names = {
-        c["name"]: c["source"] for c in commands["data"]["commands"] if c["source"] != "builtin"
+        c["name"]: (c["source"], c["path"])
+        for c in commands["data"]["commands"]
+        if c["source"] != "builtin"
     }
-    assert names == {
+    assert {name: path for name, (_, path) in names.items()} == {
         "review:1": str(fixture("c2_review_one")),
         "review:2": str(fixture("c2_review_two")),
     }
+    assert {source for source, _ in names.values()} == {"extension"}  # pi's source
 
     assert rpc.call("prompt", message="/review:1 first pass")["success"]
     assert wait_until(lambda: (work / "review-1.marker").exists(), what="review:1")

@@ -157,7 +157,9 @@ def _source_info(command: dict[str, Any], host: Any) -> dict[str, Any]:
 
 def get_commands(host: Any) -> dict[str, Any]:
     """``get_commands`` data: ``{"commands": [{name, description, source, sourceInfo,
-    path?}]}`` (pi's wrapper; our built-ins come first with ``source: "builtin"``,
+    path?}]}`` (pi's wrapper and ``source`` values ``extension``, ``prompt``,
+    ``skill``; ``path``: the extension's, template's or skill's file; our built-ins
+    come first with ``source: "builtin"``,
     since ours, unlike pi's RPC mode, runs ``/reload``, ``/compact``, ``/new`` and
     ``/trust`` sent as prompts)."""
     commands = []
@@ -169,7 +171,10 @@ def get_commands(host: Any) -> dict[str, Any]:
         if registered is not None and 0 <= registered.index < len(extensions):
             entry["extension"] = str(extensions[registered.index][0].path)
         entry["sourceInfo"] = _source_info(entry, host)
-        entry.pop("extension", None)
+        if "extension" in entry:
+            # pi's source of an extension command is "extension"; ours names its file.
+            entry["source"] = "extension"
+            entry["path"] = entry.pop("extension")
         commands.append(entry)
     return {"commands": commands}
 
