@@ -300,12 +300,14 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
 
         async def disposition(value: str) -> None:
             nonlocal answered
+            if value == "started":
+                # Messages queued while idle go with this run (not with a command).
+                queue.release(host.session)
             if not answered:
                 answered = True
                 await respond(command, True, data={"disposition": value})
 
         async def prompt_job() -> None:
-            queue.release(host.session)
             try:
                 await host.submit(text, images, on_disposition=disposition)
             except BaseException as exc:
