@@ -25,7 +25,8 @@ Our own commands, named so that pi's cannot collide with them (docs/rpc.md):
 ``sandbox_set_trust {decision, save?}``, ``sandbox_reload``,
 ``sandbox_navigate_tree``, ``sandbox_set_label``, ``sandbox_quit``; the older
 unprefixed names (``set_trust``, ``reload``, ``navigate_tree``, ``set_label``,
-``quit``) still work.
+``quit``) still work; ``policy_approval_response {id, decision, scope?, message?}``
+answers a ``policy_approval_request`` (issue 18).
 
 ``prompt`` while the agent runs needs ``streamingBehavior`` (as pi);
 ``new_session``/``sandbox_reload``/``bash``/``compact`` wait for queued work and
@@ -579,6 +580,23 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
                 # pi sends no response to an answer (rpc-extension-ui.md); an answer to
                 # no open dialog (timed out, or never asked) is dropped, as pi drops it.
                 host.ui_response(str(command.get("ui_id", command.get("id"))), _ui_value(command))
+            elif kind == "policy_approval_response":
+                # issue 18: our own command (pi has no policy gate), answering a
+                # policy_approval_request event; the approvals backend may be absent.
+                fields = command.get("scope"), command.get("message")
+                if getattr(host, "answer_approval", None) is None:
+                    problem = "policy_approval_response: this build asks no approvals"
+                elif not isinstance(command.get("id"), str) or not isinstance(
+                    command.get("decision"), str
+                ):
+                    problem = "policy_approval_response needs a string 'id' and 'decision'"
+                elif fields[0] is not None and not isinstance(fields[0], str):
+                    problem = "policy_approval_response: 'scope' must be a string"
+                else:
+                    problem = host.answer_approval(
+                        command["id"], command["decision"], fields[0], fields[1]
+                    )
+                await respond(command, problem is None, **({"error": problem} if problem else {}))
             elif kind in SESSION_COMMANDS:  # issue 15: sessions/rpc_commands.py
                 await handle_session_command(
                     host,
