@@ -2521,8 +2521,10 @@ def bench_reload(env: Env, report: Report, script0: Path) -> None:
             if i >= 0:
                 samples.append(elapsed)
         # Every reload must have made a new generation (when get_state reports it).
-        before = (state.get("data") or {}).get("generation")
-        after = (client.call({"type": "get_state"}).get("data") or {}).get("generation")
+        # pi's get_state carries ours under "sandbox" (docs/rpc.md).
+        before = ((state.get("data") or {}).get("sandbox") or {}).get("generation")
+        after_state = client.call({"type": "get_state"}).get("data") or {}
+        after = (after_state.get("sandbox") or {}).get("generation")
         reloads = len(samples) + 1
         if isinstance(before, int) and isinstance(after, int) and after - before != reloads:
             raise RuntimeError(f"{reloads} reloads took the generation from {before} to {after}")
