@@ -25,7 +25,13 @@ from typing import Any
 import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
-from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.base import (
+    AssistantTurn,
+    Provider,
+    ToolCall,
+    ToolDefinition,
+    normalise_usage,
+)
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.worker_pool import WorkerPool
@@ -183,6 +189,7 @@ class AgentSession:
         active_tools: returns the tool definitions of the next request.
         system_prompt: returns the system prompt of the next request.
         max_turns: a guard against a model that never stops calling tools.
+        thinking_level: pi's thinking level of the next request (``THINKING_LEVELS``).
         steering / follow_ups / next_turn: queued user or custom messages, delivered
             after the current tool batch, when the model stops, with the next prompt.
     """
@@ -196,6 +203,7 @@ class AgentSession:
     active_tools: Callable[[], list[ToolDefinition]] | None = None
     system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
+    thinking_level: str = "off"
     running: bool = False
     aborted: bool = False
     abort_on_start: bool = False  # an abort that came before the run began
@@ -500,9 +508,37 @@ class AgentSession:
         # issue 13 §1: a message_end hook may redact the answer; streamed deltas would
         # put the unredacted text on stdout first (the message_end event has it all).
         hold_back = self.pool.subscribed("message_end")
+        # pi json.md "Reconstruct streaming messages": one message_update per content
+        # event, with the latest cumulative usage; text deltas keep our `delta` key.
+        streamed = False
+        usage = normalise_usage(None)
+
+        async def on_event(event: dict[str, Any]) -> None:
+            nonlocal streamed, usage
+            streamed = True
+            if hold_back:
+                return
+            if "usage" in event:
+                event = dict(event)
+                usage = normalise_usage(event.pop("usage"))
+            record: dict[str, Any] = {
+                "type": "message_update",
+                "usage": usage,
+                "assistantMessageEvent": event,
+            }
+            if event.get("type") == "text_delta":
+                record["delta"] = event.get("delta", "")
+                await self.emit(record)
+                await self.notify(
+                    "message_update",
+                    {"delta": record["delta"], "assistant_message_event": event},
+                )
+            else:
+                await self.emit(record)
 
         async def on_delta(delta: str) -> None:
-            if hold_back:
+            # Only for providers that stream no events (every event comes first).
+            if hold_back or streamed:
                 return
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
@@ -518,6 +554,8 @@ class AgentSession:
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
+                on_event=on_event,
+                thinking_level=self.thinking_level,
             )
         if turn is None:
             return None

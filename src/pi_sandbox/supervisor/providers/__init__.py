@@ -15,6 +15,7 @@ from .openai import OpenAIProvider
 from .scripted import ScriptedProvider
 
 __all__ = [
+    "AnthropicProvider",
     "AssistantTurn",
     "OpenAIProvider",
     "Provider",
@@ -25,7 +26,18 @@ __all__ = [
 ]
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_KNOWN = ("openai/MODEL", "scripted")
+ANTHROPIC_DEFAULT_MAX_TOKENS = 8192
+_KNOWN = ("anthropic/MODEL", "openai/MODEL", "scripted")
+
+
+def __getattr__(name: str) -> object:
+    # The Anthropic provider is imported only when used: CLI start-up must not pay
+    # for it (issue 16, "CLI start-up unchanged"; tests/unit/test_provider_imports.py).
+    if name == "AnthropicProvider":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_provider(
@@ -38,22 +50,27 @@ def create_provider(
     """Build the provider named by ``spec``.
 
     Args:
-        spec: ``PROVIDER[/ID]``: ``scripted`` or ``openai/MODEL`` (the model id may
-            itself contain slashes, e.g. ``openai/meta-llama/Llama-3.1-8B``).
+        spec: ``PROVIDER[/ID]``: ``scripted``, ``openai/MODEL`` or ``anthropic/MODEL``
+            (the model id may itself contain slashes, e.g.
+            ``openai/meta-llama/Llama-3.1-8B``).
         script: the YAML script, required by ``scripted``; ignored otherwise.
-        base_url: API root for ``openai``; default ``https://api.openai.com/v1``.
-        api_key: key for ``openai``; default ``$OPENAI_API_KEY``. It may be missing
-            only when ``base_url`` is given (a local server needs none).
+        base_url: API root for ``openai`` (default ``https://api.openai.com/v1``) or
+            ``anthropic`` (default ``https://api.anthropic.com``).
+        api_key: key for ``openai`` / ``anthropic``; default ``$OPENAI_API_KEY`` /
+            ``$ANTHROPIC_API_KEY``. It may be missing only when ``base_url`` is given
+            (a local server needs none).
 
     Returns:
-        A ``ScriptedProvider`` or an ``OpenAIProvider``. Options that do not apply to
+        A ``ScriptedProvider``, an ``OpenAIProvider`` or an ``AnthropicProvider``
+        (imported only then). Options that do not apply to
         the chosen provider are ignored.
 
     Raises:
         UsageError: unknown provider (names ``--model`` and the known ones), a missing
             model id, ``scripted`` without ``--script`` or with a model id, or
             ``openai`` against the default endpoint without a key.
-        ProviderError: the script file is unreadable or malformed.
+        ProviderError: the script file is unreadable or malformed; the Anthropic key
+            cannot be sent in a header.
     """
     provider, _, model = spec.partition("/")
     if provider == "scripted":
@@ -74,4 +91,29 @@ def create_provider(
                 "(a key may be omitted only for a local server given by base URL)"
             )
         return OpenAIProvider(model, base_url or OPENAI_DEFAULT_BASE_URL, key)
+    if provider == "anthropic":
+        return _anthropic(spec, model, base_url, api_key)
     raise UsageError(f"--model {spec!r}: unknown provider {provider!r}; known: {', '.join(_KNOWN)}")
+
+
+def _anthropic(spec: str, model: str, base_url: str | None, api_key: str | None) -> Provider:
+    """``anthropic/MODEL``: key from ``--api-key`` or ``$ANTHROPIC_API_KEY`` (pi
+    providers.md); without one only an explicit base URL (a local proxy) is allowed."""
+    if not model:
+        raise UsageError(
+            f"--model {spec!r}: name the model after a slash, e.g. anthropic/claude-sonnet-4-5"
+        )
+    key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
+    if key is None and base_url is None:
+        raise UsageError(
+            f"--model {spec!r}: no API key; set ANTHROPIC_API_KEY "
+            "(a key may be omitted only for a local server given by base URL)"
+        )
+    from .anthropic import ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
+
+    return AnthropicProvider(
+        model,
+        base_url or ANTHROPIC_DEFAULT_BASE_URL,
+        key,
+        max_tokens=ANTHROPIC_DEFAULT_MAX_TOKENS,
+    )

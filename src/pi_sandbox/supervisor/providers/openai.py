@@ -28,6 +28,7 @@ from .base import (
     TextDeltaCallback,
     ToolCall,
     ToolDefinition,
+    normalise_usage,
 )
 from .sse import SSEDecoder, SSEEvent
 
@@ -119,6 +120,9 @@ class OpenAIProvider:
             messages: the conversation in pi's shape (see ``base``).
             tools: offered as ``function`` tools (the ``tools`` key is omitted when empty).
             on_text_delta: awaited with each text fragment as it arrives.
+            on_event: awaited with pi's ``assistantMessageEvent`` dicts (``text_*``,
+                ``toolcall_*`` with ``contentIndex``); the last event of a request may
+                carry ``usage`` (pi's cumulative ``Usage``) when the server sent it.
 
         Returns:
             The turn; ``stop_reason`` is ``"toolUse"`` when it has tool calls, else
@@ -138,9 +142,9 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         try:
             if self._client is not None:
-                return await self._send(self._client, body, headers, on_text_delta)
+                return await self._send(self._client, body, headers, on_text_delta, on_event)
             async with httpx.AsyncClient(timeout=self._timeout) as client:
-                return await self._send(client, body, headers, on_text_delta)
+                return await self._send(client, body, headers, on_text_delta, on_event)
         except httpx.TimeoutException as exc:
             raise self._error(
                 f"request to {self._url} timed out ({type(exc).__name__}: no progress "
@@ -159,6 +163,7 @@ class OpenAIProvider:
         body: dict[str, Any],
         headers: dict[str, str],
         on_text_delta: TextDeltaCallback | None,
+        on_event: AssistantEventCallback | None = None,
     ) -> AssistantTurn:
         async with client.stream(
             "POST", self._url, json=body, headers=headers, timeout=self._timeout
@@ -172,18 +177,18 @@ class OpenAIProvider:
                     f"{self._url} answered with {content_type} instead of an event stream: "
                     f"{_server_message(text)}"
                 )
-            stream = _StreamAccumulator(self._error)
+            stream = _StreamAccumulator(self._error, on_event)
             decoder = SSEDecoder()
             async for chunk in response.aiter_text():
                 for event in decoder.feed(chunk):
                     await stream.apply(event, on_text_delta)
                     if stream.done:
-                        return stream.finish(self.model)
+                        return await stream.end(self.model)
             for event in decoder.flush():
                 await stream.apply(event, on_text_delta)
                 if stream.done:
                     break
-            return stream.finish(self.model)
+            return await stream.end(self.model)
 
     def _http_error(self, response: httpx.Response, text: str) -> ProviderError:
         status = response.status_code
@@ -345,8 +350,17 @@ class _PartialToolCall:
 class _StreamAccumulator:
     """Folds ``chat.completion.chunk`` events into one turn."""
 
-    def __init__(self, error: _ErrorFactory) -> None:
+    def __init__(
+        self, error: _ErrorFactory, on_event: AssistantEventCallback | None = None
+    ) -> None:
         self._error = error
+        self._on_event = on_event
+        # pi's content blocks as they open (issue 16 streaming events): the position
+        # of the open text block, and of each tool call by its stream index.
+        self._blocks = 0
+        self._open_text: int | None = None
+        self._text_parts: list[str] = []
+        self._call_position: dict[int, int] = {}
         self.text: list[str] = []
         self.calls: dict[int, _PartialToolCall] = {}
         self.finish_reason: str | None = None
@@ -381,16 +395,38 @@ class _StreamAccumulator:
                 continue
             delta = choice.get("delta") or {}
             for call_delta in delta.get("tool_calls") or []:
-                self._apply_tool_call(call_delta)
+                await self._apply_tool_call(call_delta)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self.text.append(content)
+                if self._on_event is not None:
+                    await self._text_event(content)
                 if on_text_delta is not None:
                     await on_text_delta(content)
 
-    def _apply_tool_call(self, delta: dict[str, Any]) -> None:
+    async def _emit(self, event: dict[str, Any]) -> None:
+        if self._on_event is not None:
+            await self._on_event(event)
+
+    async def _text_event(self, content: str) -> None:
+        # A text after a tool call opens a new text block, as pi's openai-completions.
+        if self._open_text is None:
+            self._open_text, self._blocks = self._blocks, self._blocks + 1
+            self._text_parts = []
+            await self._emit({"type": "text_start", "contentIndex": self._open_text})
+        self._text_parts.append(content)
+        await self._emit({"type": "text_delta", "contentIndex": self._open_text, "delta": content})
+
+    async def _close_text(self) -> None:
+        if self._open_text is not None:
+            index, self._open_text = self._open_text, None
+            await self._emit(
+                {"type": "text_end", "contentIndex": index, "content": "".join(self._text_parts)}
+            )
+
+    async def _apply_tool_call(self, delta: dict[str, Any]) -> None:
         index = delta.get("index")
         if not isinstance(index, int):
             # Some servers omit ``index``: a fresh id starts a new call, otherwise the
@@ -405,10 +441,71 @@ class _StreamAccumulator:
         if isinstance(function.get("name"), str) and function["name"] and not call.name:
             call.name = function["name"]
         arguments = function.get("arguments")
+        fragment = ""
         if isinstance(arguments, str):
-            call.arguments.append(arguments)
+            fragment = arguments
         elif isinstance(arguments, dict):  # a few servers send the decoded object
-            call.arguments.append(json.dumps(arguments))
+            fragment = json.dumps(arguments)
+        if fragment or isinstance(arguments, str):
+            call.arguments.append(fragment)
+        if self._on_event is None:
+            return
+        if index not in self._call_position:
+            await self._close_text()
+            self._call_position[index] = self._blocks
+            self._blocks += 1
+            await self._emit(
+                {
+                    "type": "toolcall_start",
+                    "contentIndex": self._call_position[index],
+                    "id": call.id,
+                    "toolName": call.name,
+                }
+            )
+        if fragment:
+            await self._emit(
+                {
+                    "type": "toolcall_delta",
+                    "contentIndex": self._call_position[index],
+                    "delta": fragment,
+                }
+            )
+
+    async def end(self, model: str) -> AssistantTurn:
+        """``finish``, then the closing ``text_end`` / ``toolcall_end`` events."""
+        turn = self.finish(model)
+        if self._on_event is None:
+            return turn
+        ends: list[dict[str, Any]] = []
+        if self._open_text is not None:
+            ends.append(
+                {
+                    "type": "text_end",
+                    "contentIndex": self._open_text,
+                    "content": "".join(self._text_parts),
+                }
+            )
+        # ``finish`` orders the calls by stream index, as ``self.calls``.
+        for index, call in zip(sorted(self.calls), turn.tool_calls, strict=True):
+            ends.append(
+                {
+                    "type": "toolcall_end",
+                    "contentIndex": self._call_position[index],
+                    "toolCall": {
+                        "type": "toolCall",
+                        "id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    },
+                }
+            )
+        ends.sort(key=lambda event: event["contentIndex"])
+        if ends and self.usage:
+            # The session lifts this to the record's top-level ``usage`` (pi json.md).
+            ends[0]["usage"] = normalise_usage(self.usage)
+        for event in ends:
+            await self._emit(event)
+        return turn
 
     def finish(self, model: str) -> AssistantTurn:
         if not self.done and self.finish_reason is None:

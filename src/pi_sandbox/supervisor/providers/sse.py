@@ -12,9 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["SSEDecoder", "SSEEvent", "SSEEventTooLarge"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class SSEEventTooLarge(ValueError):
+    """One event (its ``data:`` lines plus the line being read) passed the decoder's
+    ``max_event_chars``: the stream is abandoned rather than buffered without bound."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,17 @@ class SSEDecoder:
     Lines may be split anywhere across chunks, including between the ``\\r`` and
     ``\\n`` of a CRLF. Comment lines (starting with ``:``) are ignored; unknown fields
     are ignored; an event with no ``data:`` line is not dispatched (as the spec says).
+
+    Args:
+        max_event_chars: when set, ``feed`` raises ``SSEEventTooLarge`` as soon as the
+            pending event (its data so far plus the unterminated line) is longer, so a
+            server that never ends a line cannot make us buffer it all (issue 16,
+            "a huge event"). None: unbounded.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_chars: int | None = None) -> None:
+        self._limit = max_event_chars
+        self._size = 0  # characters of data in self._data
         self._partial = ""  # text of the current, unterminated line
         self._after_cr = False  # the last chunk ended in "\r": a "\n" next is part of it
         self._started = False
@@ -70,6 +83,8 @@ class SSEDecoder:
         if start and chunk[start - 1] == "\r" and start == len(chunk):
             self._after_cr = True
         self._partial += chunk[start:]
+        if self._limit is not None and len(self._partial) + self._size > self._limit:
+            raise SSEEventTooLarge(f"a server-sent event is longer than {self._limit} characters")
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -97,7 +112,7 @@ class SSEDecoder:
                         retry=self._retry,
                     )
                 )
-            self._event, self._data, self._retry = "", [], None
+            self._event, self._data, self._retry, self._size = "", [], None, 0
             return
         if line.startswith(":"):
             return
@@ -106,6 +121,11 @@ class SSEDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._size += len(value) + 1
+            if self._limit is not None and self._size > self._limit:
+                raise SSEEventTooLarge(
+                    f"a server-sent event is longer than {self._limit} characters"
+                )
         elif name == "event":
             self._event = value
         elif name == "id":
