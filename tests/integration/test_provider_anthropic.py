@@ -689,9 +689,9 @@ async def test_a_huge_event_is_refused_and_the_stream_is_abandoned_with_memory_b
     )
     server.replies.append(reply)
 
-    message = await fails(provider(server, max_event_chars=1024 * 1024))
+    message = await fails(provider(server, max_event_bytes=1024 * 1024))
 
-    assert "an event longer than 1048576 characters; the stream was abandoned" in message
+    assert "an event longer than 1048576 bytes; the stream was abandoned" in message
     assert reply.finished.wait(WAIT_S)
     # Abandoned after about the limit (plus socket buffers), not after the whole
     # 256 MiB the server was willing to send.

@@ -30,7 +30,7 @@ from .base import (
     ToolDefinition,
     normalise_usage,
 )
-from .sse import SSEDecoder, SSEEvent
+from .sse import SSEDecoder, SSEEvent, loads_json
 
 __all__ = ["OpenAIProvider"]
 
@@ -179,8 +179,8 @@ class OpenAIProvider:
                 )
             stream = _StreamAccumulator(self._error, on_event)
             decoder = SSEDecoder()
-            async for chunk in response.aiter_text():
-                for event in decoder.feed(chunk):
+            async for chunk in response.aiter_bytes():
+                for event in decoder.feed_bytes(chunk):
                     await stream.apply(event, on_text_delta)
                     if stream.done:
                         return await stream.end(self.model)
@@ -375,7 +375,7 @@ class _StreamAccumulator:
             self.done = True
             return
         try:
-            chunk = json.loads(data)
+            chunk = loads_json(data)
         except (ValueError, RecursionError) as exc:
             raise self._error(f"malformed stream chunk (not JSON): {_excerpt(data)}") from exc
         if not isinstance(chunk, dict):
@@ -417,7 +417,9 @@ class _StreamAccumulator:
             self._text_parts = []
             await self._emit({"type": "text_start", "contentIndex": self._open_text})
         self._text_parts.append(content)
-        await self._emit({"type": "text_delta", "contentIndex": self._open_text, "delta": content})
+        await self._on_event(  # type: ignore[misc]  # only called with on_event set
+            {"type": "text_delta", "contentIndex": self._open_text, "delta": content}
+        )
 
     async def _close_text(self) -> None:
         if self._open_text is not None:
