@@ -66,6 +66,15 @@ def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
         calls.append(
             call if candidate == call.id else ToolCall(candidate, call.name, call.arguments)
         )
+    in_content = [b for b in turn.content or [] if b.get("type") == "toolCall"]
+    if len(in_content) == len(calls) and calls != turn.tool_calls:
+        # The ordered content (issue 16) names the same calls in the same order: it
+        # must carry the ids the results will be addressed by.
+        renamed = {id(block): call.id for block, call in zip(in_content, calls, strict=True)}
+        turn.content = [
+            {**block, "id": renamed[id(block)]} if id(block) in renamed else block
+            for block in turn.content or []
+        ]
     turn.tool_calls = calls
     return turn
 
