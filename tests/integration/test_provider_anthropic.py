@@ -680,6 +680,27 @@ async def test_a_malformed_event_is_reported_with_an_excerpt(server: FakeAnthrop
     assert "malformed stream event (not JSON): {not json" in message
 
 
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"type": "content_block_delta", "index": [0], "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_delta", "index": 5, "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_start", "index": {"a": 1}, "content_block": {"type": "text"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta"}},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use"}},
+        [1, 2, 3],
+    ],
+)
+async def test_odd_shapes_from_the_server_are_malformed_stream_errors_not_crashes(
+    server: FakeAnthropic, odd: Any
+) -> None:
+    good = stream(text("hi"))
+    odd_event = b"event: odd\ndata: " + json.dumps(odd).encode() + b"\n\n"
+    server.replies.append(Reply(chunks=[*good.chunks[:2], odd_event, *good.chunks[2:]]))
+
+    assert "malformed stream" in await fails(provider(server))
+
+
 async def test_a_huge_event_is_refused_and_the_stream_is_abandoned_with_memory_bounded(
     server: FakeAnthropic,
 ) -> None:

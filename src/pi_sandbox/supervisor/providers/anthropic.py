@@ -409,7 +409,8 @@ class _MessageStream:
             # The per-token path, inlined (issue 16 "Performance": ≤ 1.5x httpx alone).
             delta = payload.get("delta")
             if type(delta) is dict and delta.get("type") == "text_delta":
-                block = self.blocks.get(payload.get("index"))  # type: ignore[arg-type]
+                index = payload.get("index")
+                block = self.blocks.get(index) if type(index) is int else None
                 text = delta.get("text")
                 if block is not None and block.kind == "text" and type(text) is str:
                     block.parts.append(text)
@@ -433,13 +434,13 @@ class _MessageStream:
             await self._stop(payload)
         elif kind == "message_start":
             self.started = True
-            message = payload.get("message") or {}
+            message = _object(payload.get("message"))
             self.response_id = message.get("id") if isinstance(message.get("id"), str) else None
             if isinstance(message.get("model"), str):
                 self.response_model = message["model"]
             self._read_usage(message.get("usage"))
         elif kind == "message_delta":
-            delta = payload.get("delta") or {}
+            delta = _object(payload.get("delta"))
             if isinstance(delta.get("stop_reason"), str):
                 self.raw_stop_reason = delta["stop_reason"]
             self._read_usage(payload.get("usage"))
@@ -472,8 +473,8 @@ class _MessageStream:
 
     def _block(self, payload: dict[str, Any]) -> _Block | None:
         index = payload.get("index")
-        block = self.blocks.get(index)  # type: ignore[arg-type]
-        if block is None and index not in self.ignored:
+        block = self.blocks.get(index) if type(index) is int else None
+        if block is None and (type(index) is not int or index not in self.ignored):
             raise self._error(
                 f"malformed stream: {payload.get('type')} for unknown content block {index!r}"
             )
@@ -483,7 +484,7 @@ class _MessageStream:
         index = payload.get("index")
         if not isinstance(index, int) or index in self.blocks or index in self.ignored:
             raise self._error(f"malformed stream: content_block_start with index {index!r}")
-        start = payload.get("content_block") or {}
+        start = _object(payload.get("content_block"))
         kind = start.get("type")
         position = len(self.content)
         if kind == "text":
@@ -541,7 +542,7 @@ class _MessageStream:
         block = self._block(payload)
         if block is None:
             return
-        delta = payload.get("delta") or {}
+        delta = _object(payload.get("delta"))
         kind = delta.get("type")
         if kind == "text_delta" and block.kind == "text":
             await self._text(block, _string(delta.get("text")))
@@ -648,6 +649,10 @@ class _MessageStream:
             response_id=self.response_id,
             error_message=error_message,
         )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if type(value) is dict else {}
 
 
 def _string(value: Any) -> str:
