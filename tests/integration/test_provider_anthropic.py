@@ -710,9 +710,9 @@ async def test_a_huge_event_is_refused_and_the_stream_is_abandoned_with_memory_b
     )
     server.replies.append(reply)
 
-    message = await fails(provider(server, max_event_bytes=1024 * 1024))
+    message = await fails(provider(server, max_event_chars=1024 * 1024))
 
-    assert "an event longer than 1048576 bytes; the stream was abandoned" in message
+    assert "larger than 1048576 characters (UTF-8 bytes); the stream was abandoned" in message
     assert reply.finished.wait(WAIT_S)
     # Abandoned after about the limit (plus socket buffers), not after the whole
     # 256 MiB the server was willing to send.
@@ -844,3 +844,75 @@ def test_create_provider_without_a_key_needs_a_base_url(monkeypatch: pytest.Monk
         create_provider("anthropic")
     local = create_provider("anthropic/claude-x", base_url="http://127.0.0.1:8080")
     assert isinstance(local, AnthropicProvider) and local._api_key is None
+
+
+# --- what the retry layer reads (errors.ProviderError attributes, issue 16 "Retries") ---
+
+
+async def raised(target: AnthropicProvider) -> ProviderError:
+    with pytest.raises(ProviderError) as caught, trio.fail_after(WAIT_S):
+        await target.complete(system_prompt="", messages=[], tools=[])
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "retry_after", "transient"),
+    [
+        (error_reply(529, "overloaded_error", "Overloaded"), 529, None, True),
+        (
+            error_reply(429, "rate_limit_error", "slow", headers={"retry-after": "7"}),
+            429,
+            7.0,
+            True,
+        ),
+        (error_reply(503, "api_error", "x", headers={"retry-after-ms": "1500"}), 503, 1.5, True),
+        (error_reply(401, "authentication_error", "bad key"), 401, None, False),
+        (error_reply(400, "invalid_request_error", "bad body"), 400, None, False),
+    ],
+)
+async def test_http_errors_carry_status_retry_after_and_whether_to_retry(
+    server: FakeAnthropic, reply: Reply, status: int, retry_after: float | None, transient: bool
+) -> None:
+    server.replies.append(reply)
+
+    error = await raised(provider(server))
+
+    assert (error.status, error.retry_after, error.transient) == (status, retry_after, transient)  # type: ignore[attr-defined]
+    assert error.output_started is False  # type: ignore[attr-defined]
+
+
+async def test_an_overloaded_event_before_any_output_may_be_retried(server: FakeAnthropic) -> None:
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    server.replies.append(Reply(chunks=[stream(text("x")).chunks[0], sse_event(error)]))
+
+    raised_error = await raised(provider(server))
+
+    assert (raised_error.transient, raised_error.output_started) == (True, False)  # type: ignore[attr-defined]
+
+
+async def test_a_failure_after_the_answer_started_is_never_retried(server: FakeAnthropic) -> None:
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    started = stream(text("Half of the answ")).chunks[:5]
+    server.replies.append(Reply(chunks=[*started, sse_event(error)]))
+    server.replies.append(Reply(chunks=stream(text("cut short")).chunks, cut_after=5))
+
+    mid_stream = await raised(provider(server))
+    cut = await raised(provider(server))
+
+    for failure in (mid_stream, cut):
+        assert (failure.transient, failure.output_started) == (False, True)  # type: ignore[attr-defined]
+    assert "after the answer had started; not retried" in str(cut)
+
+
+async def test_a_refused_connection_may_be_retried() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    target = AnthropicProvider(MODEL, f"http://127.0.0.1:{port}", API_KEY, max_tokens=10)
+
+    error = await raised(target)
+
+    assert "cannot connect to" in str(error)
+    assert (error.transient, error.output_started) == (True, False)  # type: ignore[attr-defined]

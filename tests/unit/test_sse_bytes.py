@@ -44,14 +44,14 @@ def test_invalid_utf8_becomes_the_replacement_character() -> None:
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
 def test_an_event_past_the_limit_raises_before_it_is_all_buffered(newline: bytes) -> None:
-    decoder = SSEDecoder(max_event_bytes=1000)
+    decoder = SSEDecoder(max_event_chars=1000)
     decoder.feed_bytes(b"data: " + b"x" * 400 + newline)  # a complete line, within
-    with pytest.raises(SSEEventTooLarge, match="longer than 1000 bytes"):
+    with pytest.raises(SSEEventTooLarge, match="larger than 1000 characters"):
         decoder.feed_bytes(b"data: " + b"y" * 700)  # the unterminated line passes it
 
 
 def test_the_limit_counts_one_event_and_resets_after_it() -> None:
-    decoder = SSEDecoder(max_event_bytes=100)
+    decoder = SSEDecoder(max_event_chars=100)
     for _ in range(20):
         assert decoder.feed_bytes(b"data: " + b"z" * 60 + b"\n\n") == [SSEEvent(data="z" * 60)]
 

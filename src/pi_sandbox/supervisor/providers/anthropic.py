@@ -36,9 +36,13 @@ in an error message or a repr (DESIGN §1: secrets stay in the supervisor).
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import json
+import math
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +60,7 @@ from .base import (
     ToolDefinition,
     normalise_usage,
 )
-from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
+from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 
 __all__ = [
     "ANTHROPIC_DEFAULT_BASE_URL",
@@ -79,9 +83,14 @@ _MIN_OUTPUT_TOKENS = 1024  # room left for the answer when the budget must shrin
 _EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "max"}
 _INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 
-# Events are small (each delta is a few tokens); this only stops a server that never
-# ends a line from growing our buffer without bound.
-DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
+TRANSIENT_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses worth a retry (issue 16): timeout, conflict, rate limit, server errors
+and the API's 529 overloaded."""
+TRANSIENT_ERROR_TYPES = frozenset(
+    {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
+)
+"""``error.type`` values of a mid-stream ``error`` event worth a retry (before output)."""
+
 _ERROR_BODY_BYTES = 16 * 1024
 _EXCERPT_CHARS = 500
 
@@ -100,7 +109,7 @@ _STOP_REASONS = {
 _BAD_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 _CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet)-(\d+)(?:-(\d{1,2}))?(?=$|[-@.:])")
 
-_ErrorFactory = Callable[[str], ProviderError]
+_ErrorFactory = Callable[..., ProviderError]
 
 
 def _excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
@@ -383,6 +392,7 @@ class _MessageStream:
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.started = False
+        self.output_started = False  # a content block began: a retry would repeat it
         self.done = False
 
     async def _emit(self, event: dict[str, Any]) -> None:
@@ -447,7 +457,11 @@ class _MessageStream:
         elif kind == "message_stop":
             self.done = True
         elif kind == "error" or event.event == "error":
-            raise self._error(f"the server reported an error mid-stream: {_error_text(payload)}")
+            error = _object(payload.get("error"))
+            raise self._error(
+                f"the server reported an error mid-stream: {_error_text(payload)}",
+                transient=error.get("type") in TRANSIENT_ERROR_TYPES,
+            )
         # ``ping`` and event types added to the API later are ignored (Anthropic's
         # versioning policy: new event types may appear).
 
@@ -487,6 +501,7 @@ class _MessageStream:
         start = _object(payload.get("content_block"))
         kind = start.get("type")
         position = len(self.content)
+        self.output_started = True
         if kind == "text":
             block = _Block(position, "text")
             if start.get("text"):
@@ -723,7 +738,7 @@ class AnthropicProvider:
         headers: dict[str, str] | None = None,
         provider_name: str = "anthropic",
         timeout_s: float = 600,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_event_chars: int = DEFAULT_MAX_EVENT_CHARS,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         """Configure the endpoint; nothing is sent until ``complete()``.
@@ -747,7 +762,8 @@ class AnthropicProvider:
             provider_name: the name recorded on assistant messages.
             timeout_s: seconds httpx waits for each network step (connect, each read
                 of the stream, write).
-            max_event_bytes: the largest server-sent event accepted (bytes).
+            max_event_chars: the largest server-sent event accepted (UTF-8 bytes; a
+                server that never ends a line is cut off there).
             client: a shared client the caller owns and closes; by default each
                 request uses its own short-lived client.
 
@@ -782,7 +798,7 @@ class AnthropicProvider:
         self.cache_retention = retention
         self._headers = dict(headers or {})
         self._timeout = httpx.Timeout(timeout_s)
-        self._max_event_bytes = max_event_bytes
+        self._max_event_chars = max_event_chars
         self._client = client
 
     def __repr__(self) -> str:
@@ -801,7 +817,13 @@ class AnthropicProvider:
             return {"type": "ephemeral", "ttl": "1h"}
         return {"type": "ephemeral"}
 
-    def _error(self, message: str) -> ProviderError:
+    def _error(self, message: str, *, transient: bool = False) -> ProviderError:
+        """A ``ProviderError`` naming provider and model, the key scrubbed from it.
+
+        It carries the retry layer's attributes (issue 16 "Retries"): ``status`` and
+        ``retry_after`` (None here; set for HTTP errors), ``transient`` and
+        ``output_started`` (set by ``complete`` once the answer had begun).
+        """
         # Servers and proxies sometimes echo request headers in error bodies. The text
         # may already be cut to an excerpt, so a key cut short is redacted too (any
         # prefix of 8 or more characters).
@@ -810,7 +832,14 @@ class AnthropicProvider:
             for length in range(len(key), min(8, len(key)) - 1, -1):
                 if key[:length] in message:
                     message = message.replace(key[:length], "<redacted>")
-        return ProviderError(f"{self.name}/{self.model}: {message}")
+        error = ProviderError(f"{self.name}/{self.model}: {message}")
+        # Set after construction: the attributes work whether or not ProviderError's
+        # constructor takes them.
+        error.status = None  # type: ignore[attr-defined]
+        error.retry_after = None  # type: ignore[attr-defined]
+        error.transient = transient  # type: ignore[attr-defined]
+        error.output_started = False  # type: ignore[attr-defined]
+        return error
 
     def request_body(
         self,
@@ -915,30 +944,44 @@ class AnthropicProvider:
             headers["anthropic-beta"] = _INTERLEAVED_THINKING_BETA
         if self._api_key:
             headers["x-api-key"] = self._api_key
+        stream = _MessageStream(self._error, on_text_delta, on_event)
         try:
             if self._client is not None:
-                return await self._send(self._client, body, headers, on_text_delta, on_event)
+                return await self._send(self._client, body, headers, stream)
             async with httpx.AsyncClient(timeout=self._timeout) as client:
-                return await self._send(client, body, headers, on_text_delta, on_event)
+                return await self._send(client, body, headers, stream)
+        except ProviderError as exc:
+            if stream.output_started:
+                # A retry would repeat what was already shown (issue 16 "Retries").
+                exc.output_started, exc.transient = True, False  # type: ignore[attr-defined]
+            raise
         except httpx.TimeoutException as exc:
-            raise self._error(
+            raise self._transport_error(
                 f"request to {self._url} timed out ({type(exc).__name__}: no progress "
-                f"for {self._timeout.read} s)"
+                f"for {self._timeout.read} s)",
+                stream,
             ) from exc
         except httpx.ConnectError as exc:
-            raise self._error(f"cannot connect to {self._url}: {exc}") from exc
+            raise self._transport_error(f"cannot connect to {self._url}: {exc}", stream) from exc
         except httpx.HTTPError as exc:
-            raise self._error(
-                f"request to {self._url} failed: {type(exc).__name__}: {exc}"
+            raise self._transport_error(
+                f"request to {self._url} failed: {type(exc).__name__}: {exc}", stream
             ) from exc
+
+    def _transport_error(self, message: str, stream: _MessageStream) -> ProviderError:
+        """A network failure: retryable unless the answer had started (then it says so)."""
+        if stream.output_started:
+            message += " after the answer had started; not retried, so nothing is repeated"
+        error = self._error(message, transient=not stream.output_started)
+        error.output_started = stream.output_started  # type: ignore[attr-defined]
+        return error
 
     async def _send(
         self,
         client: httpx.AsyncClient,
         body: dict[str, Any],
         headers: dict[str, str],
-        on_text_delta: TextDeltaCallback | None,
-        on_event: AssistantEventCallback | None,
+        stream: _MessageStream,
     ) -> AssistantTurn:
         async with client.stream(
             "POST", self._url, json=body, headers=headers, timeout=self._timeout
@@ -952,8 +995,7 @@ class AnthropicProvider:
                     f"{self._url} answered with {content_type} instead of an event stream: "
                     f"{_body_text(text)}"
                 )
-            stream = _MessageStream(self._error, on_text_delta, on_event)
-            decoder = SSEDecoder(max_event_bytes=self._max_event_bytes)
+            decoder = SSEDecoder(max_event_chars=self._max_event_chars)
             try:
                 async for chunk in response.aiter_bytes():
                     for event in decoder.feed_bytes(chunk):
@@ -963,15 +1005,21 @@ class AnthropicProvider:
                 for event in decoder.flush():
                     await stream.apply(event)
             except SSEEventTooLarge as exc:
-                raise self._error(
-                    f"{self._url} sent an event longer than {self._max_event_bytes} "
-                    "bytes; the stream was abandoned"
-                ) from exc
+                raise self._error(f"{self._url}: {exc}; the stream was abandoned") from exc
             return stream.finish(self.name, self.model)
 
     def _http_error(self, response: httpx.Response, text: str) -> ProviderError:
         status = response.status_code
         detail = _body_text(text)
+        error = self._http_error_message(response, status, detail)
+        error.status = status  # type: ignore[attr-defined]
+        error.retry_after = _retry_after(response.headers)  # type: ignore[attr-defined]
+        error.transient = status in TRANSIENT_STATUSES  # type: ignore[attr-defined]
+        return error
+
+    def _http_error_message(
+        self, response: httpx.Response, status: int, detail: str
+    ) -> ProviderError:
         if status == 529:
             return self._error(f"the API is overloaded (HTTP 529) at {self._url}: {detail}")
         if status == 429:
@@ -991,6 +1039,30 @@ class AnthropicProvider:
                 f"authentication failed at {self._url} (HTTP {status}): {detail}; {advice}"
             )
         return self._error(f"{self._url} answered HTTP {status}: {detail}")
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks to wait: ``retry-after-ms``, else ``retry-after`` as
+    seconds or an HTTP date (RFC 9110 §10.2.3); None when neither is usable."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        with contextlib.suppress(ValueError):
+            value = float(raw_ms)
+            if math.isfinite(value) and value >= 0:
+                return value / 1000
+    raw = (headers.get("retry-after") or "").strip()
+    if not raw:
+        return None
+    with contextlib.suppress(ValueError):
+        value = float(raw)
+        return value if math.isfinite(value) and value >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _header_safe(value: str) -> bool:

@@ -30,7 +30,7 @@ from .base import (
     ToolDefinition,
     normalise_usage,
 )
-from .sse import SSEDecoder, SSEEvent, loads_json
+from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 
 __all__ = ["OpenAIProvider"]
 
@@ -180,7 +180,11 @@ class OpenAIProvider:
             stream = _StreamAccumulator(self._error, on_event)
             decoder = SSEDecoder()
             async for chunk in response.aiter_bytes():
-                for event in decoder.feed_bytes(chunk):
+                try:
+                    events = decoder.feed_bytes(chunk)
+                except SSEEventTooLarge as exc:
+                    raise self._error(f"{self._url}: {exc}; the stream was abandoned") from exc
+                for event in events:
                     await stream.apply(event, on_text_delta)
                     if stream.done:
                         return await stream.end(self.model)

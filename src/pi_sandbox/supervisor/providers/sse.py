@@ -15,15 +15,20 @@ from typing import Any, NamedTuple
 
 from pydantic_core import from_json
 
-__all__ = ["SSEDecoder", "SSEEvent", "SSEEventTooLarge", "loads_json"]
+__all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSEEventTooLarge", "loads_json"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
+DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024
+"""Largest event a decoder buffers by default (UTF-8 bytes of its lines together): far
+above any real model event, bounded against a server that never ends a line (issue 16,
+"a huge event")."""
+
 
 class SSEEventTooLarge(ValueError):
     """One event (its ``data:`` lines plus the line being read) passed the decoder's
-    ``max_event_bytes``: the stream is abandoned rather than buffered without bound."""
+    ``max_event_chars``: the stream is abandoned rather than buffered without bound."""
 
 
 class SSEEvent(NamedTuple):
@@ -54,14 +59,16 @@ class SSEDecoder:
     in, and only each event's fields are decoded (once per event, not per chunk).
 
     Args:
-        max_event_bytes: when set, ``feed_bytes`` / ``feed`` raise ``SSEEventTooLarge``
-            as soon as the pending event (its data so far plus the unterminated line)
-            is longer, so a server that never ends a line cannot make us buffer it
-            all (issue 16, "a huge event"). None: unbounded.
+        max_event_chars: ``feed_bytes`` / ``feed`` raise ``SSEEventTooLarge`` as soon as
+            the pending event (its data so far plus the unterminated line) is longer,
+            in UTF-8 bytes (the same as characters for the ASCII JSON of real events),
+            so a server that never ends a line cannot make us buffer it all (issue 16,
+            "a huge event"). None: unbounded.
     """
 
-    def __init__(self, max_event_bytes: int | None = None) -> None:
-        self._limit = max_event_bytes
+    def __init__(self, max_event_chars: int | None = DEFAULT_MAX_EVENT_CHARS) -> None:
+        self.max_event_chars = max_event_chars
+        self._limit = max_event_chars
         self._size = 0  # bytes of data in self._data
         self._partial = b""  # the current, unterminated line
         self._after_cr = False  # the last chunk ended in "\r": a "\n" next is part of it
@@ -109,13 +116,17 @@ class SSEDecoder:
                 self._data.append(value)
                 self._size += len(value) + 1
                 if limit is not None and self._size > limit:
-                    raise SSEEventTooLarge(f"a server-sent event is longer than {limit} bytes")
+                    raise SSEEventTooLarge(
+                        f"a stream event is larger than {limit} characters (UTF-8 bytes)"
+                    )
             elif line.startswith(b"event: "):
                 self._event = line[7:]
             else:
                 self._line(line, events)
         if limit is not None and len(self._partial) + self._size > limit:
-            raise SSEEventTooLarge(f"a server-sent event is longer than {limit} bytes")
+            raise SSEEventTooLarge(
+                f"a stream event is larger than {limit} characters (UTF-8 bytes)"
+            )
         return events
 
     def _feed_any(self, chunk: bytes) -> list[SSEEvent]:
@@ -130,7 +141,9 @@ class SSEDecoder:
             self._after_cr = True
         self._partial += chunk[start:]
         if self._limit is not None and len(self._partial) + self._size > self._limit:
-            raise SSEEventTooLarge(f"a server-sent event is longer than {self._limit} bytes")
+            raise SSEEventTooLarge(
+                f"a stream event is larger than {self._limit} characters (UTF-8 bytes)"
+            )
         return events
 
     def flush(self) -> list[SSEEvent]:
@@ -174,7 +187,9 @@ class SSEDecoder:
             self._data.append(value)
             self._size += len(value) + 1
             if self._limit is not None and self._size > self._limit:
-                raise SSEEventTooLarge(f"a server-sent event is longer than {self._limit} bytes")
+                raise SSEEventTooLarge(
+                    f"a stream event is larger than {self._limit} characters (UTF-8 bytes)"
+                )
         elif name == b"event":
             self._event = value
         elif name == b"id":
