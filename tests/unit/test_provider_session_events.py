@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pi_sandbox.supervisor.agent_session import AgentSession, _with_unique_call_ids
-from pi_sandbox.supervisor.providers.base import AssistantTurn, ToolCall
+from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.providers.base import AssistantTurn
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 
 USAGE = {"input": 7, "output": 1}
@@ -107,19 +107,3 @@ async def test_the_session_s_thinking_level_reaches_the_provider(tmp_path: Path)
     await updates(tmp_path, chosen, thinking_level="high")
 
     assert (default.thinking_level, chosen.thinking_level) == ("off", "high")
-
-
-def test_repeated_call_ids_are_renamed_in_the_ordered_content_as_in_the_calls() -> None:
-    calls = [ToolCall("dup", "read", {"path": "a"}), ToolCall("dup", "read", {"path": "b"})]
-    content = [
-        {"type": "thinking", "thinking": "two reads", "thinkingSignature": "s"},
-        *[
-            {"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments}
-            for c in calls
-        ],
-    ]
-    turn = _with_unique_call_ids(AssistantTurn(text="", tool_calls=calls, content=content))
-
-    assert [c.id for c in turn.tool_calls] == ["dup", "dup_2"]
-    assert [b.get("id") for b in turn.content or []] == [None, "dup", "dup_2"]
-    assert turn.content[0] == content[0]  # type: ignore[index]

@@ -66,15 +66,6 @@ def _with_unique_call_ids(turn: AssistantTurn) -> AssistantTurn:
         calls.append(
             call if candidate == call.id else ToolCall(candidate, call.name, call.arguments)
         )
-    in_content = [b for b in turn.content or [] if b.get("type") == "toolCall"]
-    if len(in_content) == len(calls) and calls != turn.tool_calls:
-        # The ordered content (issue 16) names the same calls in the same order: it
-        # must carry the ids the results will be addressed by.
-        renamed = {id(block): call.id for block, call in zip(in_content, calls, strict=True)}
-        turn.content = [
-            {**block, "id": renamed[id(block)]} if id(block) in renamed else block
-            for block in turn.content or []
-        ]
     turn.tool_calls = calls
     return turn
 
@@ -198,7 +189,6 @@ class AgentSession:
         active_tools: returns the tool definitions of the next request.
         system_prompt: returns the system prompt of the next request.
         max_turns: a guard against a model that never stops calling tools.
-        thinking_level: pi's thinking level of the next request (``THINKING_LEVELS``).
         steering / follow_ups / next_turn: queued user or custom messages, delivered
             after the current tool batch, when the model stops, with the next prompt.
     """
@@ -212,7 +202,6 @@ class AgentSession:
     active_tools: Callable[[], list[ToolDefinition]] | None = None
     system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
-    thinking_level: str = "off"
     running: bool = False
     aborted: bool = False
     abort_on_start: bool = False  # an abort that came before the run began
@@ -227,6 +216,9 @@ class AgentSession:
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
+    # pi's thinking level of the next request (base.THINKING_LEVELS); recorded on
+    # every assistant message as ``thinkingLevel`` (pi docs session-format.md).
+    thinking_level: str = "off"
 
     def __post_init__(self) -> None:
         self.idle.set()
