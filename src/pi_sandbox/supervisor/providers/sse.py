@@ -20,6 +20,8 @@ __all__ = ["DEFAULT_MAX_EVENT_CHARS", "SSEDecoder", "SSEEvent", "SSEEventTooLarg
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
+_EVENT_NAMES: dict[bytes, str] = {b"": "message"}  # decoded event names, per process
+
 DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024
 """Largest event a decoder buffers by default (UTF-8 bytes of its lines together): far
 above any real model event, bounded against a server that never ends a line (issue 16,
@@ -162,9 +164,15 @@ class SSEDecoder:
         return events
 
     def _dispatch(self) -> SSEEvent:
+        name = _EVENT_NAMES.get(self._event)
+        if name is None:
+            name = self._event.decode("utf-8", "replace")
+            if len(_EVENT_NAMES) < 64:  # the few names a provider uses, not a server's whims
+                _EVENT_NAMES[self._event] = name
+        data = self._data
         event = SSEEvent(
-            self._event.decode("utf-8", "replace") if self._event else "message",
-            b"\n".join(self._data).decode("utf-8", "replace"),
+            name,
+            (data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8", "replace"),
             self._last_id,
             self._retry,
         )
