@@ -577,14 +577,25 @@ def test_the_model_limit_caps_max_tokens_and_shrinks_the_budget() -> None:
 
 
 def test_opus_and_sonnet_4_6_and_later_get_adaptive_thinking_with_an_effort() -> None:
-    for model in ("claude-opus-4-6", "claude-sonnet-4-6-20260101", "claude-opus-5"):
+    for model in (
+        "claude-opus-4-6",
+        "claude-sonnet-4-6-20260101",
+        "claude-opus-4.6",
+        "claude-opus-5",
+    ):
         target = AnthropicProvider(model, "http://127.0.0.1:9", None, max_tokens=2000)
         body = target.request_body(system_prompt="", messages=[], tools=[], thinking_level="xhigh")
         assert (body["thinking"], body["output_config"]) == (
             {"type": "adaptive"},
             {"effort": "max"},
         ), model
-    for model in ("claude-sonnet-4-5", "claude-opus-4-1-20250805", "claude-3-7-sonnet-latest"):
+    for model in (
+        "claude-sonnet-4-5",
+        "claude-sonnet-4-20250514",
+        "claude-opus-4-1-20250805",
+        "claude-3-7-sonnet-latest",
+        "claude-haiku-4-5",
+    ):
         target = AnthropicProvider(model, "http://127.0.0.1:9", None, max_tokens=2000)
         body = target.request_body(system_prompt="", messages=[], tools=[], thinking_level="low")
         assert body["thinking"]["type"] == "enabled", model

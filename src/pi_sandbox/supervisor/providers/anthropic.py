@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_THINKING_BUDGETS",
     "AnthropicProvider",
     "convert_messages",
+    "supports_adaptive_thinking",
     "thinking_parameters",
 ]
 
@@ -107,7 +108,7 @@ _STOP_REASONS = {
 
 # Anthropic tool-use ids must match ^[a-zA-Z0-9_-]+$ and be at most 64 characters.
 _BAD_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
-_CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet)-(\d+)(?:-(\d{1,2}))?(?=$|[-@.:])")
+_CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet)-(\d+)(?:[-.](\d{1,2}))?(?=$|[-@.:])")
 
 _ErrorFactory = Callable[..., ProviderError]
 
