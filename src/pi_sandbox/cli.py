@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
     parser.add_argument(
+        "--session",
+        type=Path,
+        metavar="PATH",
+        help="continue this session file (it is locked while the run writes to it)",
+    )
+    parser.add_argument(
         "--ci",
         action="store_true",
         help="CI mode: implies --sandbox and -p, asks are denied, read-only workspace and no "
@@ -883,6 +889,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     except ValueError as exc:
         parser.error(str(exc))
+    if args.session is not None:
+        if args.no_session:
+            parser.error("argument --session: not allowed with --no-session")
+        if not args.session.is_file():
+            what = "not a file" if args.session.exists() else "no such file"
+            parser.error(f"argument --session: {what}: {args.session}")
     if args.ci and args.sandbox is False:
         parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
     options = RunOptions(
@@ -919,6 +931,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         system_prompt=system_prompt,
         append_system_prompt=appended,
         session=not args.no_session,
+        session_file=args.session.absolute() if args.session is not None else None,
     )
     return run_print_session(options)
 

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ class RunOptions:
     system_prompt: str | None = None  # --system-prompt (text, or a file's text)
     append_system_prompt: list[str] = field(default_factory=list)
     session: bool = True
+    session_file: Path | None = None  # --session PATH: continue this session file
     home: Path = field(default_factory=Path.home)
     audit_log: Path | None = None
     ci: bool = False
@@ -91,10 +91,11 @@ class _Start:
     trust: str | None
     trust_source: str
     audit_paths: list[Path]
-    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    session_id: str = field(default_factory=lambda: _new_session_id())
     trust_info: Any = None  # resources.resource_set.TrustDecision
     base_policy: Any = None  # the managed and user tiers only (before trust)
     base_locations: Any = None
+    resumed: Any = None  # the SessionWriter of --session PATH, locked and loaded
 
     def apply_trust(self, options: RunOptions, info: Any) -> None:
         """Take ``info`` (a `TrustDecision`) as the run's decision: the project's
@@ -147,6 +148,17 @@ def run_print_session(options: RunOptions) -> int:
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
+    if options.session_file is not None:
+        # --session: opened (and locked, issue 15 "Robustness") before anything starts,
+        # so a second process continuing the same session is refused at once.
+        from pi_sandbox.supervisor.sessions.session_file import SessionWriter
+
+        try:
+            start.resumed = SessionWriter.resume(options.session_file)
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            return fail(f"argument --session: {why}", 2)
+        start.session_id = start.resumed.header.id
     output = JsonOutput() if options.mode in ("json", "rpc") else PrintOutput()
     from pi_sandbox.supervisor.audit_log import AuditLog
 
@@ -159,6 +171,8 @@ def run_print_session(options: RunOptions) -> int:
             fatal=options.ci,
         )
     except OSError as exc:
+        if start.resumed is not None:
+            start.resumed.close()
         return fail(f"cannot open audit log {exc.filename}: {exc.strerror or exc}", 2)
     audit.session = start.session_id  # the session file, if any, gets this id too
     try:
@@ -216,6 +230,14 @@ def run_print_session(options: RunOptions) -> int:
     finally:
         audit.close()
         stop.release()
+        if start.resumed is not None:
+            start.resumed.close()  # already closed after a run; a no-op then
+
+
+def _new_session_id() -> str:
+    from pi_sandbox.supervisor.sessions.session_file import new_session_id
+
+    return new_session_id()  # a UUIDv7, as pi 1.6.0
 
 
 def _load_policy(options: RunOptions) -> _Start:
@@ -656,7 +678,9 @@ async def _run(
                     await resource_watch.start()
                 try:
                     writer = (
-                        SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
+                        start.resumed
+                        if start.resumed is not None
+                        else SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
                         if options.session
                         else SessionWriter.in_memory(options.cwd, start.session_id)
                     )
@@ -742,7 +766,9 @@ async def _run(
                     cwd=options.cwd,
                     writer=writer,
                 )
-                writer.append_model_change(provider.name, provider.model)
+                # pi records the model and thinking level at a session's start, and on a
+                # continued session what differs from its branch.
+                writer.record_settings(provider.name, provider.model, session.thinking_level)
 
                 def new_writer() -> SessionWriter:
                     if options.session:

@@ -1322,6 +1322,13 @@ class SessionHost:
                 for record in writer.branch(entry_id):
                     if record.get("type") == "message":
                         new_writer.append_message(record["message"])
+                    elif record.get("type") == "custom_message":  # extension messages
+                        new_writer.append_custom_message(
+                            record["customType"],
+                            record.get("content", []),
+                            bool(record.get("display")),
+                            record.get("details"),
+                        )
             if new_writer is not None:
                 writer.close()
                 self.session.writer = new_writer
@@ -1533,6 +1540,7 @@ class SessionHost:
                 "output": supplied["output"][:MAX_SUPPLIED_CHARS],
                 "exit_code": exit_code,
                 "cancelled": supplied.get("cancelled") is True,
+                "truncated": supplied.get("truncated") is True,
                 "by": "extension",
             }
         else:
@@ -1571,6 +1579,7 @@ class SessionHost:
                 if isinstance(details.get("exit_code"), int)
                 else None,
                 "cancelled": bool(details.get("aborted", False)),
+                "truncated": details.get("truncated") is True,
                 "by": "tool worker",
             }
         message = {
@@ -1579,6 +1588,8 @@ class SessionHost:
             "output": result["output"],
             "exitCode": result["exit_code"],
             "cancelled": result["cancelled"],
+            # pi's BashExecutionMessage.truncated is required (message-types.md).
+            "truncated": result.pop("truncated"),
             "timestamp": now_ms(),
         }
         await self.session.commit(message)
