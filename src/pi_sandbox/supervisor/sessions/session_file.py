@@ -314,8 +314,8 @@ class SessionWriter:
                 model = (str(record.get("provider")), str(record.get("modelId")))
             elif kind == "message":
                 message = record.get("message") or {}
-                if message.get("role") == "assistant":
-                    model = (str(message.get("provider")), str(message.get("model")))
+                if message.get("role") == "assistant" and isinstance(message.get("model"), str):
+                    model = (str(message.get("provider")), message["model"])
         return model, level
 
     def record_settings(self, provider: str, model_id: str, thinking_level: str) -> None:
@@ -323,10 +323,11 @@ class SessionWriter:
         writes ``model_change`` then ``thinking_level_change`` first); a continued one
         records only what differs from its branch (pi's ``_recordModelSelection``,
         ``_recordThinkingLevel``)."""
+        fresh = not self.entries
         model, level = self.settings()
         if model != (provider, model_id):
             self.append_model_change(provider, model_id)
-        if level != thinking_level or not self.entries:
+        if fresh or level != thinking_level:
             self.append_thinking_level_change(thinking_level)
 
     def append_compaction(
