@@ -1,0 +1,270 @@
+"""Session files shared with pi 1.6.0 itself (issue 15 "Fidelity, both directions").
+
+Real processes: pi 1.6.0 (the shared `pi16` fixture, tests/e2e/pi16.py: skipped with
+the reason when Node/npm cannot install it) and ours. The session files are generated
+at test time: pi's with its faux provider (../shared/anchors/pi-faux-provider-1x.ts),
+ours with the loopback OpenAI server. Each continuation is pointed at a loopback
+OpenAI-compatible server (`fake_openai`; pi through a ``models.json`` custom provider)
+that captures the request, so the test compares what each model was shown.
+
+- a session pi 1.6.0 wrote, continued by us: our request holds exactly the file's
+  history (built here from the raw JSON lines, independently of our reader) and is
+  the one pi sends continuing the same file; pi then continues our continuation and
+  sees our turn too;
+- a session we wrote, continued by pi 1.6.0: both programs send the same history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fake_openai import FakeOpenAI, text, tool_calls
+
+if TYPE_CHECKING:
+    from pi16 import Pi16
+
+pytest_plugins = ["pi16"]  # the shared `pi16` fixture (tests/e2e/pi16.py)
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 120
+FAUX_SCRIPT = [
+    {"text": "listing", "tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}]},
+    {"text": "all done"},
+]
+
+
+def agent_env(root: Path) -> dict[str, str]:
+    env = {**os.environ, "HOME": str(root / "home"), "PI_CODING_AGENT_DIR": str(root / "agent")}
+    env.pop("OPENAI_API_KEY", None)
+    return env
+
+
+def run(argv: list[str], root: Path, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        argv,
+        env={**agent_env(root), **extra},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def pi16_argv(pi16: Pi16, *args: str) -> list[str]:
+    return [str(pi16.node), str(pi16.cli), "--offline", *args]
+
+
+def ours_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pi_sandbox.cli", *args]
+
+
+def point_pi_at(root: Path, server: FakeOpenAI) -> None:
+    """A ``models.json`` custom provider ``fake`` (model ``x``) speaking OpenAI Chat
+    Completions to the loopback server (pi docs models-configuration.md)."""
+    agent = root / "agent"
+    agent.mkdir(parents=True, exist_ok=True)
+    (agent / "models.json").write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "fake": {
+                        "baseUrl": server.url,
+                        "api": "openai-completions",
+                        "apiKey": "unused",
+                        "models": [{"id": "x", "contextWindow": 100000, "maxTokens": 1000}],
+                    }
+                }
+            }
+        )
+    )
+
+
+def the_file(root: Path) -> Path:
+    (found,) = (root / "agent" / "sessions").rglob("*.jsonl")
+    return found
+
+
+def history(request_messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A request's conversation, wire details normalised: the system message left out
+    (each program sends its own prompt), content strings and text-block lists alike,
+    tool-call arguments decoded."""
+    out: list[tuple[Any, ...]] = []
+    for message in request_messages:
+        role = message["role"]
+        if role == "system":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        calls = tuple(
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
+            for c in message.get("tool_calls") or []
+        )
+        out.append((role, content or "", calls, message.get("tool_call_id")))
+    return out
+
+
+def file_history(path: Path) -> list[tuple[Any, ...]]:
+    """The conversation in a linear session file, read from its raw JSON lines (not
+    with our reader): what any program continuing it must send."""
+    out: list[tuple[Any, ...]] = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        message = record.get("message") if record.get("type") == "message" else None
+        if message is None or message["role"] == "system":
+            continue
+        blocks = message["content"]
+        texts = (
+            blocks
+            if isinstance(blocks, str)
+            else "".join(b["text"] for b in blocks if b["type"] == "text")
+        )
+        if message["role"] == "toolResult":
+            out.append(("tool", texts, (), message["toolCallId"]))
+            continue
+        calls = (
+            tuple((b["id"], b["name"], b["arguments"]) for b in blocks if b["type"] == "toolCall")
+            if isinstance(blocks, list)
+            else ()
+        )
+        out.append((message["role"], texts, calls, None))
+    return out
+
+
+def pi16_session(pi16: Pi16, root: Path, proj: Path) -> Path:
+    """A session file written by pi 1.6.0 with its faux provider: a prompt, a bash tool
+    call and its result, a final answer."""
+    from pi16 import FAUX_SCRIPTED  # lazily: pytest_plugins imports the module first
+
+    (root / "faux.ts").write_text(FAUX_SCRIPTED)
+    (root / "script.json").write_text(json.dumps(FAUX_SCRIPT))
+    run(
+        pi16_argv(
+            pi16,
+            "-e",
+            str(root / "faux.ts"),
+            "--provider",
+            "faux",
+            "--model",
+            "faux-1",
+            "-p",
+            "run echo",
+        ),
+        root,
+        proj,
+        PI_FAUX_SCRIPT=str(root / "script.json"),
+    )
+    return the_file(root)
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (tmp_path / "home").mkdir()
+    return root
+
+
+def continue_with_ours(root: Path, proj: Path, session: Path, prompt: str) -> list[tuple[Any, ...]]:
+    with FakeOpenAI([text(f"ours answered {prompt}")]) as server:
+        run(
+            ours_argv(
+                "--session",
+                str(session),
+                "--model",
+                "openai/x",
+                "--base-url",
+                server.url,
+                "-p",
+                prompt,
+            ),
+            root,
+            proj,
+        )
+        (request,) = server.requests
+    return history(request.body["messages"])
+
+
+def continue_with_pi16(
+    pi16: Pi16, root: Path, proj: Path, session: Path, prompt: str
+) -> list[tuple[Any, ...]]:
+    with FakeOpenAI([text(f"pi answered {prompt}")]) as server:
+        point_pi_at(root, server)
+        run(
+            pi16_argv(
+                pi16, "--session", str(session), "--provider", "fake", "--model", "x", "-p", prompt
+            ),
+            root,
+            proj,
+        )
+        (request,) = server.requests
+    return history(request.body["messages"])
+
+
+def test_a_session_pi_1_6_wrote_is_continued_by_us_with_exactly_its_history(pi16, tmp_path, proj):
+    original = pi16_session(pi16, tmp_path, proj)
+    records = [json.loads(line) for line in original.read_text().splitlines()]
+    # What pi 1.6.0 wrote: a UUIDv7 session, its settings, a system message, the turns.
+    assert [r["type"] for r in records[:3]] == ["session", "model_change", "thinking_level_change"]
+    assert any(r.get("message", {}).get("role") == "system" for r in records)
+    expected = file_history(original)
+    assert [h[0] for h in expected] == ["user", "assistant", "tool", "assistant"]
+
+    ours_copy, pis_copy = tmp_path / "ours.jsonl", tmp_path / "pis.jsonl"
+    shutil.copy(original, ours_copy)
+    shutil.copy(original, pis_copy)
+    seen_by_ours = continue_with_ours(tmp_path, proj, ours_copy, "next")
+    seen_by_pi = continue_with_pi16(pi16, tmp_path, proj, pis_copy, "next")
+    assert seen_by_ours == [*expected, ("user", "next", (), None)]
+    assert seen_by_ours == seen_by_pi
+
+    # pi 1.6.0 continues our continuation: it sees its history, then our turn.
+    seen_after = continue_with_pi16(pi16, tmp_path, proj, ours_copy, "again")
+    assert seen_after == [
+        *expected,
+        ("user", "next", (), None),
+        ("assistant", "ours answered next", (), None),
+        ("user", "again", (), None),
+    ]
+    assert seen_after == file_history(ours_copy)[:-1]  # the file then holds pi's answer
+
+
+def test_a_session_we_wrote_is_continued_by_pi_1_6_with_the_same_history_we_send(
+    pi16, tmp_path, proj
+):
+    with FakeOpenAI(
+        [tool_calls(("call_1", "bash", {"command": "echo hi"}), text="listing"), text("all done")]
+    ) as server:
+        run(
+            ours_argv("--model", "openai/x", "--base-url", server.url, "-p", "run echo"),
+            tmp_path,
+            proj,
+        )
+    original = the_file(tmp_path)
+    records = [json.loads(line) for line in original.read_text().splitlines()]
+    assistant = next(
+        r["message"] for r in records if r.get("message", {}).get("role") == "assistant"
+    )
+    assert assistant["api"] == "openai-completions" and "cost" in assistant["usage"]
+    assert "thinkingLevel" in assistant
+    result = next(r["message"] for r in records if r.get("message", {}).get("role") == "toolResult")
+    assert isinstance(result["durationMs"], int)
+    expected = file_history(original)
+    assert [h[0] for h in expected] == ["user", "assistant", "tool", "assistant"]
+
+    ours_copy, pis_copy = tmp_path / "ours.jsonl", tmp_path / "pis.jsonl"
+    shutil.copy(original, ours_copy)
+    shutil.copy(original, pis_copy)
+    seen_by_pi = continue_with_pi16(pi16, tmp_path, proj, pis_copy, "next")
+    seen_by_ours = continue_with_ours(tmp_path, proj, ours_copy, "next")
+    assert seen_by_pi == [*expected, ("user", "next", (), None)]
+    assert seen_by_pi == seen_by_ours
