@@ -194,3 +194,38 @@ def test_control_without_the_lock_both_append_and_one_writers_turns_leave_the_hi
     assert len(resumed.entries) == 1 + 400  # both wrote everything …
     contents = {m["content"][:1] for m in resumed.messages()[1:]}
     assert len(resumed.messages()) == 1 + 200 and len(contents) == 1  # … one branch survives
+
+
+def test_continuing_a_damaged_session_is_one_clear_error_naming_file_and_line(tmp_path):
+    (tmp_path / "home").mkdir()
+    session = a_session(tmp_path)
+    with session.open("a") as handle:
+        handle.write('{"type": "message", "id": "torn-in-the-middle"\n')
+        handle.write(
+            '{"type": "label", "id": "l1", "parentId": null, "targetId": "x", "label": "y"}\n'
+        )
+    script = tmp_path / "script.yaml"
+    script.write_text('- text: "ok"\n')
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--session",
+            str(session),
+            "--script",
+            str(script),
+            "-p",
+            "hi",
+        ],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"pi: argument --session: {session}:3: not valid JSON: Expecting ',' delimiter: "
+        "line 1 column 47 (char 46)"
+    ]

@@ -487,3 +487,22 @@ def test_session_ids_are_uuid_v7_and_time_ordered():
     first, second = new_session_id(), new_session_id()
     assert uuid.UUID(first).version == 7 and uuid.UUID(first).variant == uuid.RFC_4122
     assert first[:8] <= second[:8]
+
+
+def test_a_pending_resume_locks_at_once_and_reports_damage_when_its_result_is_taken(tmp_path):
+    path = write_file(tmp_path / "s.jsonl", [msg("u1", None, user("a"))])
+    with path.open("a") as handle:
+        handle.write("oops\n{}\n")
+    pending = session_file.PendingResume(path)
+    assert pending.header_id is not None
+    with pytest.raises(SessionLockedError):
+        SessionWriter.resume(path)  # locked before the file was even read
+    with pytest.raises(SessionFileError, match=rf"^{path}:3: not valid JSON"):
+        pending.result()
+    pending.close()
+    path.write_text(path.read_text().replace("oops\n{}\n", ""))
+    pending = session_file.PendingResume(path)
+    writer = pending.result()
+    assert [m["content"][0]["text"] for m in writer.messages()] == ["a"]
+    pending.close()
+    SessionWriter.resume(path).close()  # the lock went with it

@@ -95,7 +95,7 @@ class _Start:
     trust_info: Any = None  # resources.resource_set.TrustDecision
     base_policy: Any = None  # the managed and user tiers only (before trust)
     base_locations: Any = None
-    resumed: Any = None  # the SessionWriter of --session PATH, locked and loaded
+    resumed: Any = None  # --session PATH: a PendingResume (locked, loading on a thread)
 
     def apply_trust(self, options: RunOptions, info: Any) -> None:
         """Take ``info`` (a `TrustDecision`) as the run's decision: the project's
@@ -151,14 +151,15 @@ def run_print_session(options: RunOptions) -> int:
     if options.session_file is not None:
         # --session: opened (and locked, issue 15 "Robustness") before anything starts,
         # so a second process continuing the same session is refused at once.
-        from pi_sandbox.supervisor.sessions.session_file import SessionWriter
+        # It is read on a thread while the workers start (`PendingResume`).
+        from pi_sandbox.supervisor.sessions.session_file import PendingResume
 
         try:
-            start.resumed = SessionWriter.resume(options.session_file)
+            start.resumed = PendingResume(options.session_file)
         except (OSError, ValueError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             return fail(f"argument --session: {why}", 2)
-        start.session_id = start.resumed.header.id
+        start.session_id = start.resumed.header_id or start.session_id
     output = JsonOutput() if options.mode in ("json", "rpc") else PrintOutput()
     from pi_sandbox.supervisor.audit_log import AuditLog
 
@@ -231,7 +232,7 @@ def run_print_session(options: RunOptions) -> int:
         audit.close()
         stop.release()
         if start.resumed is not None:
-            start.resumed.close()  # already closed after a run; a no-op then
+            start.resumed.close()  # the writer is closed after a run; a no-op then
 
 
 def _new_session_id() -> str:
@@ -677,13 +678,18 @@ async def _run(
                     )
                     await resource_watch.start()
                 try:
-                    writer = (
-                        start.resumed
-                        if start.resumed is not None
-                        else SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
-                        if options.session
-                        else SessionWriter.in_memory(options.cwd, start.session_id)
-                    )
+                    if start.resumed is not None:
+                        try:
+                            writer = await trio.to_thread.run_sync(start.resumed.result)
+                        except (OSError, ValueError) as exc:
+                            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                            raise UsageError(f"argument --session: {why}") from exc
+                    else:
+                        writer = (
+                            SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
+                            if options.session
+                            else SessionWriter.in_memory(options.cwd, start.session_id)
+                        )
                 except OSError as exc:
                     raise UsageError(
                         f"cannot write the session file under {options.agent_dir / 'sessions'}: "

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import stat
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MessageEntry",
     "ModelChangeEntry",
+    "PendingResume",
     "SessionFileError",
     "SessionHeader",
     "SessionLockedError",
@@ -186,6 +188,86 @@ def _lock(fd: int, path: Path) -> None:
         ) from None
 
 
+def _open_locked(path: Path) -> int:
+    """Open a session file for reading and appending and lock it (`_lock`).
+
+    Raises:
+        SessionLockedError: another writer holds it.
+        ValueError: it is not a regular file.
+        OSError: it cannot be opened.
+    """
+    # Non-blocking and checked on the open descriptor: a FIFO (or a device) named
+    # like a session file must not block the supervisor or be appended to.
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        _lock(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class PendingResume:
+    """A session file being continued: locked at once (so a second process is refused
+    before anything starts), read and checked on a thread while the run starts its
+    workers (`result`). Resuming a long session then costs start-up little.
+
+    Raises (constructor): as `SessionWriter.resume` for the lock and the open.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = _open_locked(path)
+        self.header_id = _header_id(self._fd)
+        # The parse's lazy imports happen here, on this thread: an import racing the
+        # main thread's imports of the same package can fail (KeyError in importlib).
+        import pi_sandbox.protocol.framing
+        import pi_sandbox.supervisor.boundary.agent_messages  # noqa: F401
+
+        self._outcome: SessionWriter | BaseException | None = None
+        self._thread = threading.Thread(target=self._load, name="session-resume", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            self._outcome = SessionWriter._load_locked(self.path, self._fd)
+        except BaseException as exc:  # handed to the caller of result()
+            self._outcome = exc
+
+    def result(self) -> SessionWriter:
+        """The loaded writer (waits for the thread).
+
+        Raises:
+            SessionFileError: the file is damaged (``FILE:LINE: problem``).
+            OSError: it could not be read.
+        """
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
+
+    def close(self) -> None:
+        """Release the file (its lock) whether or not `result` was taken."""
+        self._thread.join()
+        if isinstance(self._outcome, SessionWriter):
+            self._outcome.close()
+
+
+def _header_id(fd: int) -> str | None:
+    """The ``id`` of the header line, read alone (None when it is not readable yet:
+    the full parse then reports the problem)."""
+    first = os.pread(fd, 64 * 1024, 0).split(b"\n", 1)[0]
+    try:
+        header = json.loads(first)
+    except ValueError:
+        return None
+    value = header.get("id") if isinstance(header, dict) else None
+    return value if isinstance(value, str) else None
+
+
 class SessionWriter:
     """Writes one session file, entry by entry, linking each entry to its parent
     (the current leaf), and keeps every entry in memory (``entries``, ``by_id``) for
@@ -253,15 +335,15 @@ class SessionWriter:
             ValueError: it is not a regular file.
             OSError: it cannot be read or opened for appending.
         """
-        # Non-blocking and checked on the open descriptor: a FIFO (or a device) named
-        # like a session file must not block the supervisor or be appended to.
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return cls._load_locked(path, _open_locked(path))
+
+    @classmethod
+    def _load_locked(cls, path: Path, fd: int) -> SessionWriter:
+        """Read and check the file open (and locked) on ``fd``; the writer then owns
+        ``fd``. Closes ``fd`` when it raises."""
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError(f"{path}: not a regular file")
-            _lock(fd, path)
             data = _read_all(fd)
-            header, entries = parse_session(path, data)
+            header, numbered = _parse_records(path, data)
             if data and not data.endswith(b"\n"):
                 # A torn last line (a crash mid-write) is dropped from the file before
                 # anything is appended, or the next entry would be glued onto it.
@@ -269,8 +351,7 @@ class SessionWriter:
         except BaseException:
             os.close(fd)
             raise
-        records = [e if isinstance(e, dict) else _converter.unstructure(e) for e in entries]
-        return cls(path, header, existing=records, fd=fd)
+        return cls(path, header, existing=[record for _, record in numbered], fd=fd)
 
     def _remember(self, record: dict[str, Any]) -> None:
         entry_id = record.get("id")
@@ -671,23 +752,10 @@ def load_session(
     return parse_session(path, path.read_bytes())
 
 
-def parse_session(
+def _parse_records(
     path: Path, data: bytes
-) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
-    """Parse a session file's bytes (see `load_session`); ``path`` names it in errors.
-
-    Every line is checked before anything is built from it (issue 13 §4: a session
-    file is input like any other — it may be corrupted, or hold what an extension
-    once wrote): at most `MAX_LINE_BYTES`, UTF-8, JSON nesting at most
-    `MAX_NESTING` deep, an object; the header's and each entry's fields have their
-    types (session-format.md); a ``message`` entry's message fits pi's schema
-    (`check_agent_message`; roles this version does not know are kept); the
-    ``parentId`` links form no cycle.
-
-    Raises:
-        SessionFileError: the first problem, as ``FILE:LINE: what is wrong`` — never a
-            ``TypeError``, ``AttributeError`` or ``RecursionError``.
-    """
+) -> tuple[SessionHeader, list[tuple[int, dict[str, Any]]]]:
+    """`parse_session`'s checks; the entries as ``(line number, record)``, plain dicts."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -705,19 +773,41 @@ def parse_session(
     if not records or records[0][1].get("type") != "session":
         raise SessionFileError(f"{path}:1: missing session header")
     header = _header(path, records[0][1])
-    entries: list[MessageEntry | ModelChangeEntry | dict[str, Any]] = []
     for number, record in records[1:]:
         try:
             _check_entry(record)
         except ValueError as exc:
             raise SessionFileError(f"{path}:{number}: {exc}") from None
+    _check_tree(path, records[1:])
+    return header, records[1:]
+
+
+def parse_session(
+    path: Path, data: bytes
+) -> tuple[SessionHeader, list[MessageEntry | ModelChangeEntry | dict[str, Any]]]:
+    """Parse a session file's bytes (see `load_session`); ``path`` names it in errors.
+
+    Every line is checked before anything is built from it (issue 13 §4: a session
+    file is input like any other — it may be corrupted, or hold what an extension
+    once wrote): at most `MAX_LINE_BYTES`, UTF-8, JSON nesting at most
+    `MAX_NESTING` deep, an object; the header's and each entry's fields have their
+    types (session-format.md); a ``message`` entry's message fits pi's schema
+    (`check_agent_message`; roles this version does not know are kept); the
+    ``parentId`` links form no cycle.
+
+    Raises:
+        SessionFileError: the first problem, as ``FILE:LINE: what is wrong`` — never a
+            ``TypeError``, ``AttributeError`` or ``RecursionError``.
+    """
+    header, records = _parse_records(path, data)
+    entries: list[MessageEntry | ModelChangeEntry | dict[str, Any]] = []
+    for number, record in records:
         cls = _ENTRY_TYPES.get(record["type"])
         try:
             entries.append(_converter.structure(record, cls) if cls else record)
         except (cattrs.BaseValidationError, ValueError, TypeError) as exc:  # pragma: no cover
             # _check_entry checked every field cattrs reads; kept as a backstop.
             raise SessionFileError(f"{path}:{number}: malformed {record['type']} entry") from exc
-    _check_tree(path, records[1:])
     return header, entries
 
 
@@ -750,7 +840,9 @@ def _parse_line(raw: bytes) -> dict[str, Any]:
         raise _TornLineError(f"not valid JSON: {exc}") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise ValueError(f"not valid JSON: {exc}") from None
-    if nests_deeper_than(record, MAX_NESTING):
+    # Nesting depth is bounded by the number of opening brackets: most lines have far
+    # fewer than the limit and skip the walk (as `framing` does for worker frames).
+    if raw.count(b"{") + raw.count(b"[") > MAX_NESTING and nests_deeper_than(record, MAX_NESTING):
         raise ValueError(f"JSON nested more than {MAX_NESTING} levels deep")
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {_json_type(record)}")
