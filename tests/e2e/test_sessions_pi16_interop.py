@@ -268,3 +268,115 @@ def test_a_session_we_wrote_is_continued_by_pi_1_6_with_the_same_history_we_send
     seen_by_ours = continue_with_ours(tmp_path, proj, ours_copy, "next")
     assert seen_by_pi == [*expected, ("user", "next", (), None)]
     assert seen_by_pi == seen_by_ours
+
+
+def every_context_entry_session(path_dir: Path, cwd: Path) -> Path:
+    """A session we write holding every entry that shapes the context: a tool call and
+    its result, extension messages (shown and hidden), a bashExecution, a compaction
+    keeping entries before it, a context edit, entries the model never sees, and an
+    abandoned branch left through a branch summary."""
+    from pi_sandbox.supervisor.sessions.session_file import SessionWriter
+
+    def user(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+    def assistant(text: str, *calls: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": [{"type": "text", "text": text}, *calls],
+            "api": "openai-completions",
+            "provider": "openai",
+            "model": "x",
+            "usage": {},
+            "stopReason": "toolUse" if calls else "stop",
+            "timestamp": 1,
+            "thinkingLevel": "off",
+        }
+
+    writer = SessionWriter.create(path_dir, cwd)
+    writer.record_settings("openai", "x", "off")
+    writer.append_message(user("u1"))
+    call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}
+    writer.append_message(assistant("a1", call))
+    writer.append_message(
+        {
+            "role": "toolResult",
+            "toolCallId": "c1",
+            "toolName": "bash",
+            "content": [{"type": "text", "text": "out1"}],
+            "isError": False,
+            "durationMs": 2,
+            "timestamp": 1,
+        }
+    )
+    writer.append_message(assistant("a1 done"))
+    kept = writer.append_message(user("u2")).id
+    writer.append_custom_message("note", "ext note", True)
+    writer.append_custom_message("note", [{"type": "text", "text": "hidden note"}], False)
+    bash = {
+        "role": "bashExecution",
+        "command": "ls",
+        "output": "f",
+        "exitCode": 1,
+        "cancelled": False,
+        "truncated": False,
+        "timestamp": 1,
+    }
+    writer.append_message(bash)
+    writer.append_message(assistant("a2"))
+    writer.append_compaction("SUM", kept, 5000)
+    writer.append_message(user("u3"))
+    a3 = writer.append_message(assistant("a3")).id
+    writer._append(
+        {"type": "context_edit", "targetId": a3, "replacement": {"content": "a3 edited"}}
+    )
+    writer.append_label(a3, "here")
+    writer.append_custom("state", {"n": 1})
+    writer._append(
+        {
+            "type": "usage",
+            "kind": "cache_warm",
+            "provider": "openai",
+            "model": "x",
+            "usage": {"input": 1},
+        }
+    )
+    branch_point = writer.append_session_info("everything").get("id")
+    writer.append_message(user("u4 abandoned"))
+    abandoned = writer.append_message(assistant("a4 abandoned")).id
+    writer.append_branch_summary(abandoned, "BR", parent_id=branch_point)
+    writer.close()
+    assert writer.path is not None
+    return writer.path
+
+
+def test_every_entry_that_shapes_the_context_gives_pi_1_6_and_us_the_same_request(
+    pi16, tmp_path, proj
+):
+    original = every_context_entry_session(tmp_path / "agent", proj)
+    ours_copy, pis_copy = tmp_path / "ours.jsonl", tmp_path / "pis.jsonl"
+    shutil.copy(original, ours_copy)
+    shutil.copy(original, pis_copy)
+    seen_by_pi = continue_with_pi16(pi16, tmp_path, proj, pis_copy, "next")
+    seen_by_ours = continue_with_ours(tmp_path, proj, ours_copy, "next")
+    compacted = (
+        "The conversation history before this point was compacted into the following "
+        "summary:\n\n<summary>\nSUM\n</summary>"
+    )
+    branch = (
+        "The following is a summary of a branch that this conversation came back from:"
+        "\n\n<summary>\nBR</summary>"
+    )
+    assert seen_by_pi == [
+        ("user", compacted, (), None),
+        ("user", "u2", (), None),
+        ("user", "ext note", (), None),
+        ("user", "hidden note", (), None),
+        ("user", "Ran `ls`\n```\nf\n```\n\nCommand exited with code 1", (), None),
+        ("assistant", "a2", (), None),
+        ("user", "u3", (), None),
+        ("assistant", "a3 edited", (), None),
+        ("user", branch, (), None),
+        ("user", "next", (), None),
+    ]
+    assert seen_by_ours == seen_by_pi

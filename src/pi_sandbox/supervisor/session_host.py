@@ -980,6 +980,10 @@ class SessionHost:
                 f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
             )
         self.thinking_level = level
+        if level != self.session.thinking_level:
+            # pi records a level change in the session (pi docs session-format.md).
+            self.session.thinking_level = level
+            self.session.writer.append_thinking_level_change(level)
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
