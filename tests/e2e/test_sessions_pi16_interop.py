@@ -272,9 +272,10 @@ def test_a_session_we_wrote_is_continued_by_pi_1_6_with_the_same_history_we_send
 
 def every_context_entry_session(path_dir: Path, cwd: Path) -> Path:
     """A session we write holding every entry that shapes the context: a tool call and
-    its result, extension messages (shown and hidden), a bashExecution, a compaction
-    keeping entries before it, a context edit, entries the model never sees, and an
-    abandoned branch left through a branch summary."""
+    its result, extension messages (shown and hidden), a bashExecution, a tool call
+    left without a result, a failed turn, a compaction keeping entries before it, a
+    context edit, entries the model never sees, and an abandoned branch left through a
+    branch summary."""
     from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 
     def user(text: str) -> dict[str, Any]:
@@ -323,6 +324,10 @@ def every_context_entry_session(path_dir: Path, cwd: Path) -> Path:
         "timestamp": 1,
     }
     writer.append_message(bash)
+    # A tool call whose result never came (the run stopped), then a turn that failed.
+    orphan = {"type": "toolCall", "id": "c2", "name": "bash", "arguments": {"command": "x"}}
+    writer.append_message(assistant("a2 calls", orphan))
+    writer.append_message({**assistant("a2 failed"), "stopReason": "error", "errorMessage": "boom"})
     writer.append_message(assistant("a2"))
     writer.append_compaction("SUM", kept, 5000)
     writer.append_message(user("u3"))
@@ -373,6 +378,8 @@ def test_every_entry_that_shapes_the_context_gives_pi_1_6_and_us_the_same_reques
         ("user", "ext note", (), None),
         ("user", "hidden note", (), None),
         ("user", "Ran `ls`\n```\nf\n```\n\nCommand exited with code 1", (), None),
+        ("assistant", "a2 calls", (("c2", "bash", {"command": "x"}),), None),
+        ("tool", "No result provided", (), "c2"),
         ("assistant", "a2", (), None),
         ("user", "u3", (), None),
         ("assistant", "a3 edited", (), None),

@@ -506,3 +506,41 @@ def test_a_pending_resume_locks_at_once_and_reports_damage_when_its_result_is_ta
     assert [m["content"][0]["text"] for m in writer.messages()] == ["a"]
     pending.close()
     SessionWriter.resume(path).close()  # the lock went with it
+
+
+def test_a_tool_call_left_without_result_gets_pi_s_error_result_and_failed_turns_are_not_replayed():
+    call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {}}
+    answered = {"type": "toolCall", "id": "c2", "name": "read", "arguments": {}}
+    sent = llm_messages(
+        [
+            user("go"),
+            {"role": "assistant", "content": [call, answered], "stopReason": "toolUse"},
+            {
+                "role": "toolResult",
+                "toolCallId": "c2",
+                "toolName": "read",
+                "content": [],
+                "isError": False,
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "x"}],
+                "stopReason": "aborted",
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "y"}],
+                "stopReason": "error",
+            },
+            user("again"),
+        ]
+    )
+    assert [(m["role"], m.get("toolCallId")) for m in sent] == [
+        ("user", None),
+        ("assistant", None),
+        ("toolResult", "c2"),
+        ("toolResult", "c1"),
+        ("user", None),
+    ]
+    assert sent[3]["content"] == [{"type": "text", "text": "No result provided"}]
+    assert sent[3]["isError"] is True

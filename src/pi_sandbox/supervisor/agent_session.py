@@ -178,6 +178,53 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(_as_user(text + BRANCH_SUMMARY_SUFFIX, message))
         elif role == "bashExecution" and not message.get("excludeFromContext"):
             out.append(_as_user(bash_execution_text(message), message))
+    return _closed_tool_calls(out)
+
+
+def _closed_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """pi-ai's ``transformMessages`` passes that do not depend on the target model:
+    an assistant turn that ended in ``error`` or ``aborted`` is not replayed, and a
+    tool call left without a result (a run stopped between the call and its result)
+    gets an error result ``"No result provided"`` before the next assistant or user
+    message — APIs reject a tool call with no result."""
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    answered: set[str] = set()
+
+    def close() -> None:
+        for call in pending:
+            if call.get("id") not in answered:
+                out.append(
+                    {
+                        "role": "toolResult",
+                        "toolCallId": call.get("id"),
+                        "toolName": call.get("name"),
+                        "content": [{"type": "text", "text": "No result provided"}],
+                        "isError": True,
+                        "timestamp": now_ms(),
+                    }
+                )
+        pending.clear()
+        answered.clear()
+
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            close()
+            if message.get("stopReason") in ("error", "aborted"):
+                continue
+            content = message.get("content")
+            pending.extend(
+                b for b in content or [] if isinstance(b, dict) and b.get("type") == "toolCall"
+            )
+            out.append(message)
+        elif role == "toolResult":
+            answered.add(message.get("toolCallId"))
+            out.append(message)
+        else:
+            close()
+            out.append(message)
+    close()
     return out
 
 
