@@ -569,7 +569,12 @@ class AgentSession:
         if (required := self.pool.required_failure()) is not None:
             # issue 13 §2: no model request without a required guard.
             raise HookFailedError(f"the request was not sent to the model: {required}")
-        messages = copy.deepcopy(self.messages)
+        # A new list each time (`context_messages`) whose messages are the session's
+        # own records: copied only when a hook is handed them, or a 10,000-entry
+        # session pays a deep copy of its whole context on every request.
+        messages = self.messages
+        if self.pool.subscribed("context") or self.pool.subscribed("before_provider_request"):
+            messages = copy.deepcopy(messages)
         state = await self.chain("context", {"messages": messages})
         if state is not None and isinstance(state.get("messages"), list):
             messages = state["messages"]
