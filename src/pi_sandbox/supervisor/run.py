@@ -777,9 +777,14 @@ async def _run(
                 writer.record_settings(provider.name, provider.model, session.thinking_level)
 
                 def new_writer() -> SessionWriter:
-                    if options.session:
-                        return SessionWriter.create(options.agent_dir, options.cwd)
-                    return SessionWriter.in_memory(options.cwd)
+                    fresh = (
+                        SessionWriter.create(options.agent_dir, options.cwd)
+                        if options.session
+                        else SessionWriter.in_memory(options.cwd)
+                    )
+                    # A new session starts with its model and thinking level, as pi's.
+                    fresh.record_settings(provider.name, provider.model, session.thinking_level)
+                    return fresh
 
                 host = SessionHost(
                     pool=pool,
