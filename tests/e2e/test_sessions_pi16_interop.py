@@ -11,7 +11,13 @@ that captures the request, so the test compares what each model was shown.
   history (built here from the raw JSON lines, independently of our reader) and is
   the one pi sends continuing the same file; pi then continues our continuation and
   sees our turn too;
-- a session we wrote, continued by pi 1.6.0: both programs send the same history.
+- a session we wrote, continued by pi 1.6.0: both programs send the same history;
+- a session pi 1.6.0 compacted (RPC ``compact``, with its ``systemMessage``
+  checkpoint) holding an extension's ``custom_message`` entries: both programs send
+  pi's compacted context;
+- a session we wrote with every entry that shapes the context (tool calls with and
+  without results, a failed turn, custom messages, a bashExecution, a compaction, a
+  context edit, a branch summary): both programs send the same request.
 """
 
 from __future__ import annotations
@@ -384,6 +390,102 @@ def test_every_entry_that_shapes_the_context_gives_pi_1_6_and_us_the_same_reques
         ("user", "u3", (), None),
         ("assistant", "a3 edited", (), None),
         ("user", branch, (), None),
+        ("user", "next", (), None),
+    ]
+    assert seen_by_ours == seen_by_pi
+
+
+# A pi 1.6.0 extension adding a custom message to every run (before_agent_start).
+NOTE_EXTENSION = """\
+export default function (pi: any) {
+  pi.on("before_agent_start", async (event: any) => ({
+    message: { customType: "note", content: "ext note for " + event.prompt, display: true },
+  }));
+}
+"""
+
+
+def pi16_rpc_session_with_compaction(pi16: Pi16, root: Path, proj: Path) -> Path:
+    """A session pi 1.6.0 writes in RPC mode: a prompt (with an extension's
+    custom_message), a manual ``compact`` (its summary from the faux model, keeping the
+    entries from the custom message on, with pi's ``systemMessage`` checkpoint), then
+    a second prompt."""
+    from pi16 import FAUX_SCRIPTED
+
+    (root / "faux.ts").write_text(FAUX_SCRIPTED)
+    (root / "note.ts").write_text(NOTE_EXTENSION)
+    (root / "script.json").write_text(
+        json.dumps([{"text": "r1"}, {"text": "SUMMARY BY PI"}, {"text": "r2"}])
+    )
+    agent = root / "agent"
+    agent.mkdir(parents=True, exist_ok=True)
+    # A tiny keepRecentTokens: a two-turn session has something to compact.
+    (agent / "settings.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 5}}))
+    argv = pi16_argv(
+        pi16, "-e", str(root / "faux.ts"), "-e", str(root / "note.ts"),
+        "--provider", "faux", "--model", "faux-1", "--mode", "rpc",
+    )  # fmt: skip
+    env = {**agent_env(root), "PI_FAUX_SCRIPT": str(root / "script.json")}
+    proc = subprocess.Popen(
+        argv, cwd=proj, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def until(done: Any) -> dict[str, Any]:
+        while line := proc.stdout.readline():
+            event = json.loads(line)
+            if done(event):
+                return event
+        raise AssertionError(f"pi 1.6.0 ended early (exit {proc.wait(timeout=TIMEOUT_S)})")
+
+    def send(command: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps(command) + "\n")
+        proc.stdin.flush()
+
+    try:
+        send({"type": "prompt", "message": "one", "id": "1"})
+        until(lambda e: e.get("type") == "agent_settled")
+        send({"type": "compact", "id": "c"})
+        compacted = until(lambda e: e.get("type") == "response" and e.get("id") == "c")
+        assert compacted["success"], compacted
+        send({"type": "prompt", "message": "two", "id": "2"})
+        until(lambda e: e.get("type") == "agent_settled")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=TIMEOUT_S)
+    (agent / "settings.json").unlink()
+    return the_file(root)
+
+
+def test_a_session_pi_1_6_compacted_with_extension_messages_is_continued_by_us_as_by_pi(
+    pi16, tmp_path, proj
+):
+    original = pi16_rpc_session_with_compaction(pi16, tmp_path, proj)
+    records = [json.loads(line) for line in original.read_text().splitlines()]
+    [compaction] = [r for r in records if r["type"] == "compaction"]
+    kept = next(r for r in records if r.get("id") == compaction["firstKeptEntryId"])
+    # What pi wrote: its checkpoint, and the kept range starting at a custom_message.
+    assert compaction["systemMessage"]["role"] == "system" and kept["type"] == "custom_message"
+    assert [r["type"] for r in records].count("custom_message") == 2
+
+    ours_copy, pis_copy = tmp_path / "ours.jsonl", tmp_path / "pis.jsonl"
+    shutil.copy(original, ours_copy)
+    shutil.copy(original, pis_copy)
+    seen_by_pi = continue_with_pi16(pi16, tmp_path, proj, pis_copy, "next")
+    seen_by_ours = continue_with_ours(tmp_path, proj, ours_copy, "next")
+    assert seen_by_pi == [
+        (
+            "user",
+            "The conversation history before this point was compacted into the following "
+            "summary:\n\n<summary>\nSUMMARY BY PI\n</summary>",
+            (),
+            None,
+        ),
+        ("user", "ext note for one", (), None),
+        ("assistant", "r1", (), None),
+        ("user", "two", (), None),
+        ("user", "ext note for two", (), None),
+        ("assistant", "r2", (), None),
         ("user", "next", (), None),
     ]
     assert seen_by_ours == seen_by_pi
