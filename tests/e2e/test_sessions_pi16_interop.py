@@ -408,8 +408,8 @@ export default function (pi: any) {
 def pi16_rpc_session_with_compaction(pi16: Pi16, root: Path, proj: Path) -> Path:
     """A session pi 1.6.0 writes in RPC mode: a prompt (with an extension's
     custom_message), a manual ``compact`` (its summary from the faux model, keeping the
-    entries from the custom message on, with pi's ``systemMessage`` checkpoint), then
-    a second prompt."""
+    entries from the custom message on, with pi's ``systemMessage`` checkpoint), a
+    second prompt, then an RPC ``bash`` command (a ``bashExecution`` message)."""
     from pi16 import FAUX_SCRIPTED
 
     (root / "faux.ts").write_text(FAUX_SCRIPTED)
@@ -450,6 +450,9 @@ def pi16_rpc_session_with_compaction(pi16: Pi16, root: Path, proj: Path) -> Path
         assert compacted["success"], compacted
         send({"type": "prompt", "message": "two", "id": "2"})
         until(lambda e: e.get("type") == "agent_settled")
+        send({"type": "bash", "command": "echo hi", "id": "b"})  # a bashExecution message
+        ran = until(lambda e: e.get("type") == "response" and e.get("id") == "b")
+        assert ran["success"], ran
     finally:
         proc.stdin.close()
         proc.wait(timeout=TIMEOUT_S)
@@ -486,6 +489,7 @@ def test_a_session_pi_1_6_compacted_with_extension_messages_is_continued_by_us_a
         ("user", "two", (), None),
         ("user", "ext note for two", (), None),
         ("assistant", "r2", (), None),
+        ("user", "Ran `echo hi`\n```\nhi\n\n```", (), None),  # pi keeps the newline
         ("user", "next", (), None),
     ]
     assert seen_by_ours == seen_by_pi
