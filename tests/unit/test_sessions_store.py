@@ -544,3 +544,21 @@ def test_a_tool_call_left_without_result_gets_pi_s_error_result_and_failed_turns
     ]
     assert sent[3]["content"] == [{"type": "text", "text": "No result provided"}]
     assert sent[3]["isError"] is True
+
+
+def test_appending_to_a_long_resumed_session_reads_nothing_back(tmp_path, monkeypatch):
+    records = [msg("m0", None, user("0"))]
+    records += [msg(f"m{n}", f"m{n - 1}", user(str(n))) for n in range(1, 3000)]
+    path = write_file(tmp_path / "s.jsonl", records)
+    writer = SessionWriter.resume(path)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("an append read the file back")
+
+    monkeypatch.setattr(session_file.os, "pread", no_reading)
+    monkeypatch.setattr(session_file.os, "read", no_reading)
+    monkeypatch.setattr(session_file.Path, "read_bytes", no_reading)
+    for n in range(10):
+        writer.append_message(user(f"new {n}"))
+    writer.close()
+    assert len(lines(path)) == 1 + 3000 + 10
