@@ -562,3 +562,15 @@ def test_appending_to_a_long_resumed_session_reads_nothing_back(tmp_path, monkey
         writer.append_message(user(f"new {n}"))
     writer.close()
     assert len(lines(path)) == 1 + 3000 + 10
+
+
+def test_an_unreadable_last_line_ending_in_a_newline_is_dropped_before_appending(tmp_path):
+    path = write_file(tmp_path / "s.jsonl", [msg("u1", None, user("a"))])
+    with open(path, "a") as handle:
+        handle.write('{"type":"message","id":"u2",\n')  # torn, but a newline made it out
+    writer = SessionWriter.resume(path)
+    writer.append_message(user("b"))
+    writer.close()
+    reread = SessionWriter.resume(path)  # still loads: the torn line is gone
+    reread.close()
+    assert [m["content"][0]["text"] for m in reread.messages()] == ["a", "b"]

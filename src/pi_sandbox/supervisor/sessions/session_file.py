@@ -344,10 +344,13 @@ class SessionWriter:
         try:
             data = _read_all(fd)
             header, numbered = _parse_records(path, data)
-            if data and not data.endswith(b"\n"):
+            lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            if data and len(numbered) + 1 < lines:
                 # A torn last line (a crash mid-write) is dropped from the file before
-                # anything is appended, or the next entry would be glued onto it.
-                os.ftruncate(fd, data.rfind(b"\n") + 1)
+                # anything is appended: the next entry would be glued onto it, or it
+                # would no longer be the last line and make the file unreadable.
+                body = data[:-1] if data.endswith(b"\n") else data
+                os.ftruncate(fd, body.rfind(b"\n") + 1)
         except BaseException:
             os.close(fd)
             raise
