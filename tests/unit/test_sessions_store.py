@@ -491,21 +491,23 @@ def test_session_ids_are_uuid_v7_and_time_ordered():
 
 def test_a_pending_resume_locks_at_once_and_reports_damage_when_its_result_is_taken(tmp_path):
     path = write_file(tmp_path / "s.jsonl", [msg("u1", None, user("a"))])
-    with path.open("a") as handle:
-        handle.write("oops\n{}\n")
     pending = session_file.PendingResume(path)
     assert pending.header_id is not None
     with pytest.raises(SessionLockedError):
-        SessionWriter.resume(path)  # locked before the file was even read
-    with pytest.raises(SessionFileError, match=rf"^{path}:3: not valid JSON"):
-        pending.result()
-    pending.close()
-    path.write_text(path.read_text().replace("oops\n{}\n", ""))
-    pending = session_file.PendingResume(path)
+        SessionWriter.resume(path)  # locked whether or not the thread has read it yet
     writer = pending.result()
     assert [m["content"][0]["text"] for m in writer.messages()] == ["a"]
     pending.close()
     SessionWriter.resume(path).close()  # the lock went with it
+
+    damaged = write_file(tmp_path / "d.jsonl", [msg("u1", None, user("a"))])
+    with damaged.open("a") as handle:
+        handle.write("oops\n{}\n")
+    pending = session_file.PendingResume(damaged)
+    with pytest.raises(SessionFileError, match=rf"^{damaged}:3: not valid JSON"):
+        pending.result()
+    pending.close()
+    os.close(session_file._open_locked(damaged))  # a failed load released its lock too
 
 
 def test_a_tool_call_left_without_result_gets_pi_s_error_result_and_failed_turns_are_not_replayed():
