@@ -1143,12 +1143,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     except ValueError as exc:
         parser.error(str(exc))
-    if args.session is not None:
-        if args.no_session:
-            parser.error("argument --session: not allowed with --no-session")
-        if not args.session.is_file():
-            what = "not a file" if args.session.exists() else "no such file"
-            parser.error(f"argument --session: {what}: {args.session}")
     if args.ci and args.sandbox is False:
         parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
     from pi_sandbox.supervisor.tool_selection import ToolSelection
