@@ -227,6 +227,6 @@ def test_continuing_a_damaged_session_is_one_clear_error_naming_file_and_line(tm
     assert refused.returncode == 2
     assert "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
-        f"pi: argument --session: {session}:3: not valid JSON: Expecting ',' delimiter: "
+        f"pi: cannot open the session: {session}:3: not valid JSON: Expecting ',' delimiter: "
         "line 1 column 47 (char 46)"
     )
