@@ -59,8 +59,16 @@ from pi_sandbox.supervisor.boundary import (
     user_message_from,
 )
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.host_tools import (
+    CODEMODE,
+    HOST_TOOL_NAMES,
+    TOOL_SEARCH,
+    CodemodeTool,
+    ToolSearchTool,
+)
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
+from pi_sandbox.supervisor.tool_exposure import ToolExposure, activations_on_branch
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
@@ -195,6 +203,21 @@ class SessionHost:
         session.system_prompt = self.system_prompt
         pool_pipeline = session.pipeline
         pool_pipeline.tool_filter = self.is_active
+        # issue 19: every tool's exposure, tool_search activations (replayed from the
+        # session branch) and the supervisor's own tools.
+        self.exposure = ToolExposure(selected=self._selected, reachable=self._reachable)
+        self._synced: tuple[int, int] | None = None
+        self._pool_names: set[str] = set()
+        self._branch_leaf: object = object()
+        self._unrecorded: list[str] = []
+        pool_pipeline.host_tools = {
+            TOOL_SEARCH: ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool(),
+            CODEMODE: CodemodeTool(
+                pool_pipeline, self.exposure, self.codemode_callable
+            ).host_tool(),
+        }
+        pool_pipeline.nested_filter = self.codemode_callable
+        session.after_tools = self.record_activations
 
     # --- start and run -----------------------------------------------------------------------
 
@@ -210,12 +233,14 @@ class SessionHost:
         self._parse_flags()
         await self._flush_reports()
         if isinstance(self.tools_filter, ToolSelection):
+            # codemode and tool_search are built-ins that are off by default (pi docs
+            # cli.md "Tools"), like ls, grep and find.
             self.tools_filter.builtins = frozenset(
                 name for name, tool in self.pool.tools.items() if tool.source == "builtin"
-            )
-            unknown = self.tools_filter.unknown(self.pool.tools)
+            ) | frozenset(HOST_TOOL_NAMES)
+            unknown = self.tools_filter.unknown([*self.pool.tools, *HOST_TOOL_NAMES])
         else:
-            unknown = sorted((self.tools_filter or set()) - set(self.pool.tools))
+            unknown = sorted((self.tools_filter or set()) - {*self.pool.tools, *HOST_TOOL_NAMES})
         if unknown:
             await self.emit(
                 {
@@ -550,27 +575,105 @@ class SessionHost:
 
     # --- tools and the system prompt -------------------------------------------------------
 
-    def is_active(self, name: str) -> bool:
-        """Whether tool ``name`` is offered to the model (and may be called)."""
+    def _selected(self, name: str) -> bool:
+        """Whether a ``direct`` tool is selected: ``--tools`` & co. and
+        ``set_active_tools``; ``codemode``/``tool_search`` also turn on by themselves
+        while tools of the exposure they serve exist (issue 19, pi docs mcp.md)."""
+        if name in HOST_TOOL_NAMES and self._auto_enabled(name):
+            return True
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
         return self.active is None or name in self.active
 
+    def _auto_enabled(self, name: str) -> bool:
+        serves = "deferred" if name == TOOL_SEARCH else "codemode"
+        if not self.exposure.has_exposure(serves):
+            return False
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.enables(name)
+        return self.tools_filter is None or name in self.tools_filter
+
+    def _reachable(self, name: str) -> bool:
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.reaches(name)
+        return True
+
+    def sync_exposure(self) -> None:
+        """Bring the exposure registry up to date with the worker registry (rebuilt on
+        registration, restart and reload) and the activations with the session branch
+        (resume, ``/reload``, navigation); cheap when nothing changed."""
+        key = (id(self.pool.tools), len(self.pool.tools))
+        if key != self._synced:
+            self._synced = key
+            names = set(self.pool.tools)
+            for name in self._pool_names - names:
+                self.exposure.unregister(name)
+            for tool in self.pool.tools.values():
+                d = tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters), d.exposure, tool.source
+                )
+            for host_tool in self.session.pipeline.host_tools.values():
+                d = host_tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters), "direct", "host"
+                )
+            self._pool_names = names
+        writer = self.session.writer
+        leaf = (id(writer), writer.last_id)
+        if leaf != self._branch_leaf:
+            self._branch_leaf = leaf
+            recorded = activations_on_branch(writer.branch())
+            self.exposure.restore([*recorded, *(n for n in self._unrecorded if n not in recorded)])
+
+    async def record_activations(self) -> None:
+        """Write the tools ``tool_search`` loaded in the last tool batch as a
+        ``system`` message with ``toolsAdded`` (pi docs session-format.md), so that
+        they stay declared on this branch after ``/reload`` and resume."""
+        if not self._unrecorded:
+            return
+        added = []
+        for name in dict.fromkeys(self._unrecorded):
+            described = self.exposure.describe(name)
+            if described is not None:
+                added.append(described)
+        self._unrecorded.clear()
+        if added:
+            self.session.writer.append_message(
+                {"role": "system", "content": "", "toolsAdded": added, "timestamp": now_ms()}
+            )
+            await self.emit(
+                {"type": "active_tools", "tools": [t.name for t in self.active_definitions()]}
+            )
+
+    def codemode_callable(self, name: str) -> bool:
+        """Whether a codemode script may call ``name`` (`ToolExposure.callable_from_codemode`;
+        never ``codemode`` or ``tool_search`` themselves)."""
+        self.sync_exposure()
+        return name not in HOST_TOOL_NAMES and self.exposure.callable_from_codemode(name)
+
+    def is_active(self, name: str) -> bool:
+        """Whether tool ``name`` is offered to the model (and may be called)."""
+        self.sync_exposure()
+        return self.exposure.is_declared(name)
+
     def active_definitions(self) -> list[ToolDefinition]:
-        """The active tools in registry order."""
-        return [
-            ToolDefinition(t.definition.name, t.definition.description, t.definition.parameters)
-            for name, t in self.pool.tools.items()
-            if self.is_active(name)
-        ]
+        """The declared tools in registry order (`ToolExposure.declared`)."""
+        self.sync_exposure()
+        return self.exposure.declared()
+
+    def _declared_tools(self) -> list[Any]:
+        """The declared tools the pipeline runs (worker or host tools), in order."""
+        pipeline = self.session.pipeline
+        found = (pipeline.lookup(d.name) for d in self.active_definitions())
+        return [tool for tool in found if tool is not None]
 
     def system_prompt(self) -> str:
         """The system prompt for the active tools (snippets and guidelines included)."""
         snippets: dict[str, str] = {}
         guidelines: list[str] = []
-        for name, tool in self.pool.tools.items():
-            if not self.is_active(name):
-                continue
+        for tool in self._declared_tools():
+            name = tool.definition.name
             if tool.definition.prompt_snippet:
                 snippets[name] = tool.definition.prompt_snippet
             for line in tool.definition.prompt_guidelines:
@@ -588,7 +691,7 @@ class SessionHost:
             return base
         from pi_sandbox.resources.resource_set import compose_system_prompt
 
-        active = [name for name in self.pool.tools if self.is_active(name)]
+        active = [d.name for d in self.active_definitions()]
         return compose_system_prompt(base, self.resource_set, active, cwd=self.session.cwd)
 
     # --- the event bus -----------------------------------------------------------------------
@@ -896,8 +999,11 @@ class SessionHost:
                 "description": tool.definition.description,
                 "source": tool.source,
                 "active": self.is_active(name),
+                "exposure": self.exposure.get(name).exposure
+                if self.exposure.get(name)
+                else "direct",
             }
-            for name, tool in self.pool.tools.items()
+            for name, tool in [*self.pool.tools.items(), *self.session.pipeline.host_tools.items()]
         ]
 
     async def _op_set_active_tools(

@@ -36,8 +36,8 @@ from pi_sandbox.supervisor.providers.base import ToolDefinition
 
 __all__ = [
     "EXPOSURES",
-    "Exposure",
     "ExposedTool",
+    "Exposure",
     "ToolExposure",
     "activations_on_branch",
     "script_identifier",
@@ -279,7 +279,7 @@ class ToolExposure:
             # numpy operations whatever the registry's size.
             bm25 = BM25Okapi(corpus)
             postings: dict[str, tuple[list[int], list[float]]] = {}
-            for i, words in enumerate(corpus):
+            for i in range(len(corpus)):
                 norm = bm25.k1 * (1 - bm25.b + bm25.b * bm25.doc_len[i] / bm25.avgdl)
                 for term, tf in bm25.doc_freqs[i].items():
                     weight = bm25.idf.get(term, 0.0) * tf * (bm25.k1 + 1) / (tf + norm)

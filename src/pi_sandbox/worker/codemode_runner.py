@@ -155,6 +155,17 @@ def run_script(host: Any, params: dict[str, Any], cancel: threading.Event) -> di
     hard = int(params.get("hard_output_chars") or 16 * 1024 * 1024)
     output = _Output(keep, hard)
     calls = 0
+    cpu = params.get("cpu_seconds")
+    if isinstance(cpu, int) and not isinstance(cpu, bool) and cpu > 0:
+        # The policy's CPU time for one command: the script is this worker's one
+        # command (SIGXCPU ends it; the supervisor reports the stop).
+        import resource
+
+        ceiling = int(time.process_time()) + 1 + cpu
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (ceiling, ceiling))
+        except (ValueError, OSError):
+            pass  # a lower limit is already in force
 
     def call_tool(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         nonlocal calls
