@@ -20,8 +20,8 @@ here an activation is dropped only by the session branch that recorded it.
 Ranking (`ToolExposure.search`) is BM25 (``rank_bm25``, imported on the first search)
 over each tool's name (weighted ×3), description and parameter names (also behind
 local ``$ref``), with pi's order of precedence (CHANGELOG 1.5.0 #11331): a tool
-matching more distinct query words ranks first, BM25 breaks ties, and a tool whose
-whole name is in the query goes to the top.
+matching more distinct query words ranks first, then one with more of them in its
+name, then BM25; a tool whose whole name is in the query goes to the top.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ EXPOSURES: tuple[str, ...] = ("direct", "deferred", "codemode", "hidden")
 
 _NAME_WEIGHT = 3
 _WORDS_WEIGHT = 1_000_000.0
+_NAME_WORDS_WEIGHT = 1_000.0
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -136,6 +137,7 @@ class ToolExposure:
         self._activated: dict[str, None] = {}
         self._version = 0
         self._index: _Index | None = None
+        self._words: dict[str, tuple[ExposedTool, set[str], list[str]]] = {}
 
     # --- registration ------------------------------------------------------------------
 
@@ -158,6 +160,7 @@ class ToolExposure:
 
     def unregister(self, name: str) -> None:
         """Forget tool ``name`` (its activation, a name, is kept)."""
+        self._words.pop(name, None)
         if self._tools.pop(name, None) is not None:
             self._version += 1
 
@@ -263,13 +266,23 @@ class ToolExposure:
 
         names: list[str] = []
         corpus: list[list[str]] = []
+        in_names: dict[str, list[int]] = {}
         for name, tool in self._tools.items():
             if tool.exposure == "hidden":
                 continue
             d = tool.definition
-            words = tokenize(name) * _NAME_WEIGHT
-            words += tokenize(d.description)
-            words += tokenize(" ".join(_parameter_words(d.parameters)))
+            cached = self._words.get(name)
+            if cached is None or cached[0] is not tool:
+                # Tokenising is most of a rebuild: kept per tool, so a server that
+                # connects re-tokenises only its own tools.
+                name_words = tokenize(name)
+                words = name_words * _NAME_WEIGHT
+                words += tokenize(d.description)
+                words += tokenize(" ".join(_parameter_words(d.parameters)))
+                cached = self._words[name] = (tool, set(name_words), words)
+            _, name_words_set, words = cached
+            for word in name_words_set:
+                in_names.setdefault(word, []).append(len(names))
             names.append(name)
             corpus.append(words)
         index = _Index(self._version, names)
@@ -289,6 +302,9 @@ class ToolExposure:
             index.postings = {
                 term: (np.array(docs, dtype=np.intp), np.array(weights))
                 for term, (docs, weights) in postings.items()
+            }
+            index.in_names = {
+                term: np.array(docs, dtype=np.intp) for term, docs in in_names.items()
             }
         self._index = index
         return index
@@ -335,6 +351,7 @@ class ToolExposure:
         else:
             mask = np.array([self._reaches(n) and candidates(n) for n in index.names], dtype=bool)
         matched = np.zeros(count)
+        named = np.zeros(count)
         scores = np.zeros(count)
         lowered = query.lower()
         for term in terms:
@@ -342,8 +359,12 @@ class ToolExposure:
             if found is not None:
                 matched[found[0]] += 1
                 scores[found[0]] += found[1]
-        # pi's precedence: more distinct query words first, then BM25.
-        key = matched * _WORDS_WEIGHT + scores
+            in_name = index.in_names.get(term)
+            if in_name is not None:
+                named[in_name] += 1
+        # pi's precedence: more distinct query words first, then more of them in the
+        # name (a word in the name beats any number of mentions), then BM25.
+        key = matched * _WORDS_WEIGHT + named * _NAME_WORDS_WEIGHT + scores
         key[~mask | (matched == 0)] = -np.inf
         top = np.argsort(-key, kind="stable")[: limit + 8]
         chosen = [int(i) for i in top if key[i] != -np.inf]
@@ -358,6 +379,8 @@ class _Index:
     names: list[str]
     # term -> (document numbers, BM25 weight of the term in each)
     postings: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # term -> documents whose name has it
+    in_names: dict[str, Any] = field(default_factory=dict)
     mask_key: Any = None
     mask: Any = None
 
