@@ -69,7 +69,7 @@ from pi_sandbox.supervisor.host_tools import (
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_exposure import ToolExposure, activations_on_branch
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
+from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
@@ -210,6 +210,7 @@ class SessionHost:
         self._pool_names: set[str] = set()
         self._branch_leaf: object = object()
         self._unrecorded: list[str] = []
+        self._host_exposure: dict[str, str] = {}
         pool_pipeline.host_tools = {
             TOOL_SEARCH: ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool(),
             CODEMODE: CodemodeTool(
@@ -613,10 +614,12 @@ class SessionHost:
                 self.exposure.register(
                     ToolDefinition(d.name, d.description, d.parameters), d.exposure, tool.source
                 )
-            for host_tool in self.session.pipeline.host_tools.values():
+            for name, host_tool in self.session.pipeline.host_tools.items():
                 d = host_tool.definition
                 self.exposure.register(
-                    ToolDefinition(d.name, d.description, d.parameters), "direct", "host"
+                    ToolDefinition(d.name, d.description, d.parameters),
+                    self._host_exposure.get(name, "direct"),
+                    host_tool.source,
                 )
             self._pool_names = names
         writer = self.session.writer
@@ -625,6 +628,33 @@ class SessionHost:
             self._branch_leaf = leaf
             recorded = activations_on_branch(writer.branch())
             self.exposure.restore([*recorded, *(n for n in self._unrecorded if n not in recorded)])
+
+    def expose(self, tool: HostTool, exposure: str) -> None:
+        """Register a supervisor-executed tool (an MCP server's tool, issue 19) with
+        its exposure: the model, ``tool_search`` and codemode reach it as the
+        exposure says, and every call runs through the tool pipeline like any tool's.
+
+        Raises:
+            ValueError: ``exposure`` is not one of ``direct``, ``deferred``,
+                ``codemode``, ``hidden``; or the name is one of the host's own tools.
+        """
+        name = tool.definition.name
+        if name in HOST_TOOL_NAMES:
+            raise ValueError(f"tool {name!r}: the name is taken by a built-in tool")
+        d = tool.definition
+        self.exposure.register(
+            ToolDefinition(d.name, d.description, d.parameters), exposure, tool.source
+        )
+        self.session.pipeline.host_tools[name] = tool
+        self._host_exposure[name] = exposure
+
+    def withdraw(self, name: str) -> None:
+        """Unregister a tool `expose` registered (its server went away)."""
+        if name in HOST_TOOL_NAMES:
+            return
+        self.session.pipeline.host_tools.pop(name, None)
+        self._host_exposure.pop(name, None)
+        self.exposure.unregister(name)
 
     async def record_activations(self) -> None:
         """Write the tools ``tool_search`` loaded in the last tool batch as a
