@@ -377,3 +377,30 @@ def test_codemode_cannot_call_itself_or_tool_search(tmp_path, require_bwrap):
     for name in ("codemode", "tool_search", "never_reach"):
         assert f"{name} True Tool {name} not found" in text
     assert os.path.exists(tmp_path / "ws")
+
+
+def test_codemode_calls_pass_extension_hooks_like_the_models_calls(tmp_path, require_bwrap):
+    fixtures = EXTENSION.parent.parent
+    script = (
+        "try:\n"
+        "    tools.bash(command='echo forbidden')\n"
+        "except ToolError as error:\n"
+        "    print('blocked:', error.text)\n"
+        "print('rewritten:', tools.bash(command='MUTATE_ME'))\n"
+    )
+    events = run_json(
+        tmp_path,
+        [call("codemode", script=script), {"text": "done"}],
+        "--sandbox",
+        "-e",
+        str(fixtures / "blocker.py"),
+        "-e",
+        str(fixtures / "mutator.py"),
+    )
+    (result,) = ends(events, "codemode")
+    text = text_of(result)
+    # tool_call hooks block and rewrite nested calls; tool_result hooks patch them.
+    assert "blocked: blocker.py says no" in text
+    assert "rewritten: mutated" in text and "+mutator" in text
+    (rewritten,) = [e for e in ends(events, "bash", nested=True) if not e["blocked"]]
+    assert rewritten["parentToolCallId"] == result["toolCallId"]

@@ -276,3 +276,28 @@ def test_script_errors_report_the_script_line_not_the_runner():
     assert outcome["error"] == "  line 2, in <module>\nValueError: boom"
     assert "SyntaxError" in run("def (:\n")["error"]
     assert run("import sys\nprint('a')\nsys.exit(0)\nprint('b')")["output"] == "a\n"
+
+
+def test_the_codemode_runner_imports_only_the_standard_library_and_the_worker():
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; before = set(sys.modules);"
+        "import pi_sandbox.worker.runtime, pi_sandbox.worker.codemode_runner;"
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    foreign = [
+        name
+        for name in loaded
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and name != "pi_sandbox"
+        and not name.startswith(("pi_sandbox.worker", "pi_sandbox.protocol"))
+    ]
+    assert foreign == []
