@@ -211,6 +211,9 @@ class SessionHost:
         self._branch_leaf: object = object()
         self._unrecorded: list[str] = []
         self._host_exposure: dict[str, str] = {}
+        if isinstance(tools_filter, ToolSelection):
+            # Off by default from the first request on (start() adds the tool worker's).
+            tools_filter.builtins |= frozenset(HOST_TOOL_NAMES)
         pool_pipeline.host_tools = {
             TOOL_SEARCH: ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool(),
             CODEMODE: CodemodeTool(
@@ -580,8 +583,11 @@ class SessionHost:
         """Whether a ``direct`` tool is selected: ``--tools`` & co. and
         ``set_active_tools``; ``codemode``/``tool_search`` also turn on by themselves
         while tools of the exposure they serve exist (issue 19, pi docs mcp.md)."""
-        if name in HOST_TOOL_NAMES and self._auto_enabled(name):
-            return True
+        if name in HOST_TOOL_NAMES:
+            if self._auto_enabled(name):
+                return True
+            if self.tools_filter is None:
+                return False  # off by default, also without a command line (SDK)
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
         return self.active is None or name in self.active
