@@ -404,3 +404,15 @@ def test_codemode_calls_pass_extension_hooks_like_the_models_calls(tmp_path, req
     assert "rewritten: mutated" in text and "+mutator" in text
     (rewritten,) = [e for e in ends(events, "bash", nested=True) if not e["blocked"]]
     assert rewritten["parentToolCallId"] == result["toolCallId"]
+
+
+def test_parallel_codemode_calls_share_two_workers_and_all_complete(tmp_path, require_bwrap):
+    turn = {
+        "tool_calls": [
+            {"name": "codemode", "arguments": {"script": f"print('script {i}')"}} for i in range(4)
+        ]
+    }
+    events = run_json(tmp_path, [turn, {"text": "done"}], "--sandbox", "--tools", "+codemode")
+    results = ends(events, "codemode")
+    assert len(results) == 4
+    assert sorted(text_of(r).splitlines()[1] for r in results) == [f"script {i}" for i in range(4)]

@@ -613,7 +613,11 @@ class ToolPipeline:
         assert isinstance(item.tool, HostTool)
         try:
             raw = await item.tool.execute(item.call, item.arguments, session)
-            return ToolResultWire.model_validate(raw).model_dump()
+            result = ToolResultWire.model_validate(raw).model_dump()
+            if problem := _forwarding_problem(result):
+                # The same bound as a worker's result: hooks and scripts receive it.
+                return _error_result(f"Tool {item.call.name} returned {problem}")
+            return result
         except PiSandboxError as exc:
             return _error_result(f"Tool {item.call.name} failed: {exc}")
         except pydantic.ValidationError as exc:

@@ -41,6 +41,10 @@ HARD_OUTPUT_CHARS = 16 * 1024 * 1024
 """A script printing more than this in all is stopped (pi: 16,777,216 characters)."""
 MAX_NESTED_CALLS = 1_000
 """Tool calls one script may make."""
+MAX_WORKERS = 2
+"""Scripts running at once per session; more wait in arrival order (pi: two workers)."""
+WORKER_WAIT_S = 60.0
+"""How long a script waits for a free worker before it fails without running (pi: 60 s)."""
 _OPTIONS_PREFIX = "# @options:"
 
 _DESCRIPTION = """Run a Python script that calls your other tools; only what it prints comes back to you.
@@ -120,6 +124,8 @@ class CodemodeTool:
         self.pipeline = pipeline
         self.exposure = exposure
         self.callable = callable
+        # trio's semaphore wakes waiters in arrival order.
+        self._slots = trio.Semaphore(MAX_WORKERS)
 
     def host_tool(self) -> HostTool:
         """The pipeline's view of this tool."""
@@ -217,6 +223,15 @@ class CodemodeTool:
         started = time.monotonic()
         raw: Any = None
         failure: str | None = None
+        with trio.move_on_after(min(WORKER_WAIT_S, timeout)) as waited:
+            await self._slots.acquire()
+        if waited.cancelled_caught:
+            return _failed(
+                f"codemode: no free worker within {min(WORKER_WAIT_S, timeout):g} s (at most "
+                f"{MAX_WORKERS} scripts run at once); the script did not run"
+            )
+        # The deadline covers the wait for a worker too (pi docs codemode.md).
+        left = max(timeout - (time.monotonic() - started), 0.1)
         try:
             async with pool.open_codemode_worker(f"codemode {call.id}") as worker:
                 worker.host_call = host_call
@@ -227,7 +242,7 @@ class CodemodeTool:
                     "cpu_seconds": limits.cpu_seconds,
                 }
                 try:
-                    raw = await worker.request(methods.CODEMODE_RUN, params, timeout_s=timeout)
+                    raw = await worker.request(methods.CODEMODE_RUN, params, timeout_s=left)
                 except WorkerTimeoutError:
                     failure = f"the script ran longer than {timeout:g} s and was stopped"
                 except WorkerError as exc:
@@ -237,6 +252,8 @@ class CodemodeTool:
                         scope.cancel()  # pi: calls still running when the script ends
         except PiSandboxError as exc:
             return _failed(f"codemode: {exc}")
+        finally:
+            self._slots.release()
         wall = time.monotonic() - started
         if failure is None and not isinstance(raw, dict):
             failure = "the script's worker sent no result"
