@@ -746,7 +746,8 @@ class ExtensionAPI:
         return self._call("pi.get_active_tools", "get_active_tools")
 
     def get_all_tools(self) -> list[dict[str, Any]]:
-        """Every registered tool: ``{"name", "description", "source", "active"}``."""
+        """Every registered tool: ``{"name", "description", "source", "active", "exposure"}``
+        (``exposure``: issue 19, docs/mcp.md "Exposure")."""
         return self._call("pi.get_all_tools", "get_all_tools")
 
     def set_active_tools(self, names: list[str] | None) -> None:
