@@ -115,6 +115,13 @@ def test_an_activation_waits_for_a_tool_that_registers_later():
     assert [d.name for d in exposure.declared()] == ["mcp__slow__query"]
 
 
+def test_an_extension_choosing_a_deferred_tool_declares_it_but_never_a_hidden_one():
+    chosen: set[str] = set()
+    exposure = registry(chosen=chosen.__contains__)
+    chosen.update({"lookup_weather", "wipe_disk"})
+    assert [d.name for d in exposure.declared()] == ["read", "lookup_weather"]
+
+
 def test_a_recorded_activation_does_not_declare_an_unselected_direct_tool():
     exposure = registry(selected=lambda name: False)
     exposure.restore(["read"])

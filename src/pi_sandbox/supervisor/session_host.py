@@ -205,7 +205,11 @@ class SessionHost:
         pool_pipeline.tool_filter = self.is_active
         # issue 19: every tool's exposure, tool_search activations (replayed from the
         # session branch) and the supervisor's own tools.
-        self.exposure = ToolExposure(selected=self._selected, reachable=self._reachable)
+        self.exposure = ToolExposure(
+            selected=self._selected,
+            reachable=self._reachable,
+            chosen=lambda name: self.active is not None and name in self.active,
+        )
         self._synced: tuple[int, int] | None = None
         self._pool_names: set[str] = set()
         self._branch_leaf: object = object()

@@ -123,6 +123,8 @@ class ToolExposure:
             ``defaultTools``, ``set_active_tools``); None: every one is.
         reachable: whether the command line lets the tool be reached at all
             (``--exclude-tools``, ``mcp__`` entries of ``--tools``); None: all are.
+        chosen: whether an extension named a ``deferred``/``codemode`` tool in
+            ``set_active_tools`` (pi: ``setActiveTools`` declares it); None: none.
     """
 
     def __init__(
@@ -130,9 +132,11 @@ class ToolExposure:
         *,
         selected: Callable[[str], bool] | None = None,
         reachable: Callable[[str], bool] | None = None,
+        chosen: Callable[[str], bool] | None = None,
     ) -> None:
         self.selected = selected
         self.reachable = reachable
+        self.chosen = chosen
         self._tools: dict[str, ExposedTool] = {}
         self._activated: dict[str, None] = {}
         self._version = 0
@@ -229,7 +233,7 @@ class ToolExposure:
         if tool.exposure != "direct":
             # A recorded activation only loads tools that need one; a replayed pi
             # loadout naming ``read`` does not override the command line's selection.
-            return name in self._activated
+            return name in self._activated or (self.chosen is not None and self.chosen(name))
         return tool.exposure == "direct" and (self.selected is None or self.selected(name))
 
     def declared(self) -> list[ToolDefinition]:
