@@ -188,7 +188,9 @@ class Rpc:
             start, response = self.call("prompt", message=message)
             if response["success"]:
                 break
-            assert "running" in response["error"] and time.monotonic() < deadline, response
+            # The previous job (a prompt, a /command) may still be settling.
+            busy = "running" in response["error"] or "in progress" in response["error"]
+            assert busy and time.monotonic() < deadline, response
             time.sleep(0.05)
         end, _ = self.wait(lambda e: e.get("type") == until, after=start)
         return self.events[start : end + 1]
