@@ -418,3 +418,14 @@ def test_parallel_codemode_calls_share_two_workers_and_all_complete(tmp_path, re
     results = ends(events, "codemode")
     assert len(results) == 4
     assert sorted(text_of(r).splitlines()[1] for r in results) == [f"script {i}" for i in range(4)]
+
+
+def test_a_warning_says_when_nothing_can_reach_the_non_direct_tools(tmp_path):
+    events = run_json(tmp_path, [{"text": "done"}], "--tools", "read,bash")
+    warnings = [e["message"] for e in events if e.get("type") == "warning"]
+    assert any("lookup_weather" in w and "+tool_search" in w for w in warnings), warnings
+    # With tool_search on by itself (the default), nothing to warn about.
+    again = tmp_path / "again"
+    again.mkdir()
+    quiet = run_json(again, [{"text": "done"}])
+    assert not any(e.get("type") == "warning" for e in quiet)

@@ -215,6 +215,7 @@ class SessionHost:
         self._branch_leaf: object = object()
         self._unrecorded: list[str] = []
         self._host_exposure: dict[str, str] = {}
+        self._warned_unreachable = False
         if isinstance(tools_filter, ToolSelection):
             # Off by default from the first request on (start() adds the tool worker's).
             tools_filter.builtins |= frozenset(HOST_TOOL_NAMES)
@@ -259,6 +260,7 @@ class SessionHost:
             )
         await self.session.notify("session_start", {"reason": "startup"})
         await self._discover_resources("startup")
+        await self.warn_unreachable_tools()
         nursery.start_soon(self._runner)
 
     def _parse_flags(self) -> None:
@@ -665,6 +667,31 @@ class SessionHost:
         self.session.pipeline.host_tools.pop(name, None)
         self._host_exposure.pop(name, None)
         self.exposure.unregister(name)
+
+    async def warn_unreachable_tools(self) -> None:
+        """Warn once when tools with ``deferred`` or ``codemode`` exposure exist but
+        neither ``tool_search`` nor ``codemode`` is on, so the model cannot reach them
+        (pi docs mcp.md). Called at start; call it again when tools register late."""
+        if self._warned_unreachable:
+            return
+        self.sync_exposure()
+        hidden = [
+            t.definition.name
+            for t in self.exposure.all()
+            if t.exposure in ("deferred", "codemode")
+            and self.exposure.callable_from_codemode(t.definition.name)
+        ]
+        if not hidden or any(self.exposure.is_declared(n) for n in HOST_TOOL_NAMES):
+            return
+        self._warned_unreachable = True
+        await self.emit(
+            {
+                "type": "warning",
+                "message": f"{len(hidden)} tool(s) ({', '.join(hidden[:5])}"
+                f"{', …' if len(hidden) > 5 else ''}) can be reached only through codemode "
+                "or tool_search, and neither is on; add --tools +codemode or +tool_search",
+            }
+        )
 
     async def record_activations(self) -> None:
         """Write the tools ``tool_search`` loaded in the last tool batch as a
