@@ -22,9 +22,73 @@ import time
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.tool_exposure import ToolExposure
 
-VERBS = ["get", "list", "create", "update", "delete", "search", "find", "read", "write", "sync", "run", "check", "fetch"]
-NOUNS = ["issue", "pull_request", "commit", "branch", "file", "page", "user", "team", "project", "ticket", "build", "job", "deployment", "alert", "metric", "log", "trace", "invoice", "payment", "customer", "order", "weather", "calendar"]
-WORDS = ["returns", "the", "current", "state", "of", "a", "resource", "with", "pagination", "filtering", "sorting", "by", "date", "owner", "label", "status", "priority", "for", "the", "given", "identifier", "in", "the", "workspace", "repository"]
+VERBS = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "find",
+    "read",
+    "write",
+    "sync",
+    "run",
+    "check",
+    "fetch",
+]
+NOUNS = [
+    "issue",
+    "pull_request",
+    "commit",
+    "branch",
+    "file",
+    "page",
+    "user",
+    "team",
+    "project",
+    "ticket",
+    "build",
+    "job",
+    "deployment",
+    "alert",
+    "metric",
+    "log",
+    "trace",
+    "invoice",
+    "payment",
+    "customer",
+    "order",
+    "weather",
+    "calendar",
+]
+WORDS = [
+    "returns",
+    "the",
+    "current",
+    "state",
+    "of",
+    "a",
+    "resource",
+    "with",
+    "pagination",
+    "filtering",
+    "sorting",
+    "by",
+    "date",
+    "owner",
+    "label",
+    "status",
+    "priority",
+    "for",
+    "the",
+    "given",
+    "identifier",
+    "in",
+    "the",
+    "workspace",
+    "repository",
+]
 
 
 def build(count: int, seed: int = 7) -> ToolExposure:
