@@ -466,6 +466,9 @@ AUDIT_RECORDS = (
     "device_repaired",
     "quarantine",
     "run",
+    # issue 19: one per codemode script (its nested calls are tool_call records with
+    # parent_tool_call_id).
+    "codemode_script",
 )
 """The audit record kinds (the ``event`` field of each line)."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,6 +279,9 @@ class AgentSession:
     cwd: Path
     writer: SessionWriter
     active_tools: Callable[[], list[ToolDefinition]] | None = None
+    # issue 19: called once a tool batch's results are committed (the session host
+    # records tool_search activations there, before the next request).
+    after_tools: Callable[[], Awaitable[None]] | None = None
     system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
     running: bool = False
@@ -533,6 +536,8 @@ class AgentSession:
             outcomes = await self.pipeline.run(turn.tool_calls, session=self)
             for outcome in outcomes:
                 results.append(await self.commit(outcome.message(), new_messages))
+            if self.after_tools is not None:
+                await self.after_tools()
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
         # A turn boundary: what it appended reaches the disk (issue 15 "Robustness").
