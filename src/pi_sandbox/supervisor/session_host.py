@@ -1104,7 +1104,7 @@ class SessionHost:
     ) -> Any:
         check_ui_call(kind, args, self.budgets.limits(source.origin))
         self.budgets.take(source.path, source.origin, "ui")
-        if kind in ("notify", "set_status", "set_widget"):
+        if kind in ("notify", "set_status", "set_widget", "set_title"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
         if not self.pool.config.has_ui or self.ui_closed:
@@ -1162,10 +1162,42 @@ class SessionHost:
 
     def close_ui(self) -> None:
         """The RPC client's input ended: open dialogs resolve to their defaults and
-        later ones do not wait."""
+        later ones do not wait; open approval requests, and later ones, are denied
+        (issue 18)."""
         self.ui_closed = True
         for answered, _, _, _ in list(self.ui_pending.values()):
             answered.set()
+        if (approvals := self.session.pipeline.approvals) is not None:
+            approvals.close()
+
+    def answer_approval(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> str | None:
+        """Answer a ``policy_approval_request`` (issue 18); None when accepted, else
+        why not (see `ApprovalBroker.answer`). The request stays open when refused."""
+        approvals = self.session.pipeline.approvals
+        if approvals is None:
+            return "this run asks no approvals (no user interface, or --ci)"
+        return approvals.answer(request_id, decision, scope, message)
+
+    def approval_response(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> bool:
+        """A user's answer to a ``policy_approval_request`` event (issue 18): the
+        terminal UI and RPC ``policy_approval_response`` call it.
+
+        Args:
+            request_id: the request's ``id``.
+            decision: ``"allow_once"``, ``"allow_session"`` or ``"deny"``.
+            scope: for ``allow_session``, one of the request's ``scopes[].id``.
+            message: for ``deny``, optional text the model gets with the denial.
+
+        Returns:
+            False when there is no such open request or the answer does not fit it
+            (unknown decision, a scope the request did not offer, a message that is
+            not a string or too long); the request then stays open.
+        """
+        return self.answer_approval(request_id, decision, scope, message) is None
 
     async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")
@@ -1298,6 +1330,8 @@ class SessionHost:
                 self.session.writer = new_writer
                 self.session.steering.clear()
                 self.session.follow_ups.clear()
+                if (approvals := self.session.pipeline.approvals) is not None:
+                    approvals.clear_grants()  # "for this session" ends with it
             sources, notices = self.discover()
             for notice in notices:
                 await self.emit({"type": "notice", "message": notice})
