@@ -218,9 +218,10 @@ def offered_scopes(
     command = arguments.get("command")
     if isinstance(command, str) and decision.commands:
         asking = _asking(decision)
-        if not asking:
-            # A whole-call matcher asked (command_regex, a path of a redirection):
-            # only this exact text can be named.
+        if not asking or (rule is not None and rule.command is None):
+            # A whole-call rule asked (command_regex, path, arguments, or the tool
+            # alone): it judged the text, not one command, so only this exact text
+            # can be named.
             return [
                 ApprovalScope(
                     "text",
