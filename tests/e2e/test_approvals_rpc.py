@@ -417,3 +417,28 @@ def test_a_deny_rule_is_never_asked_nor_covered_by_a_grant(tmp_path):
     finally:
         assert rpc.close() == 0
     assert len(rpc.seen_of("policy_approval_request")) == 1
+
+
+RUNTIME = Path(__file__).resolve().parent.parent / "fixtures" / "extensions" / "runtime"
+
+
+def test_every_documented_ctx_ui_method_reaches_an_rpc_client(tmp_path):
+    rpc = Rpc(tmp_path, "-e", str(RUNTIME / "ui_methods.py"), model=scripted(tmp_path))
+    try:
+        rpc.send({"type": "prompt", "message": "/ui"})
+        assert rpc.until("ui_set_title")["title"] == "pi - approvals fixture"
+        notify = rpc.until("ui_notify")
+        assert (notify["message"], notify["level"]) == ("hello", "warning")
+        assert rpc.until("ui_set_status")["text"] == "working"
+        assert rpc.until("ui_set_widget")["lines"] == ["line 1", "line 2"]
+        editor = rpc.until("extension_ui_request", method="editor")
+        assert editor["prefill"] == "prefilled"
+        rpc.send({"type": "extension_ui_response", "ui_id": editor["ui_id"], "value": "a\nb"})
+        # input has a timeout of 1 s: unanswered, it is cancelled and returns None.
+        asked = rpc.until("extension_ui_request", method="input")
+        cancelled = rpc.until("extension_ui_cancelled")
+        assert cancelled["ui_id"] == asked["ui_id"]
+    finally:
+        assert rpc.close() == 0
+    answers = json.loads((tmp_path / "work" / "ui.jsonl").read_text())
+    assert answers == {"editor": "a\nb", "input": None}
