@@ -442,3 +442,19 @@ def test_every_documented_ctx_ui_method_reaches_an_rpc_client(tmp_path):
         assert rpc.close() == 0
     answers = json.loads((tmp_path / "work" / "ui.jsonl").read_text())
     assert answers == {"editor": "a\nb", "input": None}
+
+
+def test_the_users_own_bash_command_is_asked_too_and_a_denial_is_its_error(tmp_path):
+    rpc = Rpc(tmp_path, model=scripted(tmp_path))
+    try:
+        rpc.send({"type": "bash", "command": "git push origin main", "id": "b"})
+        request = rpc.until("policy_approval_request")
+        assert request["rule"] == "git-push"
+        rpc.answer(request, "deny", message="not from here")
+        response = rpc.until("response", command="bash")
+        assert response["success"] is False
+        assert response["error"].endswith(
+            "(denied by the user)\nMessage from the user: not from here"
+        )
+    finally:
+        assert rpc.close() == 0
