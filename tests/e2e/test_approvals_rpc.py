@@ -80,6 +80,7 @@ class Rpc:
             text=True,
         )
         self.seen: list[dict[str, Any]] = []
+        self._unclaimed: list[dict[str, Any]] = []
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -96,17 +97,28 @@ class Rpc:
         self.proc.stdin.flush()
 
     def until(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """The next event of type ``kind`` whose ``fields`` have these values."""
+        """The first event not returned before of type ``kind`` whose ``fields`` have
+        these values (in output order; events skipped on the way stay available, so
+        the order in which two tasks of pi write them does not matter)."""
+
+        def matches(event: dict[str, Any]) -> bool:
+            return event.get("type") == kind and all(event.get(k) == v for k, v in fields.items())
+
+        for index, event in enumerate(self._unclaimed):
+            if matches(event):
+                return self._unclaimed.pop(index)
         while True:
             try:
                 event = self._events.get(timeout=WAIT_S)
             except queue.Empty:
                 raise AssertionError(f"no {kind} {fields} in {WAIT_S} s; seen: {self.seen}")
             if event is None:
+                self._events.put(None)  # later waits fail at once too
                 raise AssertionError(f"pi ended before {kind} {fields}; seen: {self.seen}")
             self.seen.append(event)
-            if event.get("type") == kind and all(event.get(k) == v for k, v in fields.items()):
+            if matches(event):
                 return event
+            self._unclaimed.append(event)
 
     def answer(self, request: dict[str, Any], decision: str, **extra: Any) -> dict[str, Any]:
         """Answer an approval request; returns the command's response."""
