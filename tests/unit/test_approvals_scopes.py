@@ -281,3 +281,15 @@ async def test_a_timeout_denies_and_a_closed_broker_denies_without_asking(policy
     assert (closed.decision, closed.by) == ("deny", "closed")
     asked = len([e for e in seen.events if e["type"] == "policy_approval_request"])
     assert asked == asked_before == 1
+
+
+def test_set_title_is_checked_at_the_boundary_like_the_other_ui_calls():
+    from pi_sandbox.policies._extension_limits import LimitRules
+    from pi_sandbox.supervisor.boundary import MessageRefusedError, check_ui_call
+
+    limits = LimitRules().project
+    assert check_ui_call("set_title", {"title": "pi - x"}, limits) == {"title": "pi - x"}
+    with pytest.raises(MessageRefusedError, match="set_title: title"):
+        check_ui_call("set_title", {"title": "x" * (limits.text_chars + 1)}, limits)
+    with pytest.raises(MessageRefusedError, match="unknown argument"):
+        check_ui_call("set_title", {"title": "x", "color": "red"}, limits)

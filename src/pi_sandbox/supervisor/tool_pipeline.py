@@ -199,6 +199,8 @@ class ToolPipeline:
                     item = _Prepared(call, copy.deepcopy(call.arguments))
                     item.tool = self.pool.tools.get(call.name)
                     asked = self.approvals is not None and call.id in self.approvals.aborted_calls
+                    if asked:
+                        self.approvals.aborted_calls.discard(call.id)
                     # issue 18: aborted while its approval was being asked: denied.
                     text = "Operation aborted" if asked else "Aborted by the user or an extension"
                     item.early, item.blocked = _error_result(text, blocked_by="abort"), True
