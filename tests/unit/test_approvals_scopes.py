@@ -293,3 +293,31 @@ def test_set_title_is_checked_at_the_boundary_like_the_other_ui_calls():
         check_ui_call("set_title", {"title": "x" * (limits.text_chars + 1)}, limits)
     with pytest.raises(MessageRefusedError, match="unknown argument"):
         check_ui_call("set_title", {"title": "x", "color": "red"}, limits)
+
+
+def test_a_grant_of_a_managed_rule_does_not_lift_a_project_rules_ask(tmp_path):
+    from pi_sandbox.policies import LoadedPolicyFile, build_policy, load_policy_file
+
+    managed, project = tmp_path / "managed.yaml", tmp_path / "project.yaml"
+    managed.write_text(POLICY)
+    project.write_text(
+        "version: 1\ntool_call:\n  rules:\n    - id: no-force\n      tool: bash\n"
+        "      command: [git, push, origin, main, --force]\n      decision: ask\n"
+        "      reason: Force pushes rewrite history.\n"
+    )
+    both = build_policy(
+        [
+            LoadedPolicyFile("managed", managed, load_policy_file(managed)),
+            LoadedPolicyFile("project", project, load_policy_file(project)),
+        ]
+    )
+    given = grant(both, tmp_path, "bash", {"command": "git push origin main"}, "prefix")
+    assert covers(both, tmp_path, given, "bash", {"command": "git push origin dev"})
+    forced = {"command": "git push origin main --force"}
+    decision = decide(both, tmp_path, "bash", forced)
+    assert (decision.decision, decision.rule) == ("ask", "git-push")  # the managed tier wins
+    assert not covers(both, tmp_path, given, "bash", forced)  # but the project still asks
+    # Control: without the project's rule, the same grant covers the same call.
+    alone = load_policies([managed])
+    given_alone = grant(alone, tmp_path, "bash", {"command": "git push origin main"}, "prefix")
+    assert covers(alone, tmp_path, given_alone, "bash", forced)
