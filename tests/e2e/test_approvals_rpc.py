@@ -470,3 +470,23 @@ def test_the_users_own_bash_command_is_asked_too_and_a_denial_is_its_error(tmp_p
         )
     finally:
         assert rpc.close() == 0
+
+
+def test_an_abort_ends_an_open_extension_dialog_and_the_run(tmp_path):
+    rpc = Rpc(
+        tmp_path,
+        "-e",
+        str(RUNTIME / "confirm_gate.py"),
+        model=scripted(tmp_path, "echo ran > ran.txt"),
+    )
+    try:
+        rpc.send({"type": "prompt", "message": "go"})
+        dialog = rpc.until("extension_ui_request", method="confirm")
+        rpc.send({"type": "abort"})
+        assert rpc.until("extension_ui_cancelled")["ui_id"] == dialog["ui_id"]
+        end = rpc.until("tool_execution_end")
+        assert end["blocked"] is True
+        assert rpc.until("agent_end")["aborted"] is True
+    finally:
+        assert rpc.close() == 0
+    assert not (tmp_path / "work" / "ran.txt").exists()
