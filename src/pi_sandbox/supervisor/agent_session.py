@@ -25,7 +25,13 @@ from typing import Any
 import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
-from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.base import (
+    AssistantTurn,
+    Provider,
+    ToolCall,
+    ToolDefinition,
+    normalise_usage,
+)
 from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
@@ -137,6 +143,19 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "timestamp": message.get("timestamp"),
                 }
             )
+        elif role == "branchSummary":
+            # pi's BRANCH_SUMMARY_PREFIX/SUFFIX (core/messages.ts), issue 15.
+            text = (
+                "The following is a summary of a branch that this conversation came back "
+                f"from:\n\n<summary>\n{message.get('summary', '')}</summary>"
+            )
+            out.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": text}],
+                    "timestamp": message.get("timestamp"),
+                }
+            )
         elif role == "bashExecution":
             text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
                 f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
@@ -213,13 +232,14 @@ class AgentSession:
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
     extension_turns: int = 0
-    # pi's thinking level for the next request (THINKING_LEVELS; clamped to the model).
-    thinking_level: str = "off"
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
     # issue 15: threshold compaction before each request, overflow recovery after one.
     compactor: Compactor = field(default_factory=Compactor)
+    # pi's thinking level of the next request (base.THINKING_LEVELS); recorded on
+    # every assistant message as ``thinkingLevel`` (pi docs session-format.md).
+    thinking_level: str = "off"
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -533,9 +553,37 @@ class AgentSession:
         # issue 13 §1: a message_end hook may redact the answer; streamed deltas would
         # put the unredacted text on stdout first (the message_end event has it all).
         hold_back = self.pool.subscribed("message_end")
+        # pi json.md "Reconstruct streaming messages": one message_update per content
+        # event, with the latest cumulative usage; text deltas keep our `delta` key.
+        streamed = False
+        usage = normalise_usage(None)
+
+        async def on_event(event: dict[str, Any]) -> None:
+            nonlocal streamed, usage
+            streamed = True
+            if hold_back:
+                return
+            if "usage" in event:
+                event = dict(event)
+                usage = normalise_usage(event.pop("usage"))
+            record: dict[str, Any] = {
+                "type": "message_update",
+                "usage": usage,
+                "assistantMessageEvent": event,
+            }
+            if event.get("type") == "text_delta":
+                record["delta"] = event.get("delta", "")
+                await self.emit(record)
+                await self.notify(
+                    "message_update",
+                    {"delta": record["delta"], "assistant_message_event": event},
+                )
+            else:
+                await self.emit(record)
 
         async def on_delta(delta: str) -> None:
-            if hold_back:
+            # Only for providers that stream no events (every event comes first).
+            if hold_back or streamed:
                 return
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
@@ -552,6 +600,7 @@ class AgentSession:
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
+                on_event=on_event,
                 thinking_level=self.thinking_level,
             )
 

@@ -86,6 +86,9 @@ class RunOptions:
     provider: str | None = None
     thinking: str | None = None
     models: str | None = None
+    # Which session to open (issue 15; sessions.startup.SessionChoice); None: a new
+    # session of ``cwd`` under ``agent_dir/sessions`` (or none with ``session`` False).
+    session_choice: Any = None
 
 
 CI_AUDIT_LOG = Path("pi-output") / "audit.jsonl"
@@ -182,6 +185,9 @@ def run_print_session(options: RunOptions) -> int:
         )
     except OSError as exc:
         return fail(f"cannot open audit log {exc.filename}: {exc.strerror or exc}", 2)
+    choice = options.session_choice
+    if choice is not None and choice.session_id is not None:
+        start.session_id = choice.session_id  # resumed, or --session-id
     audit.session = start.session_id  # the session file, if any, gets this id too
     try:
         audit.record(
@@ -520,6 +526,10 @@ async def _run(
         # session store is masked from every worker (it may lie inside a workspace).
         with contextlib.suppress(OSError):
             (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
+        if options.session_choice is not None:
+            # --session-dir: masked like the default store (PoolConfig.session_dir).
+            with contextlib.suppress(OSError):
+                options.session_choice.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def discover(
         refused: list[Any] | None = None, trust: str | None = None, bootstrap: bool = False
@@ -566,6 +576,7 @@ async def _run(
             extension_rules=policy.extensions,
             hook_timeout_s=policy.extensions.handler_timeout_s,
             extension_settings=extension_settings,
+            session_dir=_custom_session_dir(options),
         )
 
     config = make_config()
@@ -732,11 +743,16 @@ async def _run(
                     )
                     await resource_watch.start()
                 try:
-                    writer = (
-                        SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
-                        if options.session
-                        else SessionWriter.in_memory(options.cwd, start.session_id)
-                    )
+                    if options.session_choice is not None:
+                        from pi_sandbox.supervisor.sessions.startup import open_writer
+
+                        writer = open_writer(options.session_choice, start.session_id)
+                    else:
+                        writer = (
+                            SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
+                            if options.session
+                            else SessionWriter.in_memory(options.cwd, start.session_id)
+                        )
                 except OSError as exc:
                     raise UsageError(
                         f"cannot write the session file under {options.agent_dir / 'sessions'}: "
@@ -831,7 +847,8 @@ async def _run(
                     writer=writer,
                     retry=await _auto_retry(options, start, provider, output),
                 )
-                writer.append_model_change(provider.name, provider.model)
+                if _last_model(writer) != (provider.name, provider.model):
+                    writer.append_model_change(provider.name, provider.model)
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "notice", "message": notice})
@@ -844,6 +861,10 @@ async def _run(
                         writer.append_thinking_level_change(choice.thinking_level)
 
                 def new_writer() -> SessionWriter:
+                    if options.session and options.session_choice is not None:
+                        from pi_sandbox.supervisor.sessions.startup import new_session_writer
+
+                        return new_session_writer(options.session_choice.directory, options.cwd)
                     if options.session:
                         return SessionWriter.create(options.agent_dir, options.cwd)
                     return SessionWriter.in_memory(options.cwd)
@@ -873,6 +894,8 @@ async def _run(
                     start.provider_factory,
                     choice.scope if choice is not None else None,
                 )
+                if options.session_choice is not None:
+                    host.session_dirs = (options.session_choice.directory,)
                 stop.on_stop.append(host.abort)
                 try:
                     with stop.guard():
@@ -1079,6 +1102,27 @@ async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output:
     if hasattr(provider, "idle_timeout_s"):
         provider.idle_timeout_s = settings.idle_timeout_s
     return AutoRetry(settings)
+
+
+def _custom_session_dir(options: RunOptions) -> Path | None:
+    """The ``--session-dir`` to mask in every sandbox, when it lies outside the
+    agent directory (whose ``sessions`` are masked already)."""
+    choice = options.session_choice
+    if choice is None or (not choice.persist and not choice.directory.is_dir()):
+        return None
+    real = Path(os.path.realpath(choice.directory))
+    if real.is_relative_to(os.path.realpath(options.agent_dir)):
+        return None
+    return choice.directory
+
+
+def _last_model(writer: Any) -> tuple[str, str] | None:
+    """The provider and model of the last ``model_change`` on the current branch: a
+    resumed session records a change only when the model differs (as pi)."""
+    for record in reversed(writer.branch()):
+        if record.get("type") == "model_change":
+            return record.get("provider"), record.get("modelId")
+    return None
 
 
 def _flag_parser() -> Any:

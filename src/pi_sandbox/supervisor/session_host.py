@@ -66,7 +66,13 @@ from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["BUILTIN_COMMANDS", "SessionHost", "unknown_option_message"]
+__all__ = ["BUILTIN_COMMANDS", "DEFAULT_OFF_BUILTIN_TOOLS", "SessionHost", "unknown_option_message"]
+
+# Built-in tools that are off unless the tool selection or set_active_tools names them:
+# pi 1.6.0 enables read, bash, edit and write by default (cli.md "Tools"), not grep,
+# find and ls. The CLI's `ToolSelection` applies the same default; this covers hosts
+# built without one.
+DEFAULT_OFF_BUILTIN_TOOLS = frozenset({"grep", "find", "ls"})
 
 BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
@@ -153,6 +159,9 @@ class SessionHost:
         self.argv = list(argv)
         self.parse_flags = parse_flags
         self.agent_dir = agent_dir
+        # issue 15: session directories besides <agent_dir>/sessions (--session-dir)
+        # whose files switch_session may open.
+        self.session_dirs: tuple[Path, ...] = ()
         self.active: list[str] | None = None
         self.flags: dict[str, Any] = {}
         # The positional words of the command line once extension flags took their
@@ -551,10 +560,19 @@ class SessionHost:
     # --- tools and the system prompt -------------------------------------------------------
 
     def is_active(self, name: str) -> bool:
-        """Whether tool ``name`` is offered to the model (and may be called)."""
+        """Whether tool ``name`` is offered to the model (and may be called).
+
+        Without ``--tools`` and before any ``set_active_tools``, the built-in tools of
+        `DEFAULT_OFF_BUILTIN_TOOLS` are off, as in pi 1.6.0 (cli.md); naming them in
+        ``--tools`` or ``set_active_tools`` turns them on."""
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
-        return self.active is None or name in self.active
+        if self.active is not None:
+            return name in self.active
+        if self.tools_filter is None and name in DEFAULT_OFF_BUILTIN_TOOLS:
+            tool = self.pool.tools.get(name)
+            return tool is None or tool.source != "builtin"
+        return True
 
     def active_definitions(self) -> list[ToolDefinition]:
         """The active tools in registry order."""
@@ -859,6 +877,7 @@ class SessionHost:
         check_text("name", name, limits.text_chars)
         self._charge_write(source, json_size(name))
         self.session.writer.append_session_info(name)
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -1097,6 +1116,10 @@ class SessionHost:
             return str(writer.path) if writer.path is not None else None
         if what == "session_id":
             return writer.header.id
+        if what == "labels":  # issue 15: ctx.session_manager.get_label(s)
+            from pi_sandbox.supervisor.sessions.tree import labels_of
+
+            return {target: label for target, (label, _) in labels_of(writer.entries).items()}
         raise _refuse(f"session_manager: unknown view {what!r}", methods.ERROR_INVALID_PARAMS)
 
     async def _op_ui(
@@ -1239,24 +1262,129 @@ class SessionHost:
     async def _op_navigate_tree(
         self, *, worker: Any, source: Any, target_id: str, with_session: str | None = None
     ) -> dict[str, Any]:
+        if target_id not in self.session.writer.by_id:
+            raise _refuse(
+                f"navigate_tree: no entry {target_id!r} in this session",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        result = await self.navigate_tree(target_id, summarize=False)
+        if with_session and not result.get("cancelled"):
+            await self._callback(source, with_session)
+        return {"cancelled": bool(result.get("cancelled"))}
+
+    # --- the session tree (issue 15; sessions/tree.py) -----------------------------------------
+
+    async def navigate_tree(
+        self,
+        target_id: str,
+        *,
+        summarize: bool | None = None,
+        custom_instructions: str | None = None,
+        replace_instructions: bool = False,
+        label: str | None = None,
+    ) -> dict[str, Any]:
+        """Continue the session from ``target_id`` (RPC ``navigate_tree``,
+        ``ctx.navigate_tree``; `sessions.tree.navigate`). ``summarize`` None follows
+        the settings: a ``branch_summary`` of the abandoned branch unless
+        ``branchSummary.skipPrompt`` is true.
+
+        Raises:
+            HostCallError: the agent is running, a session change is in progress, or
+                no entry has that id. ProviderError: the summary request failed.
+        """
+        from pi_sandbox.supervisor.sessions.tree import branch_summary_settings, navigate
+
+        if self.session.running or self.replacing:
+            raise _refuse(
+                "cannot navigate the session tree while the agent is running or the session "
+                "is being replaced; wait until it is idle"
+            )
         writer = self.session.writer
         if target_id not in writer.by_id:
             raise _refuse(
                 f"navigate_tree: no entry {target_id!r} in this session",
                 methods.ERROR_INVALID_PARAMS,
             )
-        outcome = await self.pool.dispatch("session_before_tree", {"target_id": target_id})
-        await self.report(outcome.errors, "session_before_tree")
-        if _cancelled(outcome.state):
-            return {"cancelled": True}
-        previous = writer.last_id
-        writer.move_leaf(target_id)
-        await self.session.notify(
-            "session_tree", {"target_id": target_id, "previous_leaf_id": previous}
+        if summarize is None:
+            trusted = bool(self.trust_info is not None and self.trust_info().trusted)
+            settings = branch_summary_settings(
+                self.agent_dir or Path("/nonexistent"), self.pool.config.cwd, trusted
+            )
+            for problem in settings["problems"]:
+                await self.emit({"type": "warning", "message": problem})
+            summarize = not settings["skipPrompt"]
+        self.replacing = True  # no prompt, reload or second navigation meanwhile
+        try:
+            return await navigate(
+                writer=writer,
+                target_id=target_id,
+                summarize=summarize,
+                custom_instructions=custom_instructions,
+                replace_instructions=replace_instructions,
+                label=label,
+                dispatch=self.pool.dispatch,
+                report=self.report,
+                notify=self.session.notify,
+                summarise=self._summarise_branch,
+                max_supplied_chars=MAX_SUPPLIED_CHARS,
+            )
+        except KeyError as exc:
+            raise _refuse(
+                f"navigate_tree: no entry {target_id!r}", methods.ERROR_INVALID_PARAMS
+            ) from exc
+        finally:
+            self.replacing = False
+
+    async def _summarise_branch(self, transcript: str, ask: str) -> str:
+        """The model's summary of an abandoned branch (like `_summarise` for
+        compaction): one request, no tools."""
+        turn = await self.session.provider.complete(
+            system_prompt="You write summaries of coding sessions.",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"<conversation>\n{transcript}\n</conversation>\n\n{ask}",
+                        }
+                    ],
+                    "timestamp": now_ms(),
+                }
+            ],
+            tools=[],
         )
-        if with_session:
-            await self._callback(source, with_session)
-        return {"cancelled": False}
+        return turn.text.strip() or "(the model returned an empty summary)"
+
+    async def set_session_name(self, name: str) -> None:
+        """RPC ``set_session_name``: a ``session_info`` entry (pi normalises line
+        breaks to spaces and trims), then ``session_info_changed`` (``name``).
+
+        Raises:
+            HostCallError: the name is empty once normalised.
+        """
+        value = " ".join(name.replace("\r", "\n").split("\n")).strip()
+        if not value:
+            raise _refuse(
+                "set_session_name: 'name' must not be empty", methods.ERROR_INVALID_PARAMS
+            )
+        self.session.writer.append_session_info(value[:1000])
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
+
+    def set_label(self, entry_id: str, label: str | None) -> dict[str, Any]:
+        """RPC ``set_label`` (our addition; pi has ``/label`` and ``pi.setLabel``):
+        a ``label`` entry for ``entry_id``; None or "" clears it.
+
+        Raises:
+            HostCallError: no entry has that id.
+        """
+        writer = self.session.writer
+        if entry_id not in writer.by_id:
+            raise _refuse(
+                f"set_label: no entry {entry_id!r} in this session", methods.ERROR_INVALID_PARAMS
+            )
+        value = label.strip()[:1000] if isinstance(label, str) and label.strip() else None
+        return writer.append_label(entry_id, value)
 
     # --- generation replacement ----------------------------------------------------------------
 
@@ -1269,9 +1397,15 @@ class SessionHost:
         with_session: str | None = None,
         entry_id: str | None = None,
         session_file: str | None = None,
+        position: str = "at",
     ) -> dict[str, Any]:
         """Reload (``kind="reload"``) or replace the session (``new``, ``fork``,
         ``switch``): see the module docstring. Returns ``{"cancelled": bool}``.
+
+        A fork copies the path from the root to ``entry_id`` (``position="at"``,
+        ``clone``) or to its parent (``"before"``, RPC ``fork`` of a user message)
+        into a new session whose header names the old file as ``parentSession``
+        (pi's ``createBranchedSession``, issue 15).
 
         Raises:
             HostCallError: the agent is running, another replacement is in progress,
@@ -1298,7 +1432,7 @@ class SessionHost:
                 "session_before_switch",
                 {"reason": "resume", "target_session_file": session_file},
             ),
-            "fork": ("session_before_fork", {"entry_id": entry_id}),
+            "fork": ("session_before_fork", {"entry_id": entry_id, "position": position}),
         }.get(kind)
         if before is not None:
             outcome = await self.pool.dispatch(*before)
@@ -1321,10 +1455,7 @@ class SessionHost:
             if kind == "new":
                 new_writer = self.new_writer()
             elif kind == "fork":
-                new_writer = self.new_writer()
-                for record in writer.branch(entry_id):
-                    if record.get("type") == "message":
-                        new_writer.append_message(record["message"])
+                new_writer = self._fork_writer(writer, entry_id, position)
             if new_writer is not None:
                 writer.close()
                 self.session.writer = new_writer
@@ -1386,6 +1517,26 @@ class SessionHost:
         for notice in notices:
             await self.emit({"type": "notice", "message": notice})
 
+    def _fork_writer(
+        self, writer: SessionWriter, entry_id: str | None, position: str
+    ) -> SessionWriter:
+        """The new session of a fork or clone (see `replace`)."""
+        from pi_sandbox.supervisor.sessions.tree import branch_path_records, write_branch_file
+
+        leaf = entry_id
+        if position == "before" and entry_id is not None:
+            leaf = writer.by_id[entry_id].get("parentId")
+        records = branch_path_records(writer.by_id, leaf)
+        if writer.path is None:
+            new_writer = self.new_writer()
+            for record in records:
+                new_writer._remember(record)  # in memory: nothing to write
+            return new_writer
+        path = write_branch_file(
+            records, writer.path.parent, writer.header.cwd, parent_session=str(writer.path)
+        )
+        return SessionWriter.resume(path)
+
     def _open_session(self, session_file: str | None) -> SessionWriter:
         if not session_file:
             raise _refuse("switch_session: no session file given", methods.ERROR_INVALID_PARAMS)
@@ -1398,15 +1549,31 @@ class SessionHost:
                 f"switch_session: {session_file}: {exc.strerror or exc}",
                 methods.ERROR_INVALID_PARAMS,
             ) from exc
-        if sessions is None or not resolved.is_relative_to(sessions):
+        allowed = [d.resolve() for d in self.session_dirs]
+        if sessions is not None:
+            allowed.append(sessions)
+        if not any(resolved.is_relative_to(d) for d in allowed):
             raise _refuse(
-                f"switch_session: {session_file} is not a session file under {sessions}",
+                f"switch_session: {session_file} is not a session file under "
+                f"{' or '.join(map(str, allowed)) or 'the session directory'}",
                 methods.ERROR_INVALID_PARAMS,
             )
         try:
-            return SessionWriter.resume(resolved)
+            opened = SessionWriter.resume(resolved)
         except (OSError, ValueError) as exc:
             raise _refuse(f"switch_session: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+        # issue 15: this run's workers, sandbox, policy and trust belong to its working
+        # directory; a session recorded elsewhere is resumed by a run started there.
+        recorded = opened.header.cwd
+        if recorded and Path(recorded).resolve() != Path(self.pool.config.cwd).resolve():
+            opened.close()
+            raise _refuse(
+                f"switch_session: {session_file} was recorded in {recorded}, and this run "
+                f"works in {self.pool.config.cwd} (its sandbox, policy and trust are for that "
+                f"directory); resume it with `pi --session {resolved}`, which runs it there",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        return opened
 
     def _retire(self, old: list[WorkerProcess], requester: WorkerProcess | None) -> None:
         """Stop an ended generation's workers: at once, except that the worker whose

@@ -40,7 +40,7 @@ from pi_sandbox.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
-from pi_sandbox.policies import Policy, evaluate_tool_call
+from pi_sandbox.policies import READ_LIKE_TOOLS, Policy, evaluate_tool_call, path_exclusions
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
 from pi_sandbox.protocol.messages import ToolResultWire
@@ -399,6 +399,12 @@ class ToolPipeline:
                 f"Invalid arguments for tool {call.name}: NaN or an infinite number"
             )
             return item
+        if item.tool.source == "builtin" and call.name == "edit":
+            # pi's prepareArguments: the single oldText/newText form (and edits sent as
+            # a JSON string or one object) become edits[] before validation (issue 17 §6).
+            from pi_sandbox.protocol.edit_arguments import prepare_edit_arguments
+
+            item.arguments = prepare_edit_arguments(item.arguments)
         if problem := await self._validate(item.tool, item.arguments):
             item.early = _error_result(problem)
             return item
@@ -536,6 +542,10 @@ class ToolPipeline:
             "params": item.arguments,
             "ctx": {"cwd": str(self.cwd), "has_ui": self.has_ui, "mode": self.pool.config.mode},
         }
+        if item.tool.source == "builtin" and item.call.name in READ_LIKE_TOOLS:
+            # The gate saw only the search root; what a policy path rule covers below
+            # it is skipped by the tool itself (issue 17 §6).
+            params["exclusions"] = list(path_exclusions(self.policy, item.call.name))
         worker = item.tool.worker
         before: dict[str, int] = {}
         try:

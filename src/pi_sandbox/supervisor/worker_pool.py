@@ -171,6 +171,9 @@ class PoolConfig:
         extension_settings: the sandbox settings of managed, user and command-line
             extensions' workers (`Policy.higher_tier_sandbox`: without the project
             tier, issue 13 §3); None: ``settings``.
+        session_dir: a session directory outside ``agent_dir`` (``--session-dir``,
+            issue 15); kept read-only and masked in every sandbox like the default
+            store ``<agent_dir>/sessions``.
     """
 
     cwd: Path
@@ -189,6 +192,7 @@ class PoolConfig:
     audit_logs: tuple[Path, ...] = ()
     extension_rules: ExtensionRules | None = None
     extension_settings: SandboxSettings | None = None
+    session_dir: Path | None = None
 
 
 class WorkerPool:
@@ -506,7 +510,10 @@ class WorkerPool:
 
     def _audit_paths(self) -> tuple[Path, ...]:
         single = (self.config.audit_log,) if self.config.audit_log is not None else ()
-        return (*single, *self.config.audit_logs)
+        # The session store (--session-dir) is masked the same way: sessions hold
+        # every prompt and tool output of earlier runs.
+        sessions = (self.config.session_dir,) if self.config.session_dir is not None else ()
+        return (*single, *self.config.audit_logs, *sessions)
 
     def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
         """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""

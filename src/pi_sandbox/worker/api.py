@@ -891,6 +891,15 @@ class SessionManagerView:
         """The session's id."""
         return self._get("session_id")
 
+    def get_labels(self) -> dict[str, str]:
+        """``{entry id: label}`` for every labelled entry (the latest ``label``
+        entry of each wins; issue 15)."""
+        return self._get("labels")
+
+    def get_label(self, entry_id: str) -> str | None:
+        """The label of one entry, or None (pi's ``sessionManager.getLabel``)."""
+        return self.get_labels().get(str(entry_id))
+
 
 class Context:
     """What a handler or tool knows about the running session.

@@ -725,6 +725,7 @@ class WorkerRuntime:
                 cwd=ctx.cwd,
                 cancel=cancel,
                 on_update=on_update,
+                exclusions=[str(p) for p in params.get("exclusions") or ()],
                 **{
                     k: v
                     for k, v in limits.items()

@@ -331,11 +331,21 @@ class SessionWriter:
 
 
 def _messages_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        record["message"]
-        for record in records
-        if record.get("type") == "message" and isinstance(record.get("message"), dict)
-    ]
+    out: list[dict[str, Any]] = []
+    for record in records:
+        if record.get("type") == "message" and isinstance(record.get("message"), dict):
+            out.append(record["message"])
+        elif record.get("type") == "branch_summary" and record.get("summary"):
+            # pi's createBranchSummaryMessage (session-format.md "Context Building").
+            out.append(
+                {
+                    "role": "branchSummary",
+                    "summary": str(record["summary"]),
+                    "fromId": record.get("fromId"),
+                    "timestamp": record.get("timestamp"),
+                }
+            )
+    return out
 
 
 def load_session(
