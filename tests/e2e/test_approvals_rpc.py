@@ -490,3 +490,17 @@ def test_an_abort_ends_an_open_extension_dialog_and_the_run(tmp_path):
     finally:
         assert rpc.close() == 0
     assert not (tmp_path / "work" / "ran.txt").exists()
+
+
+def test_an_abort_ends_the_approval_of_the_users_own_bash_command(tmp_path):
+    rpc = Rpc(tmp_path, model=scripted(tmp_path))
+    try:
+        rpc.send({"type": "bash", "command": "git push origin main", "id": "b"})
+        request = rpc.until("policy_approval_request")
+        rpc.send({"type": "abort"})
+        resolved = rpc.until("policy_approval_resolved", id=request["id"])
+        assert (resolved["decision"], resolved["by"]) == ("deny", "abort")
+        response = rpc.until("response", command="bash")
+        assert (response["success"], response["error"]) == (False, "Operation aborted")
+    finally:
+        assert rpc.close() == 0

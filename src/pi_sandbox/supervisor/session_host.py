@@ -1737,7 +1737,18 @@ class SessionHost:
 
             pipeline = self.session.pipeline
             call = ToolCall(f"user_bash_{now_ms()}", "bash", {"command": command})
-            if denial := await pipeline._gate(call, {"command": command}):
+            denial: str | None = None
+            # An abort (Esc, RPC abort) ends an approval prompt of the user's own
+            # command too (issue 18): the command is then denied.
+            with trio.CancelScope() as asking:
+                self._command_scopes.add(asking)
+                try:
+                    denial = await pipeline._gate(call, {"command": command})
+                finally:
+                    self._command_scopes.discard(asking)
+            if asking.cancelled_caught:
+                raise _refuse("Operation aborted")
+            if denial:
                 raise _refuse(denial)
             worker = await self.pool.ensure_tool_worker()
             raw = await worker.request(
