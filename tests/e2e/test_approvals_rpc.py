@@ -448,6 +448,7 @@ def test_every_documented_ctx_ui_method_reaches_an_rpc_client(tmp_path):
         rpc.send({"type": "extension_ui_response", "ui_id": editor["ui_id"], "value": "a\nb"})
         # input has a timeout of 1 s: unanswered, it is cancelled and returns None.
         asked = rpc.until("extension_ui_request", method="input")
+        assert asked["timeout"] == 1000 and "timeout" not in editor  # ms, as pi's
         cancelled = rpc.until("extension_ui_cancelled")
         assert cancelled["ui_id"] == asked["ui_id"]
     finally:

@@ -1137,16 +1137,19 @@ class SessionHost:
         options = [str(o) for o in args.get("options") or []] if kind == "select" else []
         slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
-        await self.emit(
-            {
-                "type": "extension_ui_request",
-                "ui_id": request_id,
-                "method": kind,
-                "extension": str(source.path),
-                **args,
-            }
-        )
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        request = {
+            "type": "extension_ui_request",
+            "ui_id": request_id,
+            "method": kind,
+            "extension": str(source.path),
+            **args,
+        }
+        if limit is not None:
+            # pi docs rpc-extension-ui.md: the dialog's timeout in milliseconds, so a
+            # client can show a countdown; pi resolves it at the deadline, not the client.
+            request["timeout"] = round(limit * 1000)
+        await self.emit(request)
         try:
             # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
