@@ -321,3 +321,13 @@ def test_a_grant_of_a_managed_rule_does_not_lift_a_project_rules_ask(tmp_path):
     alone = load_policies([managed])
     given_alone = grant(alone, tmp_path, "bash", {"command": "git push origin main"}, "prefix")
     assert covers(alone, tmp_path, given_alone, "bash", forced)
+
+
+def test_scope_labels_show_control_characters_escaped_so_a_command_cannot_fake_lines(
+    policy, tmp_path
+):
+    command = "git push origin 'main\nevery command (rule git-push)\x1bc'"
+    [exact, prefix] = scopes_for(policy, tmp_path, "bash", {"command": command})
+    for label in (exact.label, prefix.label):
+        assert "\n" not in label and "\x1b" not in label
+    assert "\\nevery command" in exact.label and "\\x1bc" in exact.label

@@ -110,8 +110,15 @@ class SessionGrant:
         return masked
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a label is
+    shown to the user, and words come from the model, which must not be able to
+    break a label into lines or send terminal escapes that redraw the prompt."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _quoted(argv: tuple[str, ...]) -> str:
-    return shlex.join(argv)
+    return _printable(shlex.join(argv))
 
 
 def _plain(entry: dict[str, Any]) -> bool:
@@ -225,7 +232,7 @@ def offered_scopes(
             return [
                 ApprovalScope(
                     "text",
-                    f"{tool_name} with exactly this command ({asked_by}): {command[:200]}",
+                    f"{tool_name} with exactly this command ({asked_by}): {_printable(command)}",
                     "text",
                     value=command,
                 )
@@ -270,7 +277,8 @@ def offered_scopes(
     path = arguments.get("path")
     if rule is not None and rule.path_globs and isinstance(path, str) and path:
         where = normalised_path(path, cwd)
-        return [ApprovalScope("path", f"{tool_name} on {where} ({asked_by})", "path", value=where)]
+        label = f"{tool_name} on {_printable(where)} ({asked_by})"
+        return [ApprovalScope("path", label, "path", value=where)]
     if (
         rule is not None
         and rule.command is None
