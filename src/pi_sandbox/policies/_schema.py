@@ -458,6 +458,7 @@ class TrustSection(_Strict):
 AUDIT_RECORDS = (
     "tool_call",
     "tool_call_outcome",
+    "policy_approval",
     "sandbox_profile",
     "egress",
     "trust",

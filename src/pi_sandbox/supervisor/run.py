@@ -830,7 +830,18 @@ async def _run(
                     cwd=options.cwd,
                     emit=output,
                     tool_timeout_s=float(pool.config.settings.limits.tool_timeout_s),
+                    has_ui=pool.config.has_ui,
                 )
+                if pool.config.has_ui and not options.ci:
+                    # issue 18: ask is put to the user; --ci keeps ask = deny.
+                    from pi_sandbox.supervisor.approvals import ApprovalBroker
+                    from pi_sandbox.supervisor.approvals.settings import approval_timeout_s
+
+                    pipeline.approvals = ApprovalBroker(
+                        emit=output,
+                        audit=audit.record,
+                        timeout_s=approval_timeout_s(options.agent_dir),
+                    )
                 reload_target["pipeline"] = pipeline
                 session = AgentSession(
                     provider=provider,

@@ -1300,7 +1300,7 @@ class SessionHost:
     ) -> Any:
         check_ui_call(kind, args, self.budgets.limits(source.origin))
         self.budgets.take(source.path, source.origin, "ui")
-        if kind in ("notify", "set_status", "set_widget"):
+        if kind in ("notify", "set_status", "set_widget", "set_title"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
         if not self.pool.config.has_ui or self.ui_closed:
@@ -1310,16 +1310,19 @@ class SessionHost:
         options = [str(o) for o in args.get("options") or []] if kind == "select" else []
         slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
-        await self.emit(
-            {
-                "type": "extension_ui_request",
-                "ui_id": request_id,
-                "method": kind,
-                "extension": str(source.path),
-                **args,
-            }
-        )
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        request = {
+            "type": "extension_ui_request",
+            "ui_id": request_id,
+            "method": kind,
+            "extension": str(source.path),
+            **args,
+        }
+        if limit is not None:
+            # pi docs rpc-extension-ui.md: the dialog's timeout in milliseconds, so a
+            # client can show a countdown; pi resolves it at the deadline, not the client.
+            request["timeout"] = round(limit * 1000)
+        await self.emit(request)
         try:
             # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
@@ -1358,10 +1361,42 @@ class SessionHost:
 
     def close_ui(self) -> None:
         """The RPC client's input ended: open dialogs resolve to their defaults and
-        later ones do not wait."""
+        later ones do not wait; open approval requests, and later ones, are denied
+        (issue 18)."""
         self.ui_closed = True
         for answered, _, _, _ in list(self.ui_pending.values()):
             answered.set()
+        if (approvals := self.session.pipeline.approvals) is not None:
+            approvals.close()
+
+    def answer_approval(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> str | None:
+        """Answer a ``policy_approval_request`` (issue 18); None when accepted, else
+        why not (see `ApprovalBroker.answer`). The request stays open when refused."""
+        approvals = self.session.pipeline.approvals
+        if approvals is None:
+            return "this run asks no approvals (no user interface, or --ci)"
+        return approvals.answer(request_id, decision, scope, message)
+
+    def approval_response(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> bool:
+        """A user's answer to a ``policy_approval_request`` event (issue 18): the
+        terminal UI and RPC ``policy_approval_response`` call it.
+
+        Args:
+            request_id: the request's ``id``.
+            decision: ``"allow_once"``, ``"allow_session"`` or ``"deny"``.
+            scope: for ``allow_session``, one of the request's ``scopes[].id``.
+            message: for ``deny``, optional text the model gets with the denial.
+
+        Returns:
+            False when there is no such open request or the answer does not fit it
+            (unknown decision, a scope the request did not offer, a message that is
+            not a string or too long); the request then stays open.
+        """
+        return self.answer_approval(request_id, decision, scope, message) is None
 
     async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")
@@ -1602,6 +1637,8 @@ class SessionHost:
                 self.session.writer = new_writer
                 self.session.steering.clear()
                 self.session.follow_ups.clear()
+                if (approvals := self.session.pipeline.approvals) is not None:
+                    approvals.clear_grants()  # "for this session" ends with it
             sources, notices = self.discover()
             for notice in notices:
                 await self.emit({"type": "notice", "message": notice})
@@ -1877,7 +1914,18 @@ class SessionHost:
 
             pipeline = self.session.pipeline
             call = ToolCall(f"user_bash_{now_ms()}", "bash", {"command": command})
-            if denial := await pipeline._gate(call, {"command": command}):
+            denial: str | None = None
+            # An abort (Esc, RPC abort) ends an approval prompt of the user's own
+            # command too (issue 18): the command is then denied.
+            with trio.CancelScope() as asking:
+                self._command_scopes.add(asking)
+                try:
+                    denial = await pipeline._gate(call, {"command": command})
+                finally:
+                    self._command_scopes.discard(asking)
+            if asking.cancelled_caught:
+                raise _refuse("Operation aborted")
+            if denial:
                 raise _refuse(denial)
             worker = await self.pool.ensure_tool_worker()
             raw = await worker.request(

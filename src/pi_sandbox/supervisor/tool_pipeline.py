@@ -3,8 +3,9 @@
 For one assistant message's sibling tool calls:
 
 1. Unknown tool or arguments that fail the tool's JSON Schema → error result, no hooks.
-2. Policy gate: ``deny`` → error result with the rule's reason; ``ask`` → denied when
-   there is no UI to ask (print and json modes).
+2. Policy gate: ``deny`` → error result with the rule's reason; ``ask`` → put to the
+   user through the ``approvals`` broker (issue 18), or allowed by a session grant that
+   covers it; denied when there is no UI to ask (print and json modes, ``--ci``).
 3. Extension ``tool_call`` hooks, fail-closed (error, timeout or crash blocks the call).
 4. If a hook changed the input: schema validation and the policy gate again.
 5. Execute in the owning worker. Preflight runs in source order, execution is
@@ -183,6 +184,8 @@ class ToolPipeline:
             itself (capping the call's ``timeout``) and gets 30 s grace here.
         denied: how many tool calls the policy denied (``ask`` without a UI
             included); CI mode exits 3 when it is not zero.
+        approvals: the session's ``ApprovalBroker`` (``supervisor.approvals``), which
+            puts ``ask`` decisions to the user; None (``--ci``, no UI): ask = deny.
     """
 
     pool: WorkerPool
@@ -198,6 +201,7 @@ class ToolPipeline:
     # whether a codemode script may call a tool (None: none may).
     host_tools: dict[str, HostTool] = field(default_factory=dict)
     nested_filter: Callable[[str], bool] | None = None
+    approvals: Any = None
     _validators: dict[str, Any] = field(default_factory=dict)
     _path_locks: dict[str, trio.Lock] = field(default_factory=dict)
 
@@ -224,10 +228,12 @@ class ToolPipeline:
                 if item is None or session.aborted:
                     item = _Prepared(call, copy.deepcopy(call.arguments))
                     item.tool = self.lookup(call.name)
-                    item.early, item.blocked = (
-                        _error_result("Aborted by the user or an extension", blocked_by="abort"),
-                        True,
-                    )
+                    asked = self.approvals is not None and call.id in self.approvals.aborted_calls
+                    if asked:
+                        self.approvals.aborted_calls.discard(call.id)
+                    # issue 18: aborted while its approval was being asked: denied.
+                    text = "Operation aborted" if asked else "Aborted by the user or an extension"
+                    item.early, item.blocked = _error_result(text, blocked_by="abort"), True
                     prepared.append(item)
                     break
             prepared.append(item)
@@ -348,42 +354,76 @@ class ToolPipeline:
         """Evaluate the policy; returns the denial text, or None when allowed."""
         decision = evaluate_tool_call(self.policy, call.name, arguments, workspace=self.cwd)
         effective = decision.decision
-        if effective == "ask" and not self.has_ui:
-            effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
-        self.pool.audit(
-            {
-                "event": "tool_call",
-                "tool_call_id": call.id,
-                **({"parent_tool_call_id": parent} if parent is not None else {}),
-                "tool": call.name,
-                "arguments": redact_secrets(arguments),
-                "decision": decision.decision,
-                "effective": effective,
-                "rule": decision.rule,
-                "tier": decision.tier,
-                "policy_file": str(decision.source) if decision.source else None,
-                "reason": redact_secrets(decision.reason),
-            }
-        )
-        await self.emit(
-            {
-                "type": "policy_decision",
-                "toolCallId": call.id,
-                **({"parentToolCallId": parent} if parent is not None else {}),
-                "toolName": call.name,
-                "decision": decision.decision,
-                "effective": effective,
-                "rule": decision.rule,
-                "reason": redact_secrets(decision.reason),
-                "tier": decision.tier,
-                "source": str(decision.source) if decision.source else None,
-                "commands": decision.commands,
-            }
-        )
+        approvals = self.approvals if self.has_ui else None
+        grant = None
+        if effective == "ask":
+            if approvals is None:
+                effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
+            else:
+                # issue 18: an earlier "allow for this session" of the same rule whose
+                # scope covers every part of this call that asks.
+                grant = approvals.find_grant(
+                    self.policy, call.name, arguments, decision, cwd=self.cwd
+                )
+                if grant is not None:
+                    effective = "allow"
+        record: dict[str, Any] = {
+            "event": "tool_call",
+            "tool_call_id": call.id,
+            **({"parent_tool_call_id": parent} if parent is not None else {}),
+            "tool": call.name,
+            "arguments": redact_secrets(arguments),
+            "decision": decision.decision,
+            "effective": effective,
+            "rule": decision.rule,
+            "tier": decision.tier,
+            "policy_file": str(decision.source) if decision.source else None,
+            "reason": redact_secrets(decision.reason),
+        }
+        event: dict[str, Any] = {
+            "type": "policy_decision",
+            "toolCallId": call.id,
+            **({"parentToolCallId": parent} if parent is not None else {}),
+            "toolName": call.name,
+            "decision": decision.decision,
+            "effective": effective,
+            "rule": decision.rule,
+            "reason": redact_secrets(decision.reason),
+            "tier": decision.tier,
+            "source": str(decision.source) if decision.source else None,
+            "commands": decision.commands,
+        }
+        if grant is not None:
+            record["approval"] = f"granted by session approval {grant.approval_id}"
+            event["grantedBy"] = grant.approval_id
+        self.pool.audit(record)
+        await self.emit(event)
         if effective == "allow":
             return None
-        self.denied += 1
         rule = f" rule {decision.rule}" if decision.rule else ""
+        if effective == "ask":
+            outcome = await approvals.ask(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=arguments,
+                decision=decision,
+                policy=self.policy,
+                cwd=self.cwd,
+            )
+            if outcome.allowed:
+                return None
+            self.denied += 1
+            why = {
+                "user": "denied by the user",
+                "timeout": "no answer to the approval prompt in time",
+                "closed": "the approval prompt was closed without an answer",
+                "abort": "Operation aborted",
+            }[outcome.by]
+            text = f"Blocked by policy{rule}: {decision.reason} ({why})"
+            if outcome.message:
+                text += f"\nMessage from the user: {outcome.message}"
+            return text
+        self.denied += 1
         suffix = " (ask rule in a non-interactive run)" if decision.decision == "ask" else ""
         return f"Blocked by policy{rule}: {decision.reason}{suffix}"
 

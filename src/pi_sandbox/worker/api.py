@@ -822,8 +822,8 @@ class UserInterface:
     """``ctx.ui``: dialogs and status through the supervisor's user interface.
 
     Without a UI (``ctx.has_ui`` False: print and json modes) dialogs return their
-    default (``None``, ``False``) at once and ``notify``/``set_status``/``set_widget``
-    become events on the output. Every dialog takes ``timeout`` (seconds) and returns
+    default (``None``, ``False``) at once and ``notify``/``set_status``/``set_widget``/
+    ``set_title`` become events on the output. Every dialog takes ``timeout`` (seconds) and returns
     the default when it passes; ``ctx.signal`` aborts it. Needs the ``ui`` capability.
     """
 
@@ -871,6 +871,11 @@ class UserInterface:
     def set_widget(self, key: str, lines: list[str] | None) -> None:
         """Set (or clear with None) a widget's lines."""
         self._ui("set_widget", None, key=str(key), lines=lines)
+
+    def set_title(self, title: str) -> None:
+        """Set the terminal window's title (pi docs extensions.md ``ctx.ui.setTitle``);
+        a ``ui_set_title`` event."""
+        self._ui("set_title", None, title=str(title))
 
 
 class SessionManagerView:
