@@ -418,3 +418,86 @@ def test_both_programs_writing_auth_and_trust_at_once_lose_nothing(shared):
         "trust.json",
     ]
     print(f"{2 * ROUNDS} writers' rounds in {elapsed:.1f} s; pi retries {their_out.strip()}")
+
+
+def _pi_auth_lock_holder(shared: Shared, seconds: float) -> subprocess.Popen[str]:
+    """A node process holding ``auth.json``'s lock exactly as pi's auth storage takes
+    it (proper-lockfile on the resolved file), printing "held", then the release time."""
+    lockfile = shared.pi16.package.parent.parent / "proper-lockfile"
+    return subprocess.Popen(
+        [
+            str(shared.pi16.node),
+            "-e",
+            f"const l = require({json.dumps(str(lockfile))});"
+            f"const release = l.lockSync({json.dumps(str(shared.agent / 'auth.json'))});"
+            "console.log('held');"
+            f"setTimeout(() => {{ console.log(Date.now()); release(); }}, {int(seconds * 1000)});",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_pi_s_auth_lock_excludes_both_programs(shared):
+    from pi_sandbox.supervisor.providers import auth_store
+
+    auth_store.store_api_key(shared.agent, "first", "k1")
+    # pi holds its lock: our login waits until pi releases it.
+    holder = _pi_auth_lock_holder(shared, 1.5)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        auth_store.store_api_key(shared.agent, "ours", "k2")
+        stored_at = time.time()
+        released_ms = int(holder.stdout.readline())
+    finally:
+        holder.wait(timeout=30)
+    assert stored_at * 1000 >= released_ms - 1
+    # Ours holds the lock: pi's auth storage waits for it (it retries for up to 30 s).
+    modify = (
+        "const auth = AuthStorage.create(AGENT + '/auth.json');"
+        "await auth.modify('pi', () => ({ type: 'api_key', key: 'k3' }));"
+        "console.log(Date.now());"
+    )
+    with auth_store._locked(shared.agent):
+        writer = subprocess.Popen(
+            [str(shared.pi16.node), "--input-type=module", "-e", _pi_js_script(shared, modify)],
+            env=shared.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)  # pi's writer is waiting for the lock meanwhile
+        released_at = time.time()
+    out, err = writer.communicate(timeout=TIMEOUT_S)
+    assert writer.returncode == 0, err
+    assert int(out) >= released_at * 1000 - 1
+    assert set(shared.pi_reads_auth()) == {"first", "ours", "pi"}
+
+
+def test_control_our_old_flock_never_excluded_pi_s_auth_storage(shared):
+    import fcntl
+
+    from pi_sandbox.supervisor.providers import auth_store
+
+    auth_store.store_api_key(shared.agent, "first", "k1")
+    # The lock pi-sandbox used before issue 17: flock on a file pi does not know.
+    fd = os.open(shared.agent / ".auth.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        wrote = shared.pi_js(
+            "const auth = AuthStorage.create(AGENT + '/auth.json');"
+            "await auth.modify('pi', () => ({ type: 'api_key', key: 'k3' }));"
+        )
+        # pi wrote while "our" old lock was held: it excluded nothing.
+        assert wrote.returncode == 0, wrote.stderr
+        assert set(shared.pi_reads_auth()) == {"first", "pi"}
+    finally:
+        os.close(fd)
+
+
+def _pi_js_script(shared: Shared, code: str) -> str:
+    core = shared.pi16.package / "dist" / "core"
+    return (
+        f"import {{ AuthStorage }} from {json.dumps(str(core / 'auth-storage.js'))};\n"
+        f"const AGENT = {json.dumps(str(shared.agent))};\n" + code
+    )
