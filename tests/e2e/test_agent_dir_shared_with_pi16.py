@@ -126,6 +126,13 @@ class Shared:
         (self.agent / "models.json").write_text(json.dumps(models, indent=2) + "\n")
         mcp = {"mcpServers": {"docs": {"command": "/bin/true", "enabled": False}}}
         (self.agent / "mcp.json").write_text(json.dumps(mcp, indent=2) + "\n")
+        # Ours alone: pi must ignore them.
+        (self.agent / "policy.yaml").write_text(
+            "version: 1\ntool_call:\n  rules:\n    - id: no-push\n      tool: bash\n"
+            "      command: [git, push]\n      decision: deny\n      reason: not from here\n"
+        )
+        (self.agent / "quarantine" / "20261201-1").mkdir(parents=True)
+        (self.agent / "quarantine" / "20261201-1" / ".envrc").write_text("echo planted\n")
 
     # -- running each program ---------------------------------------------------------
 
@@ -310,6 +317,11 @@ def test_ours_starts_cleanly_after_pi_1_6_and_uses_its_key_trust_defaults_and_se
         continued = shared.ours("--session", pi_session, "-p", "more")
         assert continued.returncode == 0, continued.stderr
         assert continued.stdout == "ours-continued\n" and complaints(continued.stderr) == []
+        # Our request carried pi's exchange, and one system prompt: ours (pi 1.6.0's
+        # session records its own system prompt as a `system` message; not sent).
+        wire = server.requests[2].body["messages"]
+        assert [m["role"] for m in wire] == ["system", "user", "assistant", "user"]
+        assert "hello from pi" in json.dumps(wire[1]) and "pi-answer" in json.dumps(wire[2])
     [pi_file] = [p for p in after if pi_session in p]
     assert session_lines_parse(pi_file)
     assert pi_session in shared.pi_session_ids()
