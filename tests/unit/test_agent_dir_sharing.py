@@ -233,3 +233,26 @@ def test_a_models_json_with_pi_s_comments_and_trailing_commas_is_read(tmp_path):
     path.write_text('{"providers": {"local": }}')
     with pytest.raises(ModelsConfigError, match="not valid JSON"):
         read_models_file(path)
+
+
+# -- the sandbox ------------------------------------------------------------------------
+
+
+def test_pi_s_mcp_json_and_models_store_are_masked_like_our_agent_files(tmp_path):
+    from pi_sandbox.sandbox.profile import worker_profile
+    from pi_sandbox.sandbox.settings import SandboxSettings
+
+    home = Path(os.path.realpath(tmp_path)) / "home"
+    agent = home / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    (tmp_path / "proj").mkdir()
+    profile = worker_profile(
+        "tool",
+        workspace=tmp_path / "proj",
+        home=home,
+        agent_dir=agent,
+        settings=SandboxSettings(),
+        proxy_socket=str(tmp_path / "egress.sock"),
+    )
+    for name in ("mcp.json", "models-store.json", "auth.json", "models.json"):
+        assert str(agent / name) in profile.deny_read
