@@ -52,7 +52,7 @@ def test_a_pattern_that_could_name_a_python_extension_gets_a_notice_it_is_not_ap
     notices: list[str] = []
     assert settings_paths(settings, notices) == []
     [notice] = notices
-    assert "extensions[0]" in notice and "pi-sandbox does not apply them" in notice
+    assert "extensions[0]" in notice and "which pi-sandbox does not apply" in notice
 
 
 def test_pi_extension_files_listed_or_in_extensions_are_skipped_quietly(tmp_path):

@@ -299,8 +299,8 @@ def settings_paths(
             continue  # pi 1.6.0's, in the settings file both programs read (issue 17 §4)
         if raw[0] in "!+-":
             notices.append(
-                f"{label}: {raw!r} is one of pi's include/exclude patterns; pi-sandbox does "
-                f"not apply them, so what it names is loaded as if it were absent"
+                f"{label}: {raw!r} is one of pi's include/exclude patterns, which pi-sandbox "
+                f"does not apply: what it would exclude or include is loaded as without it"
             )
             continue
         path = Path(os.path.expanduser(raw))
