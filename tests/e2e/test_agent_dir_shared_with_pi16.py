@@ -466,6 +466,7 @@ def test_pi_s_auth_lock_excludes_both_programs(shared):
     assert stored_at * 1000 >= released_ms - 1
     # Ours holds the lock: pi's auth storage waits for it (it retries for up to 30 s).
     modify = (
+        "console.log('trying');"
         "const auth = AuthStorage.create(AGENT + '/auth.json');"
         "await auth.modify('pi', () => ({ type: 'api_key', key: 'k3' }));"
         "console.log(Date.now());"
@@ -478,7 +479,10 @@ def test_pi_s_auth_lock_excludes_both_programs(shared):
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)  # pi's writer is waiting for the lock meanwhile
+        assert writer.stdout.readline().strip() == "trying"
+        # Held a while longer so pi's writer is waiting on it (whatever the timing,
+        # the write must come after the release).
+        time.sleep(0.5)
         released_at = time.time()
     out, err = writer.communicate(timeout=TIMEOUT_S)
     assert writer.returncode == 0, err
