@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +106,7 @@ class _Start:
     trust: str | None
     trust_source: str
     audit_paths: list[Path]
-    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    session_id: str = field(default_factory=lambda: _new_session_id())
     trust_info: Any = None  # resources.resource_set.TrustDecision
     base_policy: Any = None  # the managed and user tiers only (before trust)
     base_locations: Any = None
@@ -244,6 +243,12 @@ def run_print_session(options: RunOptions) -> int:
     finally:
         audit.close()
         stop.release()
+
+
+def _new_session_id() -> str:
+    from pi_sandbox.supervisor.sessions.session_file import new_session_id
+
+    return new_session_id()  # a UUIDv7, as pi 1.6.0
 
 
 def _compactor(options: RunOptions, trust: Callable[[], str | None]) -> Any:
@@ -836,8 +841,6 @@ async def _run(
                     writer=writer,
                     retry=await _auto_retry(options, start, provider, output),
                 )
-                if _last_model(writer) != (provider.name, provider.model):
-                    writer.append_model_change(provider.name, provider.model)
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "notice", "message": notice})
@@ -846,17 +849,22 @@ async def _run(
                 choice = start.model_choice
                 if choice is not None:
                     session.thinking_level = choice.thinking_level
-                    if choice.thinking_level != "off":
-                        writer.append_thinking_level_change(choice.thinking_level)
+                # pi records the model and thinking level at a session's start, and on a
+                # continued session what differs from its branch.
+                writer.record_settings(provider.name, provider.model, session.thinking_level)
 
                 def new_writer() -> SessionWriter:
                     if options.session and options.session_choice is not None:
                         from pi_sandbox.supervisor.sessions.startup import new_session_writer
 
-                        return new_session_writer(options.session_choice.directory, options.cwd)
-                    if options.session:
-                        return SessionWriter.create(options.agent_dir, options.cwd)
-                    return SessionWriter.in_memory(options.cwd)
+                        fresh = new_session_writer(options.session_choice.directory, options.cwd)
+                    elif options.session:
+                        fresh = SessionWriter.create(options.agent_dir, options.cwd)
+                    else:
+                        fresh = SessionWriter.in_memory(options.cwd)
+                    # A new session starts with its model and thinking level, as pi's.
+                    fresh.record_settings(provider.name, provider.model, session.thinking_level)
+                    return fresh
 
                 host = SessionHost(
                     pool=pool,
@@ -1103,15 +1111,6 @@ def _custom_session_dir(options: RunOptions) -> Path | None:
     if real.is_relative_to(os.path.realpath(options.agent_dir)):
         return None
     return choice.directory
-
-
-def _last_model(writer: Any) -> tuple[str, str] | None:
-    """The provider and model of the last ``model_change`` on the current branch: a
-    resumed session records a change only when the model differs (as pi)."""
-    for record in reversed(writer.branch()):
-        if record.get("type") == "model_change":
-            return record.get("provider"), record.get("modelId")
-    return None
 
 
 def _flag_parser() -> Any:

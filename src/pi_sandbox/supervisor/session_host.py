@@ -1028,6 +1028,10 @@ class SessionHost:
                 f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
             )
         self.thinking_level = level
+        if level != self.session.thinking_level:
+            # pi records a level change in the session (pi docs session-format.md).
+            self.session.thinking_level = level
+            self.session.writer.append_thinking_level_change(level)
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
@@ -1688,6 +1692,7 @@ class SessionHost:
                 "output": supplied["output"][:MAX_SUPPLIED_CHARS],
                 "exit_code": exit_code,
                 "cancelled": supplied.get("cancelled") is True,
+                "truncated": supplied.get("truncated") is True,
                 "by": "extension",
             }
         else:
@@ -1726,6 +1731,7 @@ class SessionHost:
                 if isinstance(details.get("exit_code"), int)
                 else None,
                 "cancelled": bool(details.get("aborted", False)),
+                "truncated": details.get("truncated") is True,
                 "by": "tool worker",
             }
         message = {
@@ -1734,6 +1740,8 @@ class SessionHost:
             "output": result["output"],
             "exitCode": result["exit_code"],
             "cancelled": result["cancelled"],
+            # pi's BashExecutionMessage.truncated is required (message-types.md).
+            "truncated": result.pop("truncated"),
             "timestamp": now_ms(),
         }
         await self.session.commit(message)

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,18 +112,23 @@ class ToolOutcome:
     result: dict[str, Any]
     blocked: bool = False
     terminate: bool = False
+    duration_ms: int | None = None  # from tool_execution_start to the final result
 
     def message(self) -> dict[str, Any]:
-        """The ``toolResult`` message in pi's shape (camelCase)."""
-        return {
+        """The ``toolResult`` message in pi's shape (camelCase; ``durationMs`` as pi
+        1.6.0 records it)."""
+        message = {
             "role": "toolResult",
             "toolCallId": self.call.id,
             "toolName": self.call.name,
             "content": self.result["content"],
             "details": self.result.get("details") or {},
             "isError": bool(self.result.get("is_error")),
-            "timestamp": now_ms(),
         }
+        if self.duration_ms is not None:
+            message["durationMs"] = self.duration_ms
+        message["timestamp"] = now_ms()
+        return message
 
 
 @dataclass
@@ -413,6 +419,7 @@ class ToolPipeline:
 
     async def _execute(self, item: _Prepared, session: Any = None) -> ToolOutcome:
         call = item.call
+        started = time.monotonic()
         start: dict[str, Any] = {
             "type": "tool_execution_start",
             "toolCallId": call.id,
@@ -478,7 +485,14 @@ class ToolPipeline:
                 "is_error": bool(result.get("is_error")),
             },
         )
-        return ToolOutcome(call, item.arguments, result, item.blocked, terminate)
+        return ToolOutcome(
+            call,
+            item.arguments,
+            result,
+            item.blocked,
+            terminate,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
 
     def _lock_for(self, name: str, arguments: dict[str, Any]) -> trio.Lock | None:
         if name not in _WRITING_TOOLS or not isinstance(arguments.get("path"), str):
