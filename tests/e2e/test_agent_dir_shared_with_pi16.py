@@ -1,8 +1,8 @@
 """pi 1.6.0 and pi-sandbox on ONE agent directory, in either order (issue 17 §4).
 
-Against the real pi 1.6.0 (installed with npm into a cache by `ensure_pi16`; skipped
-with the reason where npm or the registry is unavailable). Each program first writes
-everything it writes — a key (ours with ``pi auth login``, pi's with its own
+Against the real pi 1.6.0 (the shared `pi16` fixture, tests/e2e/pi16.py: installed
+with npm into a cache; skipped with the reason where npm or the registry is
+unavailable). Each program first writes everything it writes — a key (ours with ``pi auth login``, pi's with its own
 ``AuthStorage``), a trust decision, a session — beside the files a user shares
 between them (``settings.json`` with both programs' keys, ``models.json`` with a
 custom provider, extensions of both kinds in ``extensions/`` and in a directory
@@ -22,12 +22,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fake_openai import FakeOpenAI, text
-from pi16_conformance import Pi16, Pi16Unavailable, ensure_pi16
+
+if TYPE_CHECKING:
+    from pi16 import Pi16
 
 pytestmark = pytest.mark.e2e
+pytest_plugins = ["pi16"]  # the shared `pi16` fixture (tests/e2e/pi16.py)
 
 TIMEOUT_S = 180
 
@@ -44,14 +48,6 @@ PY_EXTENSION = "def extension(pi):\n    pass\n"
 
 # Lines a clean start may print on stderr: our notices that an extension loaded.
 BENIGN = ("ℹ Loaded user extension", "ℹ Loaded project extension")
-
-
-@pytest.fixture(scope="module")
-def pi16() -> Pi16:
-    try:
-        return ensure_pi16()
-    except Pi16Unavailable as exc:
-        pytest.skip(str(exc))
 
 
 class Shared:
