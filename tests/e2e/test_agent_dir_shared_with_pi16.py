@@ -344,6 +344,31 @@ def test_a_python_file_listed_in_settings_extensions_stops_pi_1_6_but_its_direct
         assert complaints(ours.stderr) == []
 
 
+def test_a_session_dir_set_in_settings_json_holds_both_programs_sessions(shared):
+    sessions = shared.root / "shared-sessions"
+    with FakeOpenAI([text("ours-answer"), text("pi-answer"), text("ours-again")]) as server:
+        shared.write_user_files(server.url)
+        settings = json.loads((shared.agent / "settings.json").read_text())
+        settings["sessionDir"] = str(sessions)
+        (shared.agent / "settings.json").write_text(json.dumps(settings, indent=2))
+        assert shared.ours("auth", "login", "myllm", stdin=OUR_KEY + "\n").returncode == 0
+        ours = shared.ours("--trust", "yes", "-p", "hello from ours")
+        assert ours.returncode == 0, ours.stderr
+        [our_file] = sessions.glob("*.jsonl")
+        our_id = json.loads(our_file.read_text().splitlines()[0])["id"]
+        # pi finds our session there by id, and continues it.
+        more = shared.pi("--session", our_id, "-p", "more")
+        assert more.returncode == 0, more.stderr
+        assert more.stdout.strip() == "pi-answer"
+        assert "more" in our_file.read_text()
+        # And ours continues it after pi, found in the same directory.
+        again = shared.ours("--trust", "yes", "-c", "-p", "and more")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == "ours-again\n"
+    assert list((shared.agent / "sessions").rglob("*.jsonl")) == []  # none in the default store
+    assert [p.name for p in sessions.glob("*.jsonl")] == [our_file.name]
+
+
 # -- both writing at once ---------------------------------------------------------------
 
 ROUNDS = 40

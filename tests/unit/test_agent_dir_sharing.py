@@ -256,3 +256,31 @@ def test_pi_s_mcp_json_and_models_store_are_masked_like_our_agent_files(tmp_path
     )
     for name in ("mcp.json", "models-store.json", "auth.json", "models.json"):
         assert str(agent / name) in profile.deny_read
+
+
+# -- sessionDir ------------------------------------------------------------------------
+
+
+def test_the_session_directory_follows_pi_s_precedence_env_then_user_settings(tmp_path):
+    from pi_sandbox.supervisor.sessions.startup import choose_session, configured_session_dir
+
+    agent = tmp_path / "agent"
+    cwd = tmp_path / "proj"
+    (cwd / ".pi").mkdir(parents=True)
+    agent.mkdir()
+    assert configured_session_dir(agent, cwd, {}) is None
+    (agent / "settings.json").write_text(json.dumps({"sessionDir": "../shared-sessions"}))
+    assert configured_session_dir(agent, cwd, {}) == tmp_path / "shared-sessions"
+    env = {"PI_CODING_AGENT_SESSION_DIR": str(tmp_path / "from-env")}
+    assert configured_session_dir(agent, cwd, env) == tmp_path / "from-env"
+    # A project's sessionDir is not read (pi reads it before trust; we do not).
+    (agent / "settings.json").write_text("{}")
+    (cwd / ".pi" / "settings.json").write_text(json.dumps({"sessionDir": "/tmp/elsewhere"}))
+    assert configured_session_dir(agent, cwd, {}) is None
+    (agent / "settings.json").write_text(json.dumps({"sessionDir": 7}))
+    assert configured_session_dir(agent, cwd, {}) is None
+    (agent / "settings.json").write_text(json.dumps({"sessionDir": "~/s"}))
+    choice = choose_session(agent_dir=agent, cwd=cwd, env={"HOME": str(tmp_path)})
+    assert choice.directory == Path(os.path.expanduser("~/s"))  # --session-dir still wins:
+    choice = choose_session(agent_dir=agent, cwd=cwd, session_dir=str(tmp_path / "cli"), env={})
+    assert choice.directory == tmp_path / "cli"
