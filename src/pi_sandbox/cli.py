@@ -303,14 +303,16 @@ def sessions_main(argv: Sequence[str]) -> int:
 
     from pi_sandbox.supervisor.output_modes import printable
     from pi_sandbox.supervisor.sessions.catalog import list_sessions
-    from pi_sandbox.supervisor.sessions.startup import SESSION_DIR_ENV
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
 
     workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not workspace.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
     workspace = workspace.resolve()
-    chosen = args.session_dir or os.environ.get(SESSION_DIR_ENV) or None
-    session_dir = Path(os.path.abspath(Path(chosen).expanduser())) if chosen else None
+    if args.session_dir:
+        session_dir = Path(os.path.abspath(Path(args.session_dir).expanduser()))
+    else:  # $PI_CODING_AGENT_SESSION_DIR, then settings.json's sessionDir (as pi)
+        session_dir = configured_session_dir(agent_dir(), workspace, os.environ)
     rows = list_sessions(agent_dir(), workspace, session_dir=session_dir, every=args.all)
     if args.json:
         print(json.dumps({"sessions": [r.as_dict() for r in rows]}, indent=2, ensure_ascii=False))
