@@ -204,6 +204,7 @@ class TerminalApp:
                     Window(
                         BufferControl(self.dialog_input),
                         height=Dimension(min=1, max=6),
+                        dont_extend_height=True,
                         wrap_lines=True,
                         get_line_prefix=lambda line, wrap: "» ",
                     ),

@@ -1,0 +1,333 @@
+"""The interactive mode in a real terminal (issue 18): ``pi`` in tmux with the
+scripted model, checked on the captured screen (text, not pixels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from terminal_session import TerminalSession, tmux_available  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+FOOTER_READY = "NOT sandboxed"
+
+
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    home = root / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "PI_CODING_AGENT_DIR": str(root / "agent"),
+        "LANG": "C.UTF-8",
+        **extra,
+    }
+    if "VIRTUAL_ENV" in os.environ:
+        env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
+    return env
+
+
+def _script(path: Path, turns: list[dict]) -> Path:
+    path.write_text(yaml.safe_dump(turns))
+    return path
+
+
+def _pi(script: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "pi_sandbox.cli", "--model", "scripted", "--script", str(script), *flags]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+def _ready(term: TerminalSession) -> None:
+    # The editor's line starts with ">" (capture-pane drops trailing blanks).
+    term.wait_for(
+        lambda s: FOOTER_READY in s and any(line.startswith(">") for line in s.splitlines()),
+        scrollback=False,
+    )
+
+
+def test_a_prompt_gets_its_answer_streamed_and_rendered_as_markdown(tmp_path, ws):
+    script = _script(
+        tmp_path / "s.yaml", [{"text": "# Result heading\n\nThe answer is **forty-two**."}]
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("what is the answer?")
+        term.send_keys("Enter")
+        screen = term.wait_for("The answer is forty-two.")
+        assert "› what is the answer?" in screen
+        # Markdown: the heading's # and the ** markers are rendered, not shown.
+        assert "Result heading" in screen
+        assert "# Result heading" not in screen
+        assert "**forty-two**" not in screen
+        assert "scripted/scripted" in screen
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+
+
+def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goes_on(
+    tmp_path, ws
+):
+    command = "echo $$ > shell.pid; sleep 300 & echo $! > child.pid; wait; echo never > never.txt"
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "second answer after the abort"},
+        ],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("run the long command")
+        term.send_keys("Enter")
+        term.wait_for(lambda s: (ws / "child.pid").exists() and "working" in s)
+        pids = [int((ws / name).read_text()) for name in ("shell.pid", "child.pid")]
+        term.send_keys("Escape")
+        screen = term.wait_for("aborted")
+        assert "bash" in screen
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in pids), "the bash call's processes survived Esc"
+        assert not (ws / "never.txt").exists()
+        # The session is consistent: the next prompt runs the next turn.
+        term.send_text("and now?")
+        term.send_keys("Enter")
+        term.wait_for("second answer after the abort")
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    session_files = list((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    assert len(session_files) == 1
+    records = [json.loads(line) for line in session_files[0].read_text().splitlines()]
+    roles = [r["message"]["role"] for r in records if r.get("type") == "message"]
+    # Every tool call got its result (aborted), before the next user message.
+    assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for this purpose
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_an_extension_confirm_dialog_is_answered_by_keys(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    extension = FIXTURES / "extensions" / "runtime" / "rpc_dialogs.py"
+    with TerminalSession(_pi(script, "-e", str(extension)), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("/ask")
+        term.send_keys("Enter")
+        term.wait_for("Deploy?", scrollback=False)
+        term.send_keys("y")
+        term.wait_for(lambda s: "Pick" in s and "green" in s, scrollback=False)
+        term.send_keys("Down")
+        term.send_keys("Enter")
+        deadline = time.monotonic() + 60
+        answers = ws / "answers.jsonl"
+        while time.monotonic() < deadline and not answers.exists():
+            time.sleep(0.05)
+        assert json.loads(answers.read_text().splitlines()[0]) == {
+            "confirm": True,
+            "select": "green",
+        }
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+
+
+def test_esc_dismisses_an_extension_dialog_with_its_default(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    extension = FIXTURES / "extensions" / "runtime" / "rpc_dialogs.py"
+    with TerminalSession(_pi(script, "-e", str(extension)), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("/ask")
+        term.send_keys("Enter")
+        term.wait_for("Deploy?", scrollback=False)
+        term.send_keys("Escape")
+        term.wait_for("Pick", scrollback=False)
+        term.send_keys("Escape")
+        deadline = time.monotonic() + 60
+        answers = ws / "answers.jsonl"
+        while time.monotonic() < deadline and not answers.exists():
+            time.sleep(0.05)
+        assert json.loads(answers.read_text().splitlines()[0]) == {
+            "confirm": False,
+            "select": None,
+        }
+
+
+def _untrusted_project(ws: Path) -> None:
+    skills = ws / ".pi" / "skills" / "probe"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: probe\ndescription: a probe skill\n---\nbody\n")
+
+
+def test_an_undecided_project_asks_for_trust_at_start_and_can_save_the_answer(tmp_path, ws):
+    _untrusted_project(ws)
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        screen = term.wait_for("Trust this project?", scrollback=False)
+        assert "SKILL.md" in screen or ".pi" in screen
+        term.send_keys("Down")  # "Trust sandboxed"
+        term.send_keys("Down")  # "Do not trust"
+        term.send_keys("Enter")
+        term.wait_for("Remember `no`", scrollback=False)
+        term.send_keys("Enter")  # yes, save it
+        screen = term.wait_for("trust: no", scrollback=False)
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    stores = list((tmp_path / "agent").glob("*trust*.json"))
+    assert stores, "the answer was not saved in the trust store"
+    assert any(str(ws) in store.read_text() for store in stores)
+    # Saved: the next start does not ask again.
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        screen = term.wait_for("trust: no", scrollback=False)
+        assert "Trust this project?" not in term.history()
+
+
+def test_the_trust_answer_for_this_session_only_is_not_saved(tmp_path, ws):
+    _untrusted_project(ws)
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Trust this project?", scrollback=False)
+        term.send_keys("Enter")  # "Trust"
+        term.wait_for("Remember `yes`", scrollback=False)
+        term.send_keys("Down")
+        term.send_keys("Enter")  # only for this session
+        term.wait_for("trust: yes", scrollback=False)
+        term.send_text("/sk")
+        term.send_keys("Tab")
+        term.wait_for("/skill:probe", scrollback=False)
+    stores = list((tmp_path / "agent").glob("*trust*.json"))
+    assert not any(str(ws) in store.read_text() for store in stores)
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*(?:3[0-9]|4[0-9]|9[0-7]|10[0-7])(?:;[0-9;]*)?m")
+
+
+def test_no_color_shows_no_colour_escapes(tmp_path, ws):
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}]},
+            {"text": "# Heading\n\n`code` and **bold**"},
+        ],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path, NO_COLOR="1")) as term:
+        _ready(term)
+        term.send_text("go")
+        term.send_keys("Enter")
+        term.wait_for("Heading", scrollback=False)
+        screen = term.screen(escapes=True)
+        assert "✓ bash" in screen
+        assert not _COLOUR.search(screen), repr(screen)
+
+
+def test_control_shows_colour_escapes_without_no_color(tmp_path, ws):
+    """Control for the NO_COLOR test: the same run without it is coloured."""
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}]},
+            {"text": "# Heading\n\n`code` and **bold**"},
+        ],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("go")
+        term.send_keys("Enter")
+        term.wait_for("Heading", scrollback=False)
+        assert _COLOUR.search(term.screen(escapes=True))
+
+
+def test_a_40_column_terminal_wraps_the_answer_and_keeps_the_footer(tmp_path, ws):
+    words = " ".join(f"word{i}" for i in range(40))
+    script = _script(tmp_path / "s.yaml", [{"text": words}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path), width=40, height=24) as term:
+        _ready(term)
+        term.send_text("go")
+        term.send_keys("Enter")
+        screen = term.wait_for("word39")
+        assert all(len(line) <= 40 for line in screen.splitlines())
+        assert "word0" in screen
+        term.resize(60, 20)
+        term.resize(40, 24)
+        term.send_text("/hotkeys")
+        term.send_keys("Enter")
+        screen = term.wait_for("Alt-Enter")
+        assert "NOT sandboxed" in term.screen()
+
+
+def test_tab_completes_slash_commands(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("/hotk")
+        term.send_keys("Tab")
+        term.wait_for("> /hotkeys", scrollback=False)
+        term.send_keys("Enter")  # accepts the completion
+        term.send_keys("Enter")  # runs it
+        term.wait_for("Ctrl-D")
+
+
+def test_bang_runs_a_user_command_and_double_bang_keeps_it_from_the_model(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("!echo visible-$((6*7))")
+        term.send_keys("Enter")
+        term.wait_for("visible-42")
+        term.send_text("!!echo hidden-$((6*7))")
+        term.send_keys("Enter")
+        screen = term.wait_for("hidden-42")
+        assert "not sent to the model" in screen
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    messages = [
+        json.loads(line)["message"]
+        for line in session.read_text().splitlines()
+        if json.loads(line).get("type") == "message"
+    ]
+    assert [m.get("excludeFromContext") for m in messages] == [None, True]
+
+
+def test_ctrl_c_twice_quits(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("draft")
+        term.send_keys("C-c")
+        term.wait_for("Press Ctrl-C again", scrollback=False)
+        term.send_keys("C-c")
+        assert term.exit_status() == 0
+
+
+def test_stdout_not_a_terminal_falls_back_to_print_mode_with_a_notice(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "printed answer"}])
+    out = tmp_path / "out.txt"
+    argv = ["sh", "-c", f'"$@" > {out}', "sh", *_pi(script), "hello"]
+    with TerminalSession(argv, cwd=ws, env=_env(tmp_path)) as term:
+        assert term.exit_status() == 0
+        assert "stdout is not a terminal: running in print mode" in term.history()
+    assert out.read_text().strip() == "printed answer"
