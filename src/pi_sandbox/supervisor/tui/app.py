@@ -51,6 +51,9 @@ __all__ = ["TerminalApp"]
 DOUBLE_CTRL_C_S = 1.5
 """Two Ctrl-C within this many seconds quit (pi: "Press Ctrl-C again to exit")."""
 
+SIZE_POLL_S = 0.1
+"""How often the terminal's size is read (this thread gets no SIGWINCH)."""
+
 LIVE_RENDER_INTERVAL_S = 0.1
 """The streaming answer is re-rendered as Markdown at most this often; in between the
 cached rendering is shown (typing stays fast while the model streams)."""
@@ -274,8 +277,21 @@ class TerminalApp:
         """Run until `request_exit` (blocks; call from the screen's thread)."""
         import asyncio
 
+        async def watch_size() -> None:
+            # The stand-in for SIGWINCH, which only the main thread receives: a new
+            # size erases the live part and draws it again (prompt_toolkit's own
+            # resize handling), so a resize never leaves stale lines behind.
+            size = self.app.output.get_size()
+            while True:
+                await asyncio.sleep(SIZE_POLL_S)
+                current = self.app.output.get_size()
+                if current != size:
+                    size = current
+                    self.app._on_resize()
+
         def pre_run() -> None:
             self.loop = asyncio.get_running_loop()
+            self.app.create_background_task(watch_size())
             self.drain()
             if self.on_ready is not None:
                 self.loop.call_soon(self.on_ready)
@@ -839,8 +855,17 @@ class TerminalApp:
             bits.append("sandboxed: bwrap+seccomp" if footer["sandboxed"] else "NOT sandboxed")
         if footer.get("trust"):
             bits.append(f"trust: {footer['trust']}")
-        second = printable(" • ".join(bits), newlines=False)
-        return FormattedText([("class:footer", f"{first}\n{second}")])
+        width = self._width()
+        if len(first) > width:
+            first = "…" + first[-(width - 1) :]
+        # Break between the parts, not inside one (a 40-column terminal).
+        lines: list[str] = []
+        for bit in (printable(b, newlines=False) for b in bits):
+            if lines and len(lines[-1]) + 3 + len(bit) <= width:
+                lines[-1] += " • " + bit
+            else:
+                lines.append(bit)
+        return FormattedText([("class:footer", "\n".join([first, *lines]))])
 
     # --- keys ---------------------------------------------------------------------------------------
 
@@ -898,6 +923,21 @@ class TerminalApp:
         @keys.add("escape", "enter", filter=no_dialog)
         def _(event: Any) -> None:
             self._submit(follow_up=True)
+
+        @keys.add("tab", filter=no_dialog)
+        def _(event: Any) -> None:
+            state = self.editor.complete_state
+            if state is not None and len(state.completions) == 1:
+                self.editor.apply_completion(state.completions[0])
+            elif state is not None:
+                self.editor.complete_next()
+            else:
+                self.editor.start_completion(insert_common_part=True)
+
+        @keys.add("s-tab", filter=no_dialog)
+        def _(event: Any) -> None:
+            if self.editor.complete_state is not None:
+                self.editor.complete_previous()
 
         @keys.add("c-j", filter=no_dialog)
         def _(event: Any) -> None:
