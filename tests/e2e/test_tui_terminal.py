@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from terminal_session import TerminalSession, tmux_available  # noqa: E402
+from terminal_session import TerminalSession, tmux_available
 
 pytestmark = pytest.mark.skipif(not tmux_available(), reason="tmux is not installed")
 
