@@ -112,10 +112,19 @@ class TerminalApp:
         history_path: where the editor's history is kept (pi keeps its own in the
             agent dir; a file that cannot be used means an in-memory history).
         on_ready: called (in this thread) once the editor is on screen.
+        input, output: prompt_toolkit's input and output (tests: a pipe and a dummy);
+            None: the terminal.
     """
 
     def __init__(
-        self, frontend: Any, *, cwd: Path, history_path: Path, on_ready: Any = None
+        self,
+        frontend: Any,
+        *,
+        cwd: Path,
+        history_path: Path,
+        on_ready: Any = None,
+        input: Any = None,  # noqa: A002 - prompt_toolkit's name; tests pass a pipe
+        output: Any = None,
     ) -> None:
         self.frontend = frontend
         self.cwd = Path(cwd)
@@ -157,6 +166,7 @@ class TerminalApp:
             enable_history_search=False,
         )
         self.dialog_input = Buffer(multiline=True)
+        self._input, self._output = input, output
         self.app = self._build()
 
     # --- layout ---------------------------------------------------------------------------------
@@ -204,7 +214,7 @@ class TerminalApp:
                     filter=has_dialog,
                 ),
                 ConditionalContainer(
-                    Window(
+                    dialog_window := Window(
                         BufferControl(self.dialog_input),
                         height=Dimension(min=1, max=6),
                         dont_extend_height=True,
@@ -227,6 +237,7 @@ class TerminalApp:
                 ),
             ]
         )
+        self.editor_window, self.dialog_window = editor_window, dialog_window
         root = FloatContainer(
             body,
             floats=[Float(xcursor=True, ycursor=True, content=CompletionsMenu(max_height=8))],
@@ -252,6 +263,8 @@ class TerminalApp:
             # The size is polled: this thread cannot receive SIGWINCH.
             refresh_interval=0.5,
             erase_when_done=False,
+            input=self._input,
+            output=self._output,
         )
         # Esc is a key of its own here (abort): do not wait long for an Alt sequence.
         app.ttimeoutlen = 0.05
@@ -610,11 +623,24 @@ class TerminalApp:
 
     def _focus_dialog(self) -> None:
         if not self.dialogs:
+            self._refocus()
             return
         dialog = self.dialogs[0]
         if dialog.kind in ("input", "editor"):
             self.dialog_input.text = str(dialog.event.get("prefill") or "")
             self.dialog_input.cursor_position = len(self.dialog_input.text)
+        self._refocus()
+
+    def _refocus(self) -> None:
+        """The keyboard goes to a dialog's text field while one is open, else to
+        the editor."""
+        wanted = (
+            self.dialog_window
+            if self.dialogs and self._dialog_wants_text(self.dialogs[0])
+            else self.editor_window
+        )
+        with contextlib.suppress(ValueError):
+            self.app.layout.focus(wanted)
 
     def _close(self, dialog_id: str, note: str | None = None) -> None:
         for dialog in list(self.dialogs):
@@ -874,43 +900,28 @@ class TerminalApp:
         in_dialog = Condition(lambda: bool(self.dialogs))
         no_dialog = ~in_dialog
 
+        typing = Condition(lambda: bool(self.dialogs) and self._dialog_wants_text(self.dialogs[0]))
+        choosing = in_dialog & ~typing
+
         def dialog_key(name: str) -> Any:
             def handler(event: Any) -> None:
-                if not self._dialog_key(name) and name == "enter":
-                    self.dialog_input.insert_text("\n")  # typing in a dialog's text field
+                self._dialog_key(name)
+                self._refocus()
 
             return handler
 
-        for name in ("escape", "enter", "up", "down"):
+        for name in ("escape", "enter"):
             keys.add(name, filter=in_dialog)(dialog_key(name))
-        for letter in "ynosd":
+        for name in ("up", "down", *"ynosd"):
+            keys.add(name, filter=choosing)(dialog_key(name))
 
-            def letter_handler(event: Any, letter: str = letter) -> None:
-                dialog = self.dialogs[0]
-                if self._dialog_wants_text(dialog):
-                    self.dialog_input.insert_text(letter)
-                else:
-                    self._dialog_key(letter)
-
-            keys.add(letter, filter=in_dialog)(letter_handler)
-
-        @keys.add("c-j", filter=in_dialog)
+        @keys.add("<any>", filter=choosing)
         def _(event: Any) -> None:
-            if self._dialog_wants_text(self.dialogs[0]):
-                self.dialog_input.insert_text("\n")
+            pass  # a dialog holds the keyboard: other keys do not reach the editor
 
-        @keys.add("<any>", filter=in_dialog)
+        @keys.add("c-j", filter=typing)
         def _(event: Any) -> None:
-            dialog = self.dialogs[0]
-            if self._dialog_wants_text(dialog):
-                for press in event.key_sequence:
-                    if len(press.data) == 1 and press.data.isprintable():
-                        self.dialog_input.insert_text(press.data)
-
-        @keys.add("backspace", filter=in_dialog)
-        def _(event: Any) -> None:
-            if self._dialog_wants_text(self.dialogs[0]):
-                self.dialog_input.delete_before_cursor(1)
+            self.dialog_input.insert_text("\n")
 
         @keys.add("enter", filter=no_dialog)
         def _(event: Any) -> None:
