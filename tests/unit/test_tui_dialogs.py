@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("prompt_toolkit")
 
-from prompt_toolkit.input import create_pipe_input  # noqa: E402
-from prompt_toolkit.output import DummyOutput  # noqa: E402
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
 
-from pi_sandbox.supervisor.tui.app import TerminalApp  # noqa: E402
+from pi_sandbox.supervisor.tui.app import TerminalApp
 
 DEADLINE_S = 30.0
 
@@ -157,7 +157,7 @@ def test_a_timed_out_approval_closes_its_prompt_without_an_answer(screen):
 
 
 def test_keys_other_than_the_choices_do_not_reach_the_editor_while_a_dialog_is_open(screen):
-    term, app, frontend = screen
+    term, app, _ = screen
     term.post(
         {"type": "extension_ui_request", "ui_id": "ui-1", "method": "confirm", "title": "Go?"}
     )

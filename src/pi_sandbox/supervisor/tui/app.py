@@ -123,7 +123,7 @@ class TerminalApp:
         cwd: Path,
         history_path: Path,
         on_ready: Any = None,
-        input: Any = None,  # noqa: A002 - prompt_toolkit's name; tests pass a pipe
+        input: Any = None,
         output: Any = None,
     ) -> None:
         self.frontend = frontend
