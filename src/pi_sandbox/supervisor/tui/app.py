@@ -25,7 +25,7 @@ from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition
-from prompt_toolkit.formatted_text import ANSI, FormattedText
+from prompt_toolkit.formatted_text import ANSI, FormattedText, to_formatted_text
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import (
@@ -54,9 +54,26 @@ DOUBLE_CTRL_C_S = 1.5
 SIZE_POLL_S = 0.1
 """How often the terminal's size is read (this thread gets no SIGWINCH)."""
 
+EVENT_REDRAW_INTERVAL_S = 0.04
+"""Events redraw the screen at most this often (25 times a second)."""
+
+LIVE_TAIL_CHARS = 2500
+"""Only the end of a long streaming answer is rendered live (the live area shows
+its last lines anyway); the whole answer is rendered once, when it ends."""
+
 LIVE_RENDER_INTERVAL_S = 0.1
 """The streaming answer is re-rendered as Markdown at most this often; in between the
 cached rendering is shown (typing stays fast while the model streams)."""
+
+
+def _tail(text: str) -> str:
+    """The last `LIVE_TAIL_CHARS` of ``text``, from a paragraph start when there is
+    one (so the Markdown around the cut still reads right)."""
+    if len(text) <= LIVE_TAIL_CHARS:
+        return text
+    tail = text[-LIVE_TAIL_CHARS:]
+    cut = tail.find("\n\n")
+    return tail[cut + 2 :] if 0 <= cut < LIVE_TAIL_CHARS // 2 else tail
 
 
 class _Completer(Completer):
@@ -148,6 +165,11 @@ class TerminalApp:
         self._scrollback: list[str] = []
         self._last_ctrl_c = 0.0
         self._exiting = False
+        self._wake_pending = False
+        self._live_parsed: tuple[str, Any] = ("", [])
+        self._live_frame: tuple[int, Any, int] = (-1, [], 0)
+        self._redraw_scheduled = False
+        self._last_event_redraw = 0.0
         history: Any
         try:
             history_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -200,8 +222,10 @@ class TerminalApp:
                 ConditionalContainer(
                     Window(
                         FormattedTextControl(self._live_text),
-                        dont_extend_height=True,
-                        wrap_lines=True,
+                        # Lines come wrapped to the width already (rich): an exact
+                        # height spares prompt_toolkit measuring them on every redraw.
+                        height=lambda: Dimension.exact(self._live_height()),
+                        wrap_lines=False,
                     ),
                     filter=Condition(self._has_live),
                 ),
@@ -227,12 +251,12 @@ class TerminalApp:
                 editor_window,
                 Window(
                     FormattedTextControl(self._status_text),
-                    dont_extend_height=True,
+                    height=lambda: Dimension.exact(self._text_height(self._status_text())),
                     wrap_lines=True,
                 ),
                 Window(
                     FormattedTextControl(self._footer_text),
-                    dont_extend_height=True,
+                    height=lambda: Dimension.exact(self._text_height(self._footer_text())),
                     wrap_lines=True,
                 ),
             ]
@@ -309,12 +333,23 @@ class TerminalApp:
             if self.on_ready is not None:
                 self.loop.call_soon(self.on_ready)
 
-        self.app.run(pre_run=pre_run, handle_sigint=False, set_exception_handler=False)
+        import sys
+
+        # A key waits for the interpreter lock while the session's thread streams:
+        # a shorter switch interval bounds that wait (the default is 5 ms).
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(min(previous, 0.001))
+        try:
+            self.app.run(pre_run=pre_run, handle_sigint=False, set_exception_handler=False)
+        finally:
+            sys.setswitchinterval(previous)
 
     def wake(self) -> None:
         """From any thread: events are waiting."""
         loop = self.loop
-        if loop is not None:
+        if loop is not None and not self._wake_pending:
+            # One wake-up for a burst of events (a stream sends hundreds a second).
+            self._wake_pending = True
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(self.drain)
 
@@ -336,6 +371,7 @@ class TerminalApp:
 
     def drain(self) -> None:
         """Apply every waiting event, then print what finished, then redraw."""
+        self._wake_pending = False
         events = self.frontend.events
         while True:
             try:
@@ -347,7 +383,21 @@ class TerminalApp:
             except Exception as exc:  # one bad event must not take the screen down
                 self._print(render.styled(f"[display error: {exc!r}]", "red", self._width()))
         self._flush()
-        self.app.invalidate()
+        # Redraws for events are paced (a keystroke still redraws at once): typing
+        # stays responsive while the model streams.
+        wait = self._last_event_redraw + EVENT_REDRAW_INTERVAL_S - time.monotonic()
+        if wait <= 0:
+            self._last_event_redraw = time.monotonic()
+            self.app.invalidate()
+        elif not self._redraw_scheduled:
+            self._redraw_scheduled = True
+
+            def later() -> None:
+                self._redraw_scheduled = False
+                self._last_event_redraw = time.monotonic()
+                self.app.invalidate()
+
+            self.loop.call_later(wait, later)
 
     def _print(self, text: str) -> None:
         self._scrollback.append(text)
@@ -808,7 +858,31 @@ class TerminalApp:
 
     # --- live area, status, footer ------------------------------------------------------------------
 
+    def _text_height(self, text: Any) -> int:
+        """Rows ``text`` (formatted text) takes when wrapped to the width."""
+        if not text:
+            return 0
+        width = max(1, self._width())
+        plain = "".join(fragment[1] for fragment in text)
+        return sum(max(1, -(-len(line) // width)) for line in plain.split("\n"))
+
+    def _live_height(self) -> int:
+        self._live_text()
+        return self._live_frame[2]
+
     def _live_text(self) -> Any:
+        # Asked for twice a redraw (height, then content): computed once a redraw.
+        key = self.app.render_counter
+        if self._live_frame[0] != key:
+            shown = self._live_compute()
+            if shown != self._live_parsed[0]:
+                # Parsing ANSI costs milliseconds: a keystroke's redraw reuses it.
+                self._live_parsed = (shown, to_formatted_text(ANSI(shown)))
+            self._live_frame = (key, self._live_parsed[1], shown.count("\n") + 1 if shown else 0)
+        return self._live_frame[1]
+
+    def _live_compute(self) -> str:
+        """The live area as ANSI text, at most the rows left for it."""
         width = self._width()
         budget = max(3, self._rows() - 8 - (6 if self.dialogs else 0))
         parts: list[str] = []
@@ -820,7 +894,7 @@ class TerminalApp:
             now = time.monotonic()
             if text != self.streaming or w != width:
                 if now - stamp >= LIVE_RENDER_INTERVAL_S or w != width:
-                    rendered = render.markdown_ansi(self.streaming, width)
+                    rendered = render.markdown_ansi(_tail(self.streaming), width)
                     self._live_cache = (self.streaming, width, now, rendered)
                 else:
                     # Between renderings: the cached Markdown plus the raw new text.
@@ -846,7 +920,7 @@ class TerminalApp:
         lines = text.splitlines()
         if len(lines) > budget:
             lines = lines[-budget:]
-        return ANSI("\n".join(lines))
+        return "\n".join(lines)
 
     def _status_text(self) -> Any:
         lines: list[str] = []
