@@ -342,3 +342,93 @@ def test_stdout_not_a_terminal_falls_back_to_print_mode_with_a_notice(tmp_path, 
         assert term.exit_status() == 0
         assert "stdout is not a terminal: running in print mode" in term.history()
     assert out.read_text().strip() == "printed answer"
+
+
+def test_a_blocked_call_shows_the_rule_and_the_reason(tmp_path, ws):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\ntool_call:\n  rules:\n    - id: no-rm-rf\n      tool: bash\n"
+        "      command: [rm, -rf]\n      decision: deny\n"
+        "      reason: Recursive deletes are not allowed.\n"
+    )
+    (ws / "keep").mkdir()
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf keep"}}]},
+            {"text": "could not delete"},
+        ],
+    )
+    with TerminalSession(_pi(script, "--policy", str(policy)), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("clean up")
+        term.send_keys("Enter")
+        screen = term.wait_for("could not delete")
+        assert "bash BLOCKED" in screen
+        assert "no-rm-rf" in screen
+        assert "Recursive deletes are not allowed." in screen
+    assert (ws / "keep").is_dir()
+
+
+def test_tree_goes_back_before_an_earlier_message_and_the_session_continues_there(tmp_path, ws):
+    script = _script(
+        tmp_path / "s.yaml",
+        [{"text": "first answer"}, {"text": "second answer"}, {"text": "branched answer"}],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        for prompt, answer in (("one", "first answer"), ("two", "second answer")):
+            term.send_text(prompt)
+            term.send_keys("Enter")
+            term.wait_for(answer)
+        term.send_text("/tree")
+        term.send_keys("Enter")
+        term.wait_for("/tree N goes back")
+        term.send_text("/tree 2")
+        term.send_keys("Enter")
+        term.wait_for("the next prompt starts a new branch")
+        # pi puts the message's text back in the editor.
+        term.wait_for(lambda s: any(line.startswith("> two") for line in s.splitlines()))
+        term.send_keys("C-c")  # clears the editor
+        term.send_text("three")
+        term.send_keys("Enter")
+        term.wait_for("branched answer")
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    by_id = {r["id"]: r for r in records if "id" in r}
+    last = records[-1]
+    chain = []
+    while last is not None:
+        if last.get("type") == "message":
+            chain.append(last["message"])
+        last = by_id.get(last.get("parentId"))
+    texts = [
+        " ".join(b.get("text", "") for b in m["content"] if isinstance(b, dict))
+        for m in reversed(chain)
+    ]
+    # The new branch: one, first answer, three, branched answer (two is off-branch).
+    assert texts == ["one", "first answer", "three", "branched answer"]
+
+
+def test_resume_switches_to_an_earlier_session_of_the_directory(tmp_path, ws):
+    first = _script(tmp_path / "a.yaml", [{"text": "answer in the old session"}])
+    with TerminalSession(_pi(first), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("remember the marker-77")
+        term.send_keys("Enter")
+        term.wait_for("answer in the old session")
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    second = _script(tmp_path / "b.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(second), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("/resume")
+        term.send_keys("Enter")
+        term.wait_for("remember the marker-77")
+        term.send_text("/resume 1")
+        term.send_keys("Enter")
+        screen = term.wait_for("resumed ")
+        assert "answer in the old session" in term.wait_for("answer in the old session")
+        assert "2 messages" in screen or "messages)" in screen

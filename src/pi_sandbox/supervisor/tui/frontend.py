@@ -36,8 +36,8 @@ TUI_COMMANDS: dict[str, str] = {
     "thinking": "Show or set the thinking level: /thinking [level]",
     "name": "Show or set the session's name: /name [name]",
     "session": "Show the session: file, id, messages, tokens and cost",
-    "resume": "Resume an earlier session of this directory",
-    "tree": "Navigate the session tree",
+    "resume": "Resume an earlier session of this directory: /resume [N]",
+    "tree": "Go back before an earlier message of this branch: /tree [N]",
     "fork": "Start a new session from an earlier user message: /fork [N]",
     "tools": "List the active tools",
     "policy": "Show the effective policy (as `pi policy show`)",
@@ -257,9 +257,14 @@ class TerminalFrontend:
                 elif kind == "ui":
                     host.ui_response(action[1], action[2])
                 elif kind == "approval":
+                    # The approvals backend (issue 18, branch u2-approvals).
                     respond = getattr(host, "approval_response", None)
-                    if respond is not None:
-                        respond(action[1], action[2], scope=action[3], message=action[4])
+                    if respond is None or not respond(
+                        action[1], action[2], scope=action[3], message=action[4]
+                    ):
+                        self.post(
+                            {"type": "warning", "message": "that approval is no longer pending"}
+                        )
             except (UsageError, HostCallError) as exc:
                 self.post({"type": "warning", "message": str(exc)})
             self.post_footer()
@@ -399,11 +404,10 @@ class TerminalFrontend:
             )
         elif name == "fork":
             await self._fork(args)
-        elif name in ("resume", "tree"):
-            self._say(
-                f"/{name} is not available yet in pi-sandbox's interactive mode "
-                "(use `pi --mode rpc` or start a new session with /new)"
-            )
+        elif name == "resume":
+            await self._resume(args)
+        elif name == "tree":
+            await self._tree(args)
 
     def _policy_lines(self) -> list[str]:
         from pi_sandbox.cli import _show_policy
@@ -433,21 +437,100 @@ class TerminalFrontend:
         models.set_model(provider, model_id)
         self._say(f"model: {provider}/{model_id} (thinking {self.host.session.thinking_level})")
 
-    async def _fork(self, args: str) -> None:
-        """``/fork``: list the user messages; ``/fork N``: a new session from the
-        branch up to (not including) the N-th one, its text back in the editor."""
+    def _user_entries(self) -> list[dict[str, Any]]:
         writer = self.host.session.writer
-        users = [
+        return [
             entry
             for entry in writer.branch()
             if entry.get("type") == "message" and entry.get("message", {}).get("role") == "user"
         ]
 
+    async def _resume(self, args: str) -> None:
+        """``/resume``: this directory's saved sessions, newest first; ``/resume N``
+        switches to one (the host's ``switch``, as ``ctx.switch_session``)."""
+        from pi_sandbox.supervisor.sessions.session_file import session_dir_for
+
+        folder = session_dir_for(self.options.agent_dir, self.options.cwd)
+        current = self.host.session.writer.path
+        try:
+            files = sorted(
+                (p for p in folder.glob("*.jsonl") if p != current),
+                key=lambda p: p.stat().st_mtime,
+                reverse=True,
+            )[:20]
+        except OSError:
+            files = []
+        if not args:
+            if not files:
+                self._say(f"no other saved session for this directory (in {folder})")
+                return
+            lines = [f"{i + 1}. {_session_preview(path)}" for i, path in enumerate(files)]
+            self._say(*lines, "/resume N switches to session N")
+            return
+        if not args.isdigit() or not 1 <= int(args) <= len(files):
+            raise UsageError(f"/resume: give a session number from 1 to {len(files)}")
+        path = files[int(args) - 1]
+        if self.host.session.running or self.host.replacing:
+            raise UsageError("/resume: wait until the agent is idle")
+
+        async def switch() -> None:
+            result = await self.host.replace("switch", session_file=str(path))
+            if isinstance(result, dict) and result.get("cancelled"):
+                self._say("resume cancelled by an extension")
+                return
+            messages = self.host.session.writer.messages()
+            self._say(f"resumed {path.name} ({len(messages)} messages)")
+            for message in messages[-4:]:
+                text = _message_text(message)
+                if text and message.get("role") in ("user", "assistant"):
+                    mark = "›" if message["role"] == "user" else " "
+                    self._say(f"{mark} {text[:300]}")
+            self.post({"type": "session_changed"})
+
+        self._job(switch)
+
+    async def _tree(self, args: str) -> None:
+        """``/tree``: the user messages of the current branch; ``/tree N`` moves the
+        session's leaf to just before message N (its text back in the editor), so
+        the next prompt continues from there on a new branch (pi's tree navigation,
+        through the host's ``navigate_tree``)."""
+        users = self._user_entries()
+        if not args:
+            if not users:
+                self._say("no user message yet")
+                return
+            self._say(
+                *(f"{i + 1}. {_message_text(e['message'])[:70]}" for i, e in enumerate(users)),
+                "/tree N goes back to just before message N (the rest stays in the file)",
+            )
+            return
+        if not args.isdigit() or not 1 <= int(args) <= len(users):
+            raise UsageError(f"/tree: give a message number from 1 to {len(users)}")
+        entry = users[int(args) - 1]
+        parent = entry.get("parentId")
+        if parent is None:
+            raise UsageError("/tree: message 1 has no entry before it; use /new")
+        if self.host.session.running or self.host.replacing:
+            raise UsageError("/tree: wait until the agent is idle")
+
+        async def navigate() -> None:
+            result = await self.host._op_navigate_tree(worker=None, source=None, target_id=parent)
+            if isinstance(result, dict) and result.get("cancelled"):
+                self._say("navigation cancelled by an extension")
+                return
+            self._say(f"back before message {args}; the next prompt starts a new branch")
+            self.post({"type": "tui_editor_text", "text": _message_text(entry["message"])})
+            self.post({"type": "session_changed"})
+
+        self._job(navigate)
+
+    async def _fork(self, args: str) -> None:
+        """``/fork``: list the user messages; ``/fork N``: a new session from the
+        branch up to (not including) the N-th one, its text back in the editor."""
+        users = self._user_entries()
+
         def text_of(entry: dict[str, Any]) -> str:
-            content = entry["message"].get("content")
-            if isinstance(content, str):
-                return content
-            return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+            return _message_text(entry["message"])
 
         if not args:
             if not users:
@@ -471,3 +554,45 @@ class TerminalFrontend:
                 self.post({"type": "session_changed"})
 
         self._job(fork)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """A message's text blocks, joined (a string content as is)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return " ".join(
+        str(b.get("text", ""))
+        for b in content or []
+        if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _session_preview(path: Any) -> str:
+    """``DATE  name or first user message`` of a session file (best effort: an
+    unreadable file shows its name)."""
+    import json
+    import time as _time
+
+    first = ""
+    name = ""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle):
+                if number > 2000:
+                    break
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("type") == "session_info" and isinstance(record.get("name"), str):
+                    name = record["name"]
+                message = record.get("message") if record.get("type") == "message" else None
+                if not first and isinstance(message, dict) and message.get("role") == "user":
+                    first = _message_text(message)
+        stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(path.stat().st_mtime))
+    except OSError:
+        return path.name
+    from pi_sandbox.supervisor.output_modes import printable
+
+    return printable(f"{stamp}  {name or first[:60] or '(empty)'}", newlines=False)
