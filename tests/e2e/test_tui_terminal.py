@@ -90,7 +90,10 @@ def test_a_prompt_gets_its_answer_streamed_and_rendered_as_markdown(tmp_path, ws
 
 
 def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goes_on(tmp_path, ws):
-    command = "echo $$ > shell.pid; sleep 300 & echo $! > child.pid; wait; echo never > never.txt"
+    command = (
+        "echo progress-marker-1; echo $$ > shell.pid; sleep 300 & echo $! > child.pid; "
+        "wait; echo never > never.txt"
+    )
     script = _script(
         tmp_path / "s.yaml",
         [
@@ -102,7 +105,11 @@ def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goe
         _ready(term)
         term.send_text("run the long command")
         term.send_keys("Enter")
-        term.wait_for(lambda s: (ws / "child.pid").exists() and "working" in s)
+        # Live progress (tool_execution_update) while the call runs.
+        term.wait_for(
+            lambda s: (ws / "child.pid").exists() and "working" in s and "progress-marker-1" in s,
+            scrollback=False,
+        )
         pids = [int((ws / name).read_text()) for name in ("shell.pid", "child.pid")]
         term.send_keys("Escape")
         screen = term.wait_for("aborted")
