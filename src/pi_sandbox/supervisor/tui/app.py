@@ -430,6 +430,7 @@ class TerminalApp:
                 self.commands = event["commands"]
         elif kind == "tui_user":
             mark = "⧗ " if event.get("queued") else "› "
+            self._print("")  # a blank line between exchanges, as pi does
             self._print(render.styled(mark + str(event.get("text", "")), "bold", width))
         elif kind == "tui_info":
             for line in event.get("lines") or []:

@@ -55,7 +55,9 @@ def markdown_ansi(text: str, width: int) -> str:
     from rich.markdown import Markdown
 
     console = _console(width)
-    console.print(Markdown(printable(text), code_theme="ansi_dark"))
+    # hyperlinks=False: a link shows its target; model text cannot hide a URL
+    # behind other words (OSC 8 links).
+    console.print(Markdown(printable(text), code_theme="ansi_dark", hyperlinks=False))
     return console.file.getvalue().rstrip("\n")
 
 
