@@ -439,3 +439,54 @@ def test_resume_switches_to_an_earlier_session_of_the_directory(tmp_path, ws):
         screen = term.wait_for("resumed ")
         assert "answer in the old session" in term.wait_for("answer in the old session")
         assert "2 messages" in screen or "messages)" in screen
+
+
+def test_alt_enter_while_the_agent_works_queues_a_follow_up_sent_when_it_is_done(tmp_path, ws):
+    wait = "while [ ! -f go ]; do sleep 0.05; done; echo released"
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": wait}}]},
+            {"text": "first run done"},
+            {"text": "follow-up handled"},
+        ],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("start")
+        term.send_keys("Enter")
+        term.wait_for("working", scrollback=False)
+        term.send_text("then summarise")
+        term.send_keys("M-Enter")
+        term.wait_for("queued as a follow-up")
+        (ws / "go").write_text("")
+        screen = term.wait_for("follow-up handled")
+        assert screen.index("first run done") < screen.index("follow-up handled")
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    users = [
+        json.loads(line)["message"]["content"][0]["text"]
+        for line in session.read_text().splitlines()
+        if json.loads(line).get("type") == "message"
+        and json.loads(line)["message"]["role"] == "user"
+    ]
+    assert users == ["start", "then summarise"]
+
+
+def test_fork_starts_a_new_session_before_the_chosen_message(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "answer one"}, {"text": "answer two"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        for prompt, answer in (("one", "answer one"), ("two", "answer two")):
+            term.send_text(prompt)
+            term.send_keys("Enter")
+            term.wait_for(answer)
+        term.send_text("/fork 2")
+        term.send_keys("Enter")
+        term.wait_for(lambda s: any(line.startswith("> two") for line in s.splitlines()))
+        term.send_keys("C-c")
+        term.send_text("/session")
+        term.send_keys("Enter")
+        term.wait_for("messages: 1 user, 1 assistant")
+    assert len(list((tmp_path / "agent" / "sessions").rglob("*.jsonl"))) == 2

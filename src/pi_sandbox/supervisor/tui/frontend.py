@@ -525,8 +525,8 @@ class TerminalFrontend:
         self._job(navigate)
 
     async def _fork(self, args: str) -> None:
-        """``/fork``: list the user messages; ``/fork N``: a new session from the
-        branch up to (not including) the N-th one, its text back in the editor."""
+        """``/fork``: list the user messages; ``/fork N``: a new session file with the
+        branch before the N-th one (the host's ``fork``), its text back in the editor."""
         users = self._user_entries()
 
         def text_of(entry: dict[str, Any]) -> str:
@@ -548,7 +548,14 @@ class TerminalFrontend:
             raise UsageError("/fork: wait until the agent is idle")
 
         async def fork() -> None:
-            result = await self.host.replace("fork", entry_id=entry["id"])
+            # pi: the new session holds the history before the message; the
+            # message itself goes back to the editor, to edit and send.
+            parent = entry.get("parentId")
+            result = (
+                await self.host.replace("fork", entry_id=parent)
+                if parent is not None
+                else await self.host.replace("new")
+            )
             if not (isinstance(result, dict) and result.get("cancelled")):
                 self.post({"type": "tui_editor_text", "text": text_of(entry)})
                 self.post({"type": "session_changed"})
