@@ -490,3 +490,13 @@ def test_fork_starts_a_new_session_before_the_chosen_message(tmp_path, ws):
         term.send_keys("Enter")
         term.wait_for("messages: 1 user, 1 assistant")
     assert len(list((tmp_path / "agent" / "sessions").rglob("*.jsonl"))) == 2
+
+
+def test_tab_completes_at_file_paths_under_the_working_directory(tmp_path, ws):
+    (ws / "notes-alpha.txt").write_text("x")
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("look at @notes")
+        term.send_keys("Tab")
+        term.wait_for("> look at @notes-alpha.txt", scrollback=False)

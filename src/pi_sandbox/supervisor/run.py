@@ -831,6 +831,9 @@ async def _run(
                     cwd=options.cwd,
                     emit=output,
                     tool_timeout_s=float(pool.config.settings.limits.tool_timeout_s),
+                    # issue 18: the terminal's user can answer a policy ``ask`` (the
+                    # approvals backend asks; without one an ask still ends denied).
+                    has_ui=options.mode == "interactive",
                 )
                 reload_target["pipeline"] = pipeline
                 session = AgentSession(

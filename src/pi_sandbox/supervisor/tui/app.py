@@ -86,6 +86,13 @@ class _Completer(Completer):
 
     def get_completions(self, document: Document, complete_event: Any) -> Any:
         text = document.text_before_cursor
+        for command, key in (("/model ", "models"), ("/thinking ", "levels")):
+            if text.startswith(command) and " " not in text[len(command) :]:
+                typed = text[len(command) :]
+                for value in self.app.footer.get(key) or []:
+                    if value.startswith(typed):
+                        yield Completion(value, start_position=-len(typed))
+                return
         if text.startswith("/") and " " not in text:
             typed = text[1:]
             for command in self.app.commands:
@@ -582,8 +589,14 @@ class TerminalApp:
 
     def _finish_message(self) -> None:
         width = self._width()
-        if self.thinking.strip() and self.show_thinking:
-            self._print(render.styled(self.thinking.strip(), "dim italic", width))
+        if self.thinking.strip():
+            if self.show_thinking:
+                self._print(render.styled(self.thinking.strip(), "dim italic", width))
+            else:
+                lines = len(self.thinking.strip().splitlines())
+                self._print(
+                    render.styled(f"∴ thinking ({lines} lines hidden; Ctrl-T shows)", "dim", width)
+                )
         if self.streaming.strip():
             self._print(render.markdown_ansi(self.streaming.strip(), width))
         self.streaming, self.thinking = "", ""

@@ -85,6 +85,7 @@ class TerminalFrontend:
         self._token: trio.lowlevel.TrioToken | None = None
         self._actions_send, self._actions_recv = trio.open_memory_channel[tuple[Any, ...]](math.inf)
         self._ended = threading.Event()
+        self._model_refs: list[str] | None = None  # /model completion, read once
         self._closed = False
 
     # --- output (the event stream) -------------------------------------------------------------
@@ -133,6 +134,13 @@ class TerminalFrontend:
             event["cost"] = stats["cost"]
             event["context"] = stats.get("contextUsage")
         event["commands"] = self._completion_commands()
+        models = host.models
+        if models is not None:
+            with contextlib.suppress(Exception):  # completion lists are a convenience
+                if self._model_refs is None:
+                    self._model_refs = [m.ref for m in models.available()][:500]
+                event["models"] = self._model_refs
+                event["levels"] = list(models.levels())
         return event
 
     def _completion_commands(self) -> list[dict[str, str]]:
