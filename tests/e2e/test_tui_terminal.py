@@ -131,6 +131,12 @@ def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goe
     roles = [r["message"]["role"] for r in records if r.get("type") == "message"]
     # Every tool call got its result (aborted), before the next user message.
     assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
+    result = next(
+        r["message"]
+        for r in records
+        if r.get("type") == "message" and r["message"]["role"] == "toolResult"
+    )
+    assert result["isError"] and result["details"].get("blocked_by") == "abort"
 
 
 def _alive(pid: int) -> bool:

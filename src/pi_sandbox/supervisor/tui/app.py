@@ -454,6 +454,14 @@ class TerminalApp:
             self.running = False
             self._finish_message()
             if event.get("aborted"):
+                # pi: tool calls that never got a result show "Operation aborted".
+                for block in self.tools.values():
+                    name = block["name"]
+                    self._say(
+                        f"✗ {name} Operation aborted  {render.args_summary(name, block['args'])}",
+                        "red",
+                    )
+                self.tools.clear()
                 self._say("⏹ aborted", "yellow")
         elif kind == "message_start":
             self.streaming, self.thinking = "", ""
@@ -581,6 +589,10 @@ class TerminalApp:
         # The final message is what counts (a message_end hook may have redacted it).
         self.streaming = "\n".join(text)
         self.thinking = "\n".join(thinking) or self.thinking
+        if message.get("stopReason") == "aborted":
+            self._finish_message()
+            self._say("✗ Operation aborted", "red")
+            return
         if message.get("stopReason") == "error" and message.get("errorMessage"):
             self._finish_message()
             self._say(f"✗ {message.get('errorMessage')}", "bold red")
@@ -612,7 +624,10 @@ class TerminalApp:
         name = block["name"]
         text = render.result_text(event.get("result")).rstrip()
         decision = self.decisions.pop(call_id, None)
-        if event.get("blocked"):
+        details = (event.get("result") or {}).get("details")
+        if isinstance(details, dict) and details.get("blocked_by") == "abort":
+            head, style = f"✗ {name} aborted", "red"
+        elif event.get("blocked"):
             head, style = f"✗ {name} BLOCKED", "bold red"
         elif event.get("isError"):
             head, style = f"✗ {name} error", "red"
