@@ -506,3 +506,19 @@ def test_tab_completes_at_file_paths_under_the_working_directory(tmp_path, ws):
         term.send_text("look at @notes")
         term.send_keys("Tab")
         term.wait_for("> look at @notes-alpha.txt", scrollback=False)
+
+
+def test_words_on_the_command_line_are_the_first_prompt_of_the_session(tmp_path, ws):
+    script = _script(
+        tmp_path / "s.yaml",
+        [{"text": "answered the argument"}, {"text": "answered the second"}, {"text": "later"}],
+    )
+    argv = _pi(script, "explain this", "and that")
+    with TerminalSession(argv, cwd=ws, env=_env(tmp_path)) as term:
+        screen = term.wait_for("answered the second")
+        assert screen.index("› explain this") < screen.index("answered the argument")
+        assert screen.index("› and that") < screen.index("answered the second")
+        _ready(term)  # still interactive afterwards
+        term.send_text("more")
+        term.send_keys("Enter")
+        term.wait_for("later")

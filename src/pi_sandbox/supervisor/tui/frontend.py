@@ -249,10 +249,15 @@ class TerminalFrontend:
         self.context = context
         host.keep_going = True
         self.post_footer()
+        # pi docs cli.md: the command line's messages are sent in turn, the first
+        # with the @file attachments (and piped stdin, which is print mode here).
         first = self.options.message
         if first and first.strip():
             self.post({"type": "tui_user", "text": first})
             self._prompt(first, self.options.images or None)
+            for message in self.options.rest_messages:
+                self.post({"type": "tui_user", "text": message})
+                self._prompt(message)
         async for action in self._actions_recv:
             kind = action[0]
             try:
