@@ -1017,12 +1017,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # is interactive mode (issue 18); the arguments, if any, are its first prompt.
     interactive = (
         not args.print
+        and not args.ci  # CI mode is never interactive: its ask stays deny (issue 18)
         and args.mode == "text"
         and stdin_text is None
         and _is_terminal(sys.stdin)
         and _is_terminal(sys.stdout)
     )
-    if not interactive and not args.print and args.mode == "text" and _is_terminal(sys.stdin):
+    if (
+        not interactive
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+    ):
         # Typed at a terminal, but stdout is a pipe or file: no screen to draw on.
         print(
             "pi: stdout is not a terminal: running in print mode (-p) instead of the "

@@ -522,3 +522,14 @@ def test_words_on_the_command_line_are_the_first_prompt_of_the_session(tmp_path,
         term.send_text("more")
         term.send_keys("Enter")
         term.wait_for("later")
+
+
+def test_ci_mode_at_a_terminal_stays_non_interactive(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "ci answer"}])
+    audit = tmp_path / "audit.jsonl"
+    argv = _pi(script, "--ci", "--audit-log", str(audit), "hello")
+    with TerminalSession(argv, cwd=ws, env=_env(tmp_path)) as term:
+        assert term.exit_status() == 0
+        screen = term.history()
+    assert "ci answer" in screen
+    assert "NOT sandboxed" not in screen and "sandboxed: bwrap" not in screen  # no footer
