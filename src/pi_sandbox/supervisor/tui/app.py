@@ -76,6 +76,60 @@ def _tail(text: str) -> str:
     return tail[cut + 2 :] if 0 <= cut < LIVE_TAIL_CHARS // 2 else tail
 
 
+def _merged(fragments: list[Any]) -> list[tuple[str, str]]:
+    """prompt_toolkit's ANSI parser yields one fragment per character; runs of one
+    style joined make every later layout pass over them many times cheaper."""
+    out: list[tuple[str, str]] = []
+    for fragment in fragments:
+        style, text = fragment[0], fragment[1]
+        if out and out[-1][0] == style and len(fragment) == 2:
+            out[-1] = (style, out[-1][1] + text)
+        else:
+            out.append((style, text))
+    return out
+
+
+class _Accumulator:
+    """Text that grows by small pieces (a streamed answer): appending is O(piece),
+    the whole is joined only when read, and ``version`` says whether it changed."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._joined = ""
+        self._joined_parts = 0
+        self.length = 0
+        self.version = 0
+        self._base = 0  # the version of the last `set` (appends since extend it)
+
+    def append(self, piece: str) -> None:
+        if piece:
+            self._parts.append(piece)
+            self.length += len(piece)
+            self.version += 1
+
+    def set(self, value: str) -> None:
+        self._parts = [value] if value else []
+        self._joined, self._joined_parts = value, len(self._parts)
+        self.length = len(value)
+        self.version += 1
+        self._base = self.version
+
+    def value(self) -> str:
+        if self._joined_parts != len(self._parts):
+            self._joined = "".join(self._parts)
+            self._parts = [self._joined] if self._joined else []
+            self._joined_parts = len(self._parts)
+        return self._joined
+
+    def extends(self, version: int) -> bool:
+        """Whether the text at ``version`` is a prefix of the current text."""
+        return version >= self._base
+
+    def since(self, length: int) -> str:
+        """The text after the first ``length`` characters."""
+        return self.value()[length:]
+
+
 class _Completer(Completer):
     """``/command`` names (with descriptions), ``@path`` files under the cwd, and
     ``/skill:NAME`` (skills are commands named ``skill:NAME``)."""
@@ -157,8 +211,8 @@ class TerminalApp:
         self.commands: list[dict[str, str]] = []
         self.footer: dict[str, Any] = {"cwd": str(cwd)}
         self.running = False
-        self.streaming: str = ""  # the assistant's text of the current message
-        self.thinking: str = ""
+        self._stream = _Accumulator()  # the assistant's text of the current message
+        self._thinking = _Accumulator()
         self.show_thinking = True
         self.tools: dict[str, dict[str, Any]] = {}  # running tool calls by id
         self.decisions: dict[str, dict[str, Any]] = {}
@@ -168,13 +222,16 @@ class TerminalApp:
         self.widgets: dict[str, list[str]] = {}
         self.hint = ""  # one transient line above the editor (Ctrl-C again …)
         self.hint_until = 0.0
-        self._live_cache: tuple[str, int, float, str] = ("", 0, 0.0, "")
+        self._live_cache: tuple[int, int, int, float, str] = (-1, 0, 0, 0.0, "")
         self._scrollback: list[str] = []
         self._last_ctrl_c = 0.0
         self._exiting = False
         self._wake_pending = False
         self._live_parsed: tuple[str, Any] = ("", [])
         self._live_frame: tuple[int, Any, int] = (-1, [], 0)
+        self._live_dirty = True  # an event changed what the live area shows
+        self._live_width = 0
+        self._live_stamp = 0.0
         self._redraw_scheduled = False
         self._last_event_redraw = 0.0
         history: Any
@@ -197,6 +254,24 @@ class TerminalApp:
         self.dialog_input = Buffer(multiline=True)
         self._input, self._output = input, output
         self.app = self._build()
+
+    @property
+    def streaming(self) -> str:
+        """The streaming answer's text so far."""
+        return self._stream.value()
+
+    @streaming.setter
+    def streaming(self, value: str) -> None:
+        self._stream.set(value)
+
+    @property
+    def thinking(self) -> str:
+        """The streaming answer's thinking so far."""
+        return self._thinking.value()
+
+    @thinking.setter
+    def thinking(self, value: str) -> None:
+        self._thinking.set(value)
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -304,8 +379,8 @@ class TerminalApp:
 
     def _has_live(self) -> bool:
         return bool(
-            self.streaming
-            or (self.thinking and self.show_thinking)
+            self._stream.length
+            or (self._thinking.length and self.show_thinking)
             or self.tools
             or (self.hint and time.monotonic() < self.hint_until)
         )
@@ -430,6 +505,7 @@ class TerminalApp:
     def handle(self, event: dict[str, Any]) -> None:
         """Apply one event of the session (or a ``tui_*`` event of the frontend)."""
         kind = event.get("type")
+        self._live_dirty = True
         width = self._width()
         if kind == "tui_footer":
             self.footer.update({k: v for k, v in event.items() if k != "commands"})
@@ -565,14 +641,14 @@ class TerminalApp:
         inner = event.get("assistantMessageEvent")
         if isinstance(inner, dict):
             if inner.get("type") == "thinking_delta":
-                self.thinking += str(inner.get("delta", ""))
+                self._thinking.append(str(inner.get("delta", "")))
                 return
             if inner.get("type") == "text_delta":
-                self.streaming += str(inner.get("delta", ""))
+                self._stream.append(str(inner.get("delta", "")))
                 return
             if "delta" not in event:
                 return
-        self.streaming += str(event.get("delta", ""))
+        self._stream.append(str(event.get("delta", "")))
 
     def _message_end(self, event: dict[str, Any]) -> None:
         message = event.get("message") or {}
@@ -612,7 +688,7 @@ class TerminalApp:
         if self.streaming.strip():
             self._print(render.markdown_ansi(self.streaming.strip(), width))
         self.streaming, self.thinking = "", ""
-        self._live_cache = ("", 0, 0.0, "")
+        self._live_cache = (-1, 0, 0, 0.0, "")
 
     def _tool_end(self, event: dict[str, Any]) -> None:
         call_id = str(event.get("toolCallId"))
@@ -731,6 +807,7 @@ class TerminalApp:
 
     def _answer(self, value: Any, *extra: Any) -> None:
         dialog = self.dialogs.pop(0)
+        self._live_dirty = True  # the live area gets the dialog's rows back
         self.dialog_input.text = ""
         if dialog.kind == "trust":
             dialog.event["reply"](value)
@@ -902,13 +979,30 @@ class TerminalApp:
     def _live_text(self) -> Any:
         # Asked for twice a redraw (height, then content): computed once a redraw.
         key = self.app.render_counter
-        if self._live_frame[0] != key:
+        if self._live_frame[0] != key and not self._live_current():
             shown = self._live_compute()
             if shown != self._live_parsed[0]:
                 # Parsing ANSI costs milliseconds: a keystroke's redraw reuses it.
-                self._live_parsed = (shown, to_formatted_text(ANSI(shown)))
+                self._live_parsed = (shown, _merged(to_formatted_text(ANSI(shown))))
             self._live_frame = (key, self._live_parsed[1], shown.count("\n") + 1 if shown else 0)
+            self._live_dirty = False
+            self._live_width = self._width()
+            self._live_stamp = time.monotonic()
         return self._live_frame[1]
+
+    def _live_current(self) -> bool:
+        """Whether the last live frame still holds: no event since, same width, no
+        running call's seconds counter or hint due to change (a keystroke's redraw
+        then costs nothing here)."""
+        now = time.monotonic()
+        if self._live_dirty or self._live_width != self._width():
+            return False
+        if self.tools and now - self._live_stamp >= 1.0:
+            return False
+        if self.hint and self._live_stamp < self.hint_until <= now + 0.01:
+            return False
+        self._live_frame = (self.app.render_counter, *self._live_frame[1:])
+        return True
 
     def _live_compute(self) -> str:
         """The live area as ANSI text, at most the rows left for it."""
@@ -918,17 +1012,26 @@ class TerminalApp:
         if self.thinking and self.show_thinking:
             tail = self.thinking.strip().splitlines()[-3:]
             parts.append(render.styled("\n".join(tail), "dim italic", width))
-        if self.streaming:
-            text, w, stamp, rendered = self._live_cache
+        if self._stream.length:
+            version, length, w, stamp, rendered = self._live_cache
             now = time.monotonic()
-            if text != self.streaming or w != width:
-                if now - stamp >= LIVE_RENDER_INTERVAL_S or w != width:
+            if version != self._stream.version or w != width:
+                if (
+                    now - stamp >= LIVE_RENDER_INTERVAL_S
+                    or w != width
+                    or not self._stream.extends(version)
+                ):
                     rendered = render.markdown_ansi(_tail(self.streaming), width)
-                    self._live_cache = (self.streaming, width, now, rendered)
+                    self._live_cache = (
+                        self._stream.version,
+                        self._stream.length,
+                        width,
+                        now,
+                        rendered,
+                    )
                 else:
                     # Between renderings: the cached Markdown plus the raw new text.
-                    extra = printable(self.streaming[len(text) :])
-                    rendered = rendered + extra if self.streaming.startswith(text) else extra
+                    rendered = rendered + printable(self._stream.since(length))
             parts.append(rendered)
         for block in self.tools.values():
             elapsed = time.monotonic() - block["started"]
@@ -1103,6 +1206,7 @@ class TerminalApp:
         return keys
 
     def _hint(self, text: str) -> None:
+        self._live_dirty = True
         self.hint = text
         self.hint_until = time.monotonic() + DOUBLE_CTRL_C_S
 
