@@ -242,7 +242,15 @@ def test_the_trust_answer_for_this_session_only_is_not_saved(tmp_path, ws):
     assert not any(str(ws) in store.read_text() for store in stores)
 
 
-_COLOUR = re.compile(r"\x1b\[[0-9;]*(?:3[0-9]|4[0-9]|9[0-7]|10[0-7])(?:;[0-9;]*)?m")
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def _colours(screen: str) -> list[str]:
+    """The SGR codes in ``screen`` that set a colour (39/49, back to the default
+    colours, do not)."""
+    codes = [c for group in _SGR.findall(screen) for c in group.split(";") if c]
+    colour = {*range(30, 39), *range(40, 49), *range(90, 98), *range(100, 108)}
+    return [c for c in codes if int(c) in colour]
 
 
 def test_no_color_shows_no_colour_escapes(tmp_path, ws):
@@ -260,7 +268,8 @@ def test_no_color_shows_no_colour_escapes(tmp_path, ws):
         term.wait_for("Heading", scrollback=False)
         screen = term.screen(escapes=True)
         assert "✓ bash" in screen
-        assert not _COLOUR.search(screen), repr(screen)
+        assert not _colours(screen), repr(screen)
+        assert "\x1b[1m" in screen  # emphasis stays
 
 
 def test_control_shows_colour_escapes_without_no_color(tmp_path, ws):
@@ -277,7 +286,7 @@ def test_control_shows_colour_escapes_without_no_color(tmp_path, ws):
         term.send_text("go")
         term.send_keys("Enter")
         term.wait_for("Heading", scrollback=False)
-        assert _COLOUR.search(term.screen(escapes=True))
+        assert _colours(term.screen(escapes=True))
 
 
 def test_a_40_column_terminal_wraps_the_answer_and_keeps_the_footer(tmp_path, ws):

@@ -42,7 +42,8 @@ def _console(width: int) -> Any:
         file=io.StringIO(),
         force_terminal=True,
         width=max(20, width),
-        color_system=None if no_color() else "256",
+        # NO_COLOR: rich drops the colours and keeps bold, dim and italic.
+        color_system="standard" if no_color() else "256",
         no_color=no_color(),
         emoji=False,
         highlight=False,
