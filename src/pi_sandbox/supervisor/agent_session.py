@@ -137,8 +137,7 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "timestamp": message.get("timestamp"),
                 }
             )
-        elif role == "bashExecution" and not message.get("excludeFromContext"):
-            # pi's ``!!cmd``: shown and kept in the session, never sent to the model.
+        elif role == "bashExecution":
             text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
                 f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
             )
