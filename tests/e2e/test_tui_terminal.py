@@ -32,8 +32,9 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         **extra,
     }
-    if "VIRTUAL_ENV" in os.environ:
-        env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
+    for name in ("VIRTUAL_ENV", "PYTHONPATH"):  # the same pi_sandbox as the tests
+        if name in os.environ:
+            env[name] = os.environ[name]
     return env
 
 
