@@ -543,3 +543,56 @@ def test_ci_mode_at_a_terminal_stays_non_interactive(tmp_path, ws):
         screen = term.history()
     assert "ci answer" in screen
     assert "NOT sandboxed" not in screen and "sandboxed: bwrap" not in screen  # no footer
+
+
+def test_quitting_at_the_trust_prompt_ends_the_run_without_trusting(tmp_path, ws):
+    _untrusted_project(ws)
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Trust this project?", scrollback=False)
+        term.send_keys("C-c")
+        term.send_keys("C-c")
+        assert term.exit_status() == 0
+    stores = list((tmp_path / "agent").glob("*trust*.json"))
+    assert not any(str(ws) in store.read_text() for store in stores)
+
+
+def test_enter_while_the_agent_works_steers_it(tmp_path, ws):
+    wait = "while [ ! -f go ]; do sleep 0.05; done; echo released"
+    script = _script(
+        tmp_path / "s.yaml",
+        [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": wait}}]},
+            {"text": "steered answer"},
+        ],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("start")
+        term.send_keys("Enter")
+        term.wait_for("working", scrollback=False)
+        term.send_text("use the other file")
+        term.send_keys("Enter")
+        term.wait_for("queued as a steering message")
+        (ws / "go").write_text("")
+        term.wait_for("steered answer")
+        term.send_keys("C-d")
+        assert term.exit_status() == 0
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    roles_and_text = [
+        (m["role"], (m.get("content") or [{}])[0].get("text"))
+        for m in (
+            json.loads(line)["message"]
+            for line in session.read_text().splitlines()
+            if json.loads(line).get("type") == "message"
+        )
+    ]
+    # The steering message went in after the tool result, before the next answer.
+    assert [r for r, _ in roles_and_text] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "user",
+        "assistant",
+    ]
+    assert roles_and_text[3][1] == "use the other file"

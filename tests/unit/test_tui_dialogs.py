@@ -243,3 +243,17 @@ def test_untrusted_text_in_a_dialog_cannot_inject_terminal_escapes(screen):
     term.wait(lambda: app.dialogs)
     text = "".join(t for _, t in app._dialog_text())
     assert "\x1b" not in text and "\\x1b" in text
+
+
+def test_extension_status_and_widgets_show_above_the_footer_and_clear(screen):
+    term, app, _ = screen
+    term.post({"type": "ui_set_status", "extension": "/e.py", "key": "build", "text": "build: ok"})
+    term.post({"type": "ui_set_widget", "extension": "/e.py", "key": "w", "lines": ["a", "b"]})
+
+    def status() -> str:
+        return "".join(text for _, text in app._status_text() or [])
+
+    term.wait(lambda: "build: ok" in status())
+    assert status() == "a\nb\nbuild: ok"
+    term.post({"type": "ui_set_status", "extension": "/e.py", "key": "build", "text": None})
+    term.wait(lambda: "build: ok" not in status())

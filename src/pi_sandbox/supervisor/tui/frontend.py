@@ -85,6 +85,7 @@ class TerminalFrontend:
         self._token: trio.lowlevel.TrioToken | None = None
         self._actions_send, self._actions_recv = trio.open_memory_channel[tuple[Any, ...]](math.inf)
         self._ended = threading.Event()
+        self._quit = trio.Event()  # the user quit (or the screen ended)
         self._model_refs: list[str] | None = None  # /model completion, read once
         self._closed = False
 
@@ -181,7 +182,7 @@ class TerminalFrontend:
                 await trio.to_thread.run_sync(self._run_app, abandon_on_cancel=True)
             finally:
                 # The screen ended (or failed): the session ends with it.
-                self._actions_send.send_nowait(("quit",))
+                self._deliver(("quit",))
                 ready.set()
 
         nursery.start_soon(run_thread)
@@ -198,7 +199,14 @@ class TerminalFrontend:
         if self._token is None:
             return
         with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(self._actions_send.send_nowait, action)
+            self._token.run_sync_soon(self._deliver, action)
+
+    def _deliver(self, action: tuple[Any, ...]) -> None:
+        # On the trio side. A quit also ends a question asked before the session
+        # started (the trust prompt): nobody will answer it.
+        if action[0] == "quit":
+            self._quit.set()
+        self._actions_send.send_nowait(action)
 
     def close(self) -> None:
         """End the screen and restore the terminal (idempotent; waits up to 5 s)."""
@@ -237,7 +245,15 @@ class TerminalFrontend:
                 "reply": reply,
             }
         )
-        await done.wait()
+        async with trio.open_nursery() as nursery:
+
+            async def quit_watch() -> None:
+                await self._quit.wait()
+                done.set()
+
+            nursery.start_soon(quit_watch)
+            await done.wait()
+            nursery.cancel_scope.cancel()
         return answer[0] if answer else None
 
     # --- input (the user's actions) ----------------------------------------------------------------
@@ -359,7 +375,7 @@ class TerminalFrontend:
     async def _command(self, name: str, args: str) -> None:
         host = self.host
         if name == "quit":
-            self._actions_send.send_nowait(("quit",))
+            self._deliver(("quit",))
         elif name == "hotkeys":
             self._say(*(f"{key:10} {what}" for key, what in HOTKEYS))
         elif name == "model":
