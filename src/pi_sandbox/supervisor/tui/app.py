@@ -917,7 +917,7 @@ class TerminalApp:
         timeout = event.get("timeout")
         left = ""
         if isinstance(timeout, int | float) and timeout > 0:
-            seconds = timeout / 1000 if timeout > 1000 else timeout
+            seconds = timeout / 1000  # pi rpc-extension-ui.md: milliseconds
             left = f" — closes in {max(0, int(seconds - (time.monotonic() - dialog.opened)))} s"
         if dialog.kind == "trust":
             add(f"Trust this project? {event.get('cwd')}", "bold")
