@@ -64,3 +64,11 @@ def test_no_color_drops_colours_and_keeps_emphasis(monkeypatch):
         for code in group.split(";")
         if code
     )
+
+
+def test_the_tui_package_exports_an_explicit_importable_all():
+    """STYLE rule 2, for the new sub-package (kept here: test_public_surface.py is shared)."""
+    import pi_sandbox.supervisor.tui as tui
+
+    assert set(tui.__all__) == {"TerminalFrontend"}
+    assert all(hasattr(tui, name) for name in tui.__all__)
