@@ -22,7 +22,13 @@ from typing import Any
 
 from prompt_toolkit.application import Application, run_in_terminal
 from prompt_toolkit.buffer import Buffer
-from prompt_toolkit.completion import Completer, Completion, PathCompleter
+from prompt_toolkit.completion import (
+    CompleteEvent,
+    Completer,
+    Completion,
+    PathCompleter,
+    get_common_complete_suffix,
+)
 from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import ANSI, FormattedText, to_formatted_text
@@ -1144,12 +1150,24 @@ class TerminalApp:
         @keys.add("tab", filter=no_dialog)
         def _(event: Any) -> None:
             state = self.editor.complete_state
-            if state is not None and len(state.completions) == 1:
-                self.editor.apply_completion(state.completions[0])
-            elif state is not None:
+            if state is not None and len(state.completions) > 1:
                 self.editor.complete_next()
-            else:
-                self.editor.start_completion(insert_common_part=True)
+                return
+            # Computed here, not by prompt_toolkit's background completion: a Tab
+            # pressed while that runs would be dropped (it runs one at a time).
+            document = self.editor.document
+            completions = list(
+                self.editor.completer.get_completions(
+                    document, CompleteEvent(completion_requested=True)
+                )
+            )
+            if len(completions) == 1:
+                self.editor.apply_completion(completions[0])
+            elif completions:
+                common = get_common_complete_suffix(document, completions)
+                if common:
+                    self.editor.insert_text(common)
+                self.editor.start_completion(select_first=False)
 
         @keys.add("s-tab", filter=no_dialog)
         def _(event: Any) -> None:
