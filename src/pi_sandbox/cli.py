@@ -1114,9 +1114,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompts = build_prompt_input(args.message, stdin_text, cwd)
     except UsageError as exc:
         parser.error(str(exc))
-    if not prompts.first.strip() and args.mode != "rpc":
+    # pi docs cli.md: a terminal on stdin and stdout, without -p or --mode json|rpc,
+    # is interactive mode (issue 18); the arguments, if any, are its first prompt.
+    interactive = (
+        not args.print
+        and not args.ci  # CI mode is never interactive: its ask stays deny (issue 18)
+        and args.mode == "text"
+        and stdin_text is None
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    )
+    if (
+        not interactive
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+    ):
+        # Typed at a terminal, but stdout is a pipe or file: no screen to draw on.
+        print(
+            "pi: stdout is not a terminal: running in print mode (-p) instead of the "
+            "interactive mode",
+            file=sys.stderr,
+        )
+    if not prompts.first.strip() and args.mode != "rpc" and not interactive:
         parser.error(
-            "no message: give one as arguments or on stdin (interactive mode is not available yet)"
+            "no message: give one as arguments or on stdin (the interactive mode needs "
+            "a terminal on stdin and stdout)"
         )
     for path in args.extension:
         if not path.exists():
@@ -1168,7 +1192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=args.verbose,
         cwd=cwd,
         agent_dir=agent_dir(),
-        mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
+        mode="interactive"
+        if interactive
+        else {"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
         tools=selection,
         argv=argv if unknown else [],
         message_from_stdin=stdin_text is not None and not args.message,
@@ -1200,6 +1226,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         notices=list(session_choice.notices),
     )
     return run_print_session(options)
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` (``sys.stdin``/``sys.stdout``) is a terminal; False when it
+    is closed or missing."""
+    try:
+        return stream is not None and stream.isatty()  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return False
 
 
 def _piped_stdin() -> str | None:

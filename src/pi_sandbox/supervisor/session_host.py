@@ -1855,11 +1855,15 @@ class SessionHost:
                 }
             )
 
-    async def user_bash(self, command: str) -> dict[str, Any]:
+    async def user_bash(
+        self, command: str, *, exclude_from_context: bool = False
+    ) -> dict[str, Any]:
         """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
         handlers may supply the result instead (first decisive wins); otherwise the
         policy gate decides and the tool worker runs it in the sandbox. The output is
-        added to the session as a ``bashExecution`` message.
+        added to the session as a ``bashExecution`` message (with
+        ``exclude_from_context``, pi's ``!!cmd``: kept in the session, never sent to
+        the model).
 
         ``user_bash`` fails closed (issue 13 §1): a handler that raises, returns a
         malformed result, times out or whose worker crashes (or is disabled) blocks
@@ -1961,6 +1965,8 @@ class SessionHost:
             "truncated": result.pop("truncated"),
             "timestamp": now_ms(),
         }
+        if exclude_from_context:
+            message["excludeFromContext"] = True  # pi's ``!!cmd`` (issue 18)
         await self.session.commit(message)
         return result
 
