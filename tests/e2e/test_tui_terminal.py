@@ -596,3 +596,94 @@ def test_enter_while_the_agent_works_steers_it(tmp_path, ws):
         "assistant",
     ]
     assert roles_and_text[3][1] == "use the other file"
+
+
+# --- approvals of policy `ask` decisions in the terminal (issue 18, with the real backend) ---
+
+_ASK_TOUCH = (
+    "version: 1\ntool_call:\n  rules:\n    - id: ask-touch\n      tool: bash\n"
+    "      command: [touch]\n      decision: ask\n"
+    "      reason: Creating files needs a human.\n"
+)
+
+
+def _touch_turns(*names: str) -> list[dict]:
+    turns: list[dict] = []
+    for index, name in enumerate(names, 1):
+        turns.append({"tool_calls": [{"name": "bash", "arguments": {"command": f"touch {name}"}}]})
+        turns.append({"text": f"turn {index} done"})
+    return turns
+
+
+def _approval_records(audit: Path) -> list[dict]:
+    import json
+
+    records = [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "policy_approval"]
+
+
+def test_an_ask_approved_once_runs_and_the_same_call_is_asked_again_then_denied_with_a_message(
+    tmp_path, ws
+):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_ASK_TOUCH)
+    audit = tmp_path / "audit.jsonl"
+    script = _script(tmp_path / "s.yaml", _touch_turns("made.txt", "made.txt"))
+    argv = _pi(script, "--policy", str(policy), "--audit-log", str(audit))
+    with TerminalSession(argv, cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("make it")
+        term.send_keys("Enter")
+        screen = term.wait_for("Allow once")
+        assert "ask-touch" in screen and "Creating files needs a human." in screen
+        term.send_keys("o")
+        term.wait_for("turn 1 done")
+        assert (ws / "made.txt").is_file()
+        (ws / "made.txt").unlink()
+        term.send_text("again")
+        term.send_keys("Enter")
+        # The same call is asked again: "allow once" granted nothing for later.
+        term.wait_for(lambda s: "Allow once" in s and "turn 2 done" not in s)
+        term.send_keys("d")
+        term.send_text("use the existing file")
+        term.send_keys("Enter")
+        term.wait_for("turn 2 done")
+    assert not (ws / "made.txt").exists()
+    decisions = [r.get("decision") for r in _approval_records(audit)]
+    assert decisions == ["allow_once", "deny"]
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl")).read_text()
+    # The model receives the user's message with the denial.
+    assert "Message from the user: use the existing file" in session
+
+
+def test_allow_for_this_session_runs_the_same_command_later_without_a_prompt(tmp_path, ws):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_ASK_TOUCH)
+    audit = tmp_path / "audit.jsonl"
+    script = _script(tmp_path / "s.yaml", _touch_turns("granted.txt", "granted.txt"))
+    argv = _pi(script, "--policy", str(policy), "--audit-log", str(audit))
+    with TerminalSession(argv, cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("make it")
+        term.send_keys("Enter")
+        term.wait_for("Allow once")
+        term.send_keys("s")
+        # The scope is shown before it is confirmed: the exact command.
+        term.wait_for("touch granted.txt")
+        term.send_keys("Enter")
+        term.wait_for("turn 1 done")
+        (ws / "granted.txt").unlink()
+        term.send_text("again")
+        term.send_keys("Enter")
+        term.wait_for("turn 2 done")
+    assert (ws / "granted.txt").is_file()  # ran the second time without a prompt
+    records = _approval_records(audit)
+    assert [r.get("decision") for r in records] == ["allow_session"]
+    import json
+
+    calls = [
+        json.loads(line)
+        for line in audit.read_text().splitlines()
+        if '"event": "tool_call"' in line or '"event":"tool_call"' in line
+    ]
+    assert any(str(c.get("approval", "")).startswith("granted by session approval") for c in calls)
