@@ -303,14 +303,16 @@ def sessions_main(argv: Sequence[str]) -> int:
 
     from pi_sandbox.supervisor.output_modes import printable
     from pi_sandbox.supervisor.sessions.catalog import list_sessions
-    from pi_sandbox.supervisor.sessions.startup import SESSION_DIR_ENV
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
 
     workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not workspace.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
     workspace = workspace.resolve()
-    chosen = args.session_dir or os.environ.get(SESSION_DIR_ENV) or None
-    session_dir = Path(os.path.abspath(Path(chosen).expanduser())) if chosen else None
+    if args.session_dir:
+        session_dir = Path(os.path.abspath(Path(args.session_dir).expanduser()))
+    else:  # $PI_CODING_AGENT_SESSION_DIR, then settings.json's sessionDir (as pi)
+        session_dir = configured_session_dir(agent_dir(), workspace, os.environ)
     rows = list_sessions(agent_dir(), workspace, session_dir=session_dir, every=args.all)
     if args.json:
         print(json.dumps({"sessions": [r.as_dict() for r in rows]}, indent=2, ensure_ascii=False))
@@ -1112,9 +1114,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompts = build_prompt_input(args.message, stdin_text, cwd)
     except UsageError as exc:
         parser.error(str(exc))
-    if not prompts.first.strip() and args.mode != "rpc":
+    # pi docs cli.md: a terminal on stdin and stdout, without -p or --mode json|rpc,
+    # is interactive mode (issue 18); the arguments, if any, are its first prompt.
+    interactive = (
+        not args.print
+        and not args.ci  # CI mode is never interactive: its ask stays deny (issue 18)
+        and args.mode == "text"
+        and stdin_text is None
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    )
+    if (
+        not interactive
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+    ):
+        # Typed at a terminal, but stdout is a pipe or file: no screen to draw on.
+        print(
+            "pi: stdout is not a terminal: running in print mode (-p) instead of the "
+            "interactive mode",
+            file=sys.stderr,
+        )
+    if not prompts.first.strip() and args.mode != "rpc" and not interactive:
         parser.error(
-            "no message: give one as arguments or on stdin (interactive mode is not available yet)"
+            "no message: give one as arguments or on stdin (the interactive mode needs "
+            "a terminal on stdin and stdout)"
         )
     for path in args.extension:
         if not path.exists():
@@ -1166,7 +1192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=args.verbose,
         cwd=cwd,
         agent_dir=agent_dir(),
-        mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
+        mode="interactive"
+        if interactive
+        else {"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
         tools=selection,
         argv=argv if unknown else [],
         message_from_stdin=stdin_text is not None and not args.message,
@@ -1198,6 +1226,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         notices=list(session_choice.notices),
     )
     return run_print_session(options)
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` (``sys.stdin``/``sys.stdout``) is a terminal; False when it
+    is closed or missing."""
+    try:
+        return stream is not None and stream.isatty()  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return False
 
 
 def _piped_stdin() -> str | None:
