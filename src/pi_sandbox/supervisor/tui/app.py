@@ -524,7 +524,8 @@ class TerminalApp:
         elif kind == "tui_info":
             for line in event.get("lines") or []:
                 self._print(render.styled(str(line), "", width))
-        elif kind == "tui_editor_text":
+        elif kind in ("tui_editor_text", "ui_set_editor_text"):
+            # ui_set_editor_text: an extension's ctx.ui.set_editor_text (pi's setEditorText).
             self.editor.text = str(event.get("text", ""))
         elif kind == "tui_bash_result":
             self._bash_result(event)
