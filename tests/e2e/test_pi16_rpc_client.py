@@ -146,9 +146,10 @@ def test_pi16s_rpc_client_gets_pi16s_command_shapes_from_ours(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 17 §1: the messages and entries in get_messages/get_entries/get_tree "
-    "lack pi's fields (system message, api, thinkingLevel, durationMs, …; "
-    "docs/protocol-gaps.md items 2–7); every command's own shape is pi's",
+    reason="issue 17 §1: the messages in get_messages/get_entries/get_tree lack pi's "
+    "leading system message, and bash's toolResult has details where pi has "
+    "structuredContent (docs/protocol-gaps.md items 2, 6, 9); every command's own "
+    "shape is pi's",
 )
 def test_pi16s_rpc_client_works_unchanged_against_ours(
     pi16_drive: list[dict[str, Any]], our_drive: list[dict[str, Any]]
