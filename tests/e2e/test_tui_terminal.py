@@ -687,3 +687,51 @@ def test_allow_for_this_session_runs_the_same_command_later_without_a_prompt(tmp
         if '"event": "tool_call"' in line or '"event":"tool_call"' in line
     ]
     assert any(str(c.get("approval", "")).startswith("granted by session approval") for c in calls)
+
+
+def test_tree_continues_from_any_entry_by_id_and_labels_show_in_the_tree(tmp_path, ws):
+    import json
+
+    script = _script(
+        tmp_path / "s.yaml",
+        [{"text": "first answer"}, {"text": "second answer"}, {"text": "branched answer"}],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        for prompt, answer in (("one", "first answer"), ("two", "second answer")):
+            term.send_text(prompt)
+            term.send_keys("Enter")
+            term.wait_for(answer)
+        session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+        records = [json.loads(line) for line in session.read_text().splitlines()]
+        first = next(
+            r
+            for r in records
+            if r.get("type") == "message" and "first answer" in json.dumps(r.get("message"))
+        )
+        term.send_text("/tree")
+        term.send_keys("Enter")
+        term.wait_for(f"{first['id'][:8]} assistant: first answer")
+        term.send_text(f"/label {first['id'][:8]} milestone")
+        term.send_keys("Enter")
+        term.wait_for("label of")
+        term.send_text(f"/tree {first['id'][:8]}")
+        term.send_keys("Enter")
+        term.wait_for("starts a new branch")
+        term.send_text("three")
+        term.send_keys("Enter")
+        term.wait_for("branched answer")
+        term.send_text("/tree")
+        term.send_keys("Enter")
+        term.wait_for("[milestone]")
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    three = next(
+        r
+        for r in records
+        if r.get("type") == "message"
+        and r["message"].get("role") == "user"
+        and "three" in json.dumps(r["message"])
+    )
+    # The new prompt continues from the chosen assistant entry: "two" is on another branch.
+    assert three["parentId"] == first["id"]
+    assert not any(r.get("type") == "branch_summary" for r in records)  # none asked for
