@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -735,3 +736,42 @@ def test_tree_continues_from_any_entry_by_id_and_labels_show_in_the_tree(tmp_pat
     # The new prompt continues from the chosen assistant entry: "two" is on another branch.
     assert three["parentId"] == first["id"]
     assert not any(r.get("type") == "branch_summary" for r in records)  # none asked for
+
+
+def test_resume_flag_at_a_terminal_picks_a_session_and_continues_it(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "first answer"}, {"text": "resumed answer"}])
+    first = subprocess.run(
+        [*_pi(script, "-p", "remember the word kumquat")],
+        cwd=ws,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    second = _script(tmp_path / "s2.yaml", [{"text": "resumed answer"}])
+    with TerminalSession(_pi(second, "-r"), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Resume which?")
+        screen = term.screen()
+        assert "remember the word kumquat" in screen
+        term.send_text("1")
+        term.send_keys("Enter")
+        _ready(term)
+        term.send_text("what was the word?")
+        term.send_keys("Enter")
+        term.wait_for("resumed answer")
+    sessions = list((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    assert len(sessions) == 1  # continued, not a new session
+    text = sessions[0].read_text()
+    assert "kumquat" in text and "what was the word?" in text
+
+
+def test_resume_picker_quits_without_starting_a_session(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "never"}])
+    with TerminalSession(_pi(script, "-r"), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Resume which?")
+        term.send_text("q")
+        term.send_keys("Enter")
+        assert term.exit_status() == 0
+    assert not list((tmp_path / "agent").rglob("*.jsonl"))
