@@ -1084,6 +1084,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pi_sandbox.errors import UsageError
     from pi_sandbox.supervisor.sessions.startup import choose_session
 
+    if (
+        args.resume
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    ):
+        # issue 15: -r at a terminal is a picker (pi's session selector); the choice
+        # then resumes like --session PATH (in its recorded directory).
+        picked = _pick_session(cwd, args.session_dir)
+        if picked is None:
+            return EXIT_OK
+        args.resume, args.session = False, str(picked)
     try:
         session_choice = choose_session(
             agent_dir=agent_dir(),
@@ -1226,6 +1240,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         notices=list(session_choice.notices),
     )
     return run_print_session(options)
+
+
+def _pick_session(cwd: Path, session_dir: str | None) -> Path | None:
+    """``pi -r`` at a terminal: the sessions of ``cwd`` (``a``: of every directory),
+    newest first, numbered; returns the chosen file, or None when the user quits
+    (``q``, an empty answer, Ctrl-D or Ctrl-C)."""
+    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.sessions.catalog import list_sessions
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
+
+    chosen_dir = (
+        Path(os.path.abspath(Path(session_dir).expanduser()))
+        if session_dir
+        else configured_session_dir(agent_dir(), cwd, os.environ)
+    )
+    every = False
+    while True:
+        rows = list_sessions(agent_dir(), cwd, session_dir=chosen_dir, every=every)[:30]
+        where = "every directory" if every else str(cwd)
+        print(printable(f"Sessions of {where} (newest first):"))
+        for number, row in enumerate(rows, 1):
+            title = row.name or (row.first_prompt or "(no messages)").replace("\n", " ")[:60]
+            stamp = row.modified[:16].replace("T", " ")
+            line = f"{number:>3}. {stamp}  {row.message_count:>4} msgs  {title}"
+            print(printable(line + (f"  ({row.cwd})" if every else ""), newlines=False))
+        if not rows:
+            print("  (none)")
+        hint = "" if every else ", a = every directory"
+        try:
+            answer = input(f"Resume which? [number{hint}, q = quit] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return None
+        if answer in ("", "q"):
+            return None
+        if answer == "a" and not every:
+            every = True
+            continue
+        if answer.isdigit() and 1 <= int(answer) <= len(rows):
+            return rows[int(answer) - 1].path
+        print(f"pi: {answer!r} is not one of the numbers shown")
 
 
 def _is_terminal(stream: object) -> bool:

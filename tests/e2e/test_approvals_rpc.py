@@ -508,3 +508,33 @@ def test_an_abort_ends_the_approval_of_the_users_own_bash_command(tmp_path):
         assert (response["success"], response["error"]) == (False, "Operation aborted")
     finally:
         assert rpc.close() == 0
+
+
+def test_a_prefix_grant_never_covers_added_options_that_run_code(tmp_path):
+    """Red-team finding: a `git push origin` grant covered `--receive-pack='…'` and
+    `--exec=…`, which make git run any command. The attack now asks again; a plain
+    further word is still covered (control)."""
+    sentinel = tmp_path / "work" / "widened"
+    model = scripted(
+        tmp_path,
+        "git push origin main",
+        f"git push origin --receive-pack='touch {sentinel}; git-receive-pack' main",
+        f"git push origin --exec='touch {sentinel}' main",
+        "git push origin dev",
+    )
+    rpc = Rpc(tmp_path, model=model)
+    try:
+        rpc.send({"type": "prompt", "message": "go"})
+        rpc.answer(rpc.until("policy_approval_request"), "allow_session", scope="prefix")
+        for call in ("call_2_0", "call_3_0"):
+            again = rpc.until("policy_approval_request")
+            assert again["toolCallId"] == call  # asked again, not covered by the grant
+            rpc.answer(again, "deny")
+            assert rpc.until("tool_execution_end", toolCallId=call)["blocked"] is True
+        control = rpc.until("policy_decision", toolCallId="call_4_0")
+        assert control["effective"] == "allow" and control["grantedBy"]
+        rpc.until("agent_end")
+    finally:
+        assert rpc.close() == 0
+    assert not sentinel.exists()
+    assert len(rpc.seen_of("policy_approval_request")) == 3

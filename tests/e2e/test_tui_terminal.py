@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -687,3 +688,90 @@ def test_allow_for_this_session_runs_the_same_command_later_without_a_prompt(tmp
         if '"event": "tool_call"' in line or '"event":"tool_call"' in line
     ]
     assert any(str(c.get("approval", "")).startswith("granted by session approval") for c in calls)
+
+
+def test_tree_continues_from_any_entry_by_id_and_labels_show_in_the_tree(tmp_path, ws):
+    import json
+
+    script = _script(
+        tmp_path / "s.yaml",
+        [{"text": "first answer"}, {"text": "second answer"}, {"text": "branched answer"}],
+    )
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        for prompt, answer in (("one", "first answer"), ("two", "second answer")):
+            term.send_text(prompt)
+            term.send_keys("Enter")
+            term.wait_for(answer)
+        session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+        records = [json.loads(line) for line in session.read_text().splitlines()]
+        first = next(
+            r
+            for r in records
+            if r.get("type") == "message" and "first answer" in json.dumps(r.get("message"))
+        )
+        term.send_text("/tree")
+        term.send_keys("Enter")
+        term.wait_for(f"{first['id'][:8]} assistant: first answer")
+        term.send_text(f"/label {first['id'][:8]} milestone")
+        term.send_keys("Enter")
+        term.wait_for("label of")
+        term.send_text(f"/tree {first['id'][:8]}")
+        term.send_keys("Enter")
+        term.wait_for("starts a new branch")
+        term.send_text("three")
+        term.send_keys("Enter")
+        term.wait_for("branched answer")
+        term.send_text("/tree")
+        term.send_keys("Enter")
+        term.wait_for("[milestone]")
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    three = next(
+        r
+        for r in records
+        if r.get("type") == "message"
+        and r["message"].get("role") == "user"
+        and "three" in json.dumps(r["message"])
+    )
+    # The new prompt continues from the chosen assistant entry: "two" is on another branch.
+    assert three["parentId"] == first["id"]
+    assert not any(r.get("type") == "branch_summary" for r in records)  # none asked for
+
+
+def test_resume_flag_at_a_terminal_picks_a_session_and_continues_it(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "first answer"}, {"text": "resumed answer"}])
+    first = subprocess.run(
+        [*_pi(script, "-p", "remember the word kumquat")],
+        cwd=ws,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    second = _script(tmp_path / "s2.yaml", [{"text": "resumed answer"}])
+    with TerminalSession(_pi(second, "-r"), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Resume which?")
+        screen = term.screen()
+        assert "remember the word kumquat" in screen
+        term.send_text("1")
+        term.send_keys("Enter")
+        _ready(term)
+        term.send_text("what was the word?")
+        term.send_keys("Enter")
+        term.wait_for("resumed answer")
+    sessions = list((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    assert len(sessions) == 1  # continued, not a new session
+    text = sessions[0].read_text()
+    assert "kumquat" in text and "what was the word?" in text
+
+
+def test_resume_picker_quits_without_starting_a_session(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "never"}])
+    with TerminalSession(_pi(script, "-r"), cwd=ws, env=_env(tmp_path)) as term:
+        term.wait_for("Resume which?")
+        term.send_text("q")
+        term.send_keys("Enter")
+        assert term.exit_status() == 0
+    assert not list((tmp_path / "agent").rglob("*.jsonl"))

@@ -98,7 +98,7 @@ def test_a_shell_command_offers_its_exact_argv_and_its_prefix_without_the_last_w
     scopes = scopes_for(policy, tmp_path, "bash", {"command": "git push origin main"})
     assert [(s.id, s.label) for s in scopes] == [
         ("command", "exactly git push origin main (rule git-push)"),
-        ("prefix", "commands starting with git push origin (rule git-push)"),
+        ("prefix", "commands starting with git push origin followed by plain words, no options (rule git-push)"),
     ]
 
 
@@ -155,6 +155,14 @@ def test_a_regex_rule_offers_only_this_exact_command_text(policy, tmp_path):
         ("GIT_SSH_COMMAND=x git push origin main", False),
         ("sudo git push origin main", False),  # reached another way
         ("bash -c 'git push origin main'", False),
+        # red-team finding: options after the prefix run code or change what it does
+        ("git push origin --receive-pack='echo pwned > w; git-receive-pack' main", False),
+        ("git push origin --exec='id > w' main", False),
+        ("git push origin main --force", False),
+        ("git push origin --delete main", False),
+        ("git push origin +main", False),
+        ("git push origin :main", False),
+        ("git push origin -f main", False),
     ],
 )
 def test_a_prefix_grant_covers_only_calls_whose_asking_parts_are_all_inside_it(
@@ -301,9 +309,9 @@ def test_a_grant_of_a_managed_rule_does_not_lift_a_project_rules_ask(tmp_path):
     managed, project = tmp_path / "managed.yaml", tmp_path / "project.yaml"
     managed.write_text(POLICY)
     project.write_text(
-        "version: 1\ntool_call:\n  rules:\n    - id: no-force\n      tool: bash\n"
-        "      command: [git, push, origin, main, --force]\n      decision: ask\n"
-        "      reason: Force pushes rewrite history.\n"
+        "version: 1\ntool_call:\n  rules:\n    - id: release-push\n      tool: bash\n"
+        "      command: [git, push, origin, release]\n      decision: ask\n"
+        "      reason: Pushes to the release branch publish.\n"
     )
     both = build_policy(
         [
@@ -313,7 +321,7 @@ def test_a_grant_of_a_managed_rule_does_not_lift_a_project_rules_ask(tmp_path):
     )
     given = grant(both, tmp_path, "bash", {"command": "git push origin main"}, "prefix")
     assert covers(both, tmp_path, given, "bash", {"command": "git push origin dev"})
-    forced = {"command": "git push origin main --force"}
+    forced = {"command": "git push origin release"}
     decision = decide(both, tmp_path, "bash", forced)
     assert (decision.decision, decision.rule) == ("ask", "git-push")  # the managed tier wins
     assert not covers(both, tmp_path, given, "bash", forced)  # but the project still asks

@@ -566,13 +566,22 @@ def test_appending_to_a_long_resumed_session_reads_nothing_back(tmp_path, monkey
     assert len(lines(path)) == 1 + 3000 + 10
 
 
-def test_an_unreadable_last_line_ending_in_a_newline_is_dropped_before_appending(tmp_path):
+def test_a_complete_last_line_that_does_not_parse_is_an_error_and_is_kept(tmp_path):
+    """Red-team finding: a newline-terminated last line that is not JSON (or not UTF-8)
+    was cut off the file on resume. Only a line without its newline can be torn; a
+    complete one is damage: one error naming file and line, and nothing is removed."""
     path = write_file(tmp_path / "s.jsonl", [msg("u1", None, user("a"))])
-    with open(path, "a") as handle:
-        handle.write('{"type":"message","id":"u2",\n')  # torn, but a newline made it out
+    with open(path, "ab") as handle:
+        handle.write(b'{"type":"message","id":"u2", "IMPORTANT ANSWER \xff"\n')
+    before = path.read_bytes()
+    with pytest.raises(SessionFileError, match=r"s\.jsonl:3: "):
+        SessionWriter.resume(path)
+    assert path.read_bytes() == before
+    # Control: the same text without its newline is a torn write, dropped on resume.
+    path.write_bytes(before[:-1])
     writer = SessionWriter.resume(path)
     writer.append_message(user("b"))
     writer.close()
-    reread = SessionWriter.resume(path)  # still loads: the torn line is gone
+    reread = SessionWriter.resume(path)
     reread.close()
     assert [m["content"][0]["text"] for m in reread.messages()] == ["a", "b"]

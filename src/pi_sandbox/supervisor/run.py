@@ -258,6 +258,30 @@ def run_print_session(options: RunOptions) -> int:
         stop.release()
 
 
+def _outer_project_policy(cwd: Path) -> str | None:
+    """A warning when a directory above ``cwd`` (up to the git root) has a
+    ``.pi/policy.yaml``: as in pi, a project's ``.pi/`` is read from the working
+    directory only, so that policy is not in force for this run (red-team finding:
+    starting in a subdirectory dropped the repository's rules silently)."""
+    from pi_sandbox.resources.project_trust import _git_root
+
+    root = _git_root(cwd)
+    if root is None or root == cwd:
+        return None
+    here = cwd.parent
+    while True:
+        candidate = here / ".pi" / "policy.yaml"
+        if os.path.lexists(candidate):
+            return (
+                f"{candidate} is not in force for this run: a project's .pi/ is read from "
+                f"the working directory only (as pi). Run from {here} (or with -C {here}) "
+                "to apply it, or pass it with --policy"
+            )
+        if here == root or here.parent == here:
+            return None
+        here = here.parent
+
+
 def _new_session_id() -> str:
     from pi_sandbox.supervisor.sessions.session_file import new_session_id
 
@@ -860,6 +884,8 @@ async def _run(
                     raise UsageError(load_stop)
                 for warning in inactive_warnings(pool):
                     await output({"type": "warning", "message": warning})
+                if (outer := _outer_project_policy(options.cwd)) is not None:
+                    await output({"type": "warning", "message": outer})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,

@@ -268,7 +268,8 @@ def offered_scopes(
                 ApprovalScope(
                     "prefix",
                     "commands starting with "
-                    f"{' and '.join(_quoted(argv) for _, argv in prefixes)} ({asked_by})",
+                    f"{' and '.join(_quoted(argv) for _, argv in prefixes)} followed by "
+                    f"plain words, no options ({asked_by})",
                     "command",
                     patterns=tuple((via, argv, False) for via, argv in prefixes),
                 )
@@ -320,11 +321,25 @@ def _in_scope(
             return False
         via, argv = tuple(entry.get("via") or ()), tuple(entry["argv"])
         if not any(
-            via == p_via and (argv == p_argv if exact else argv[: len(p_argv)] == p_argv)
+            via == p_via
+            and (
+                argv == p_argv
+                if exact
+                else argv[: len(p_argv)] == p_argv and _plain_operands(argv[len(p_argv) :])
+            )
             for p_via, p_argv, exact in scope.patterns
         ):
             return False
     return True
+
+
+def _plain_operands(words: tuple[str, ...]) -> bool:
+    """Whether the words a prefix grant adds are plain operands: no option (``-x``,
+    ``--force``, ``--receive-pack=…``, ``--exec …`` run code or change what the
+    command does), no git force or delete refspec (``+main``, ``:main``) — a grant of
+    ``git push origin`` covers ``git push origin main``, never ``git push origin
+    --receive-pack='sh -c …' main`` (red-team finding, issue 18)."""
+    return all(word and not word.startswith(("-", "+", ":")) for word in words)
 
 
 def grant_covers(

@@ -413,11 +413,15 @@ class OpenAIProvider:
             if not response.is_success:
                 raise self._http_error(response, await _read_bounded(response))
             content_type = response.headers.get("content-type", "")
-            if "json" in content_type and "event-stream" not in content_type:
+            if "event-stream" not in content_type and (
+                "json" in content_type or "html" in content_type or "xml" in content_type
+            ):
+                # A login page or an API error page, not an answer (red-team finding:
+                # it was retried as "stream ended early"): never retried.
                 text = await _read_bounded(response)
                 raise self._error(
-                    f"{self._url} answered with {content_type} instead of an event stream: "
-                    f"{_server_message(text)}"
+                    f"{self._url} answered with {content_type} instead of an event stream "
+                    f"(is the base URL an OpenAI-compatible API?): {_server_message(text)}"
                 )
             decoder = SSEDecoder()
             with IdleDeadline(self.idle_timeout_s) as idle:

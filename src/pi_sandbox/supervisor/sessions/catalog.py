@@ -18,14 +18,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pi_sandbox.supervisor.sessions.session_file import parse_session, session_dir_for
+from pi_sandbox.supervisor.sessions.session_file import (
+    new_session_id,
+    parse_session,
+    session_dir_for,
+)
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -464,7 +467,7 @@ def fork_session_file(
     parse_session(source, data)  # a damaged source is refused, naming file and line
     lines = data.split(b"\n")
     body = b"\n".join(line for line in lines[1:-1] if line.strip())  # all complete lines
-    new_id = session_id or str(uuid.uuid4())
+    new_id = session_id or new_session_id()
     stamp = _now_iso()
     header = {
         "type": "session",

@@ -345,12 +345,11 @@ class SessionWriter:
             data = _read_all(fd)
             header, numbered = _parse_records(path, data)
             lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            if data and len(numbered) + 1 < lines:
-                # A torn last line (a crash mid-write) is dropped from the file before
-                # anything is appended: the next entry would be glued onto it, or it
-                # would no longer be the last line and make the file unreadable.
-                body = data[:-1] if data.endswith(b"\n") else data
-                os.ftruncate(fd, body.rfind(b"\n") + 1)
+            if data and not data.endswith(b"\n") and len(numbered) + 1 < lines:
+                # A torn last line (a crash mid-write, no newline) is dropped from the
+                # file before anything is appended: the next entry would be glued onto
+                # it. A complete line that does not parse stops the load instead.
+                os.ftruncate(fd, data.rfind(b"\n") + 1)
         except BaseException:
             os.close(fd)
             raise
@@ -760,6 +759,10 @@ def _parse_records(
 ) -> tuple[SessionHeader, list[tuple[int, dict[str, Any]]]]:
     """`parse_session`'s checks; the entries as ``(line number, record)``, plain dicts."""
     lines = data.split(b"\n")
+    # Only a last line without its newline can be torn: every entry is written with
+    # its newline in one write, so a complete line that does not parse is damage,
+    # reported rather than dropped (red-team finding: it was cut off the file).
+    torn_tail = bool(lines) and lines[-1] != b""
     if lines and lines[-1] == b"":
         lines.pop()
     records: list[tuple[int, dict[str, Any]]] = []
@@ -767,7 +770,7 @@ def _parse_records(
         try:
             record = _parse_line(raw)
         except _TornLineError as exc:
-            if number == len(lines):
+            if number == len(lines) and torn_tail:
                 break  # torn last line: the crash happened mid-write
             raise SessionFileError(f"{path}:{number}: {exc}") from None
         except ValueError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +31,11 @@ from pi_sandbox.supervisor.sessions.catalog import (
     recent_listing,
     resolve_session,
 )
-from pi_sandbox.supervisor.sessions.session_file import SessionHeader, SessionWriter
+from pi_sandbox.supervisor.sessions.session_file import (
+    SessionHeader,
+    SessionWriter,
+    new_session_id,
+)
 
 __all__ = [
     "SESSION_DIR_ENV",
@@ -324,7 +327,7 @@ def new_session_writer(directory: Path, cwd: Path, session_id: str | None = None
     Raises:
         OSError: the directory or file cannot be created.
     """
-    session_id = session_id or str(uuid.uuid4())
+    session_id = session_id or new_session_id()
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     header = SessionHeader(id=session_id, cwd=str(cwd), timestamp=stamp)
     name = f"{stamp.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"

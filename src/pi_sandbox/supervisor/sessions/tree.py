@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_sandbox.supervisor.json_lines import dumps_line
+from pi_sandbox.supervisor.sessions.session_file import new_session_id
 
 __all__ = [
     "BRANCH_SUMMARY_ASK",
@@ -483,7 +484,7 @@ def write_branch_file(
         OSError: it cannot be written (never overwrites a file).
     """
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    session_id = str(uuid.uuid4())
+    session_id = new_session_id()
     header: dict[str, Any] = {
         "type": "session",
         "version": 3,

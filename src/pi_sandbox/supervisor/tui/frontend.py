@@ -37,7 +37,8 @@ TUI_COMMANDS: dict[str, str] = {
     "name": "Show or set the session's name: /name [name]",
     "session": "Show the session: file, id, messages, tokens and cost",
     "resume": "Resume an earlier session of this directory: /resume [N]",
-    "tree": "Go back before an earlier message of this branch: /tree [N]",
+    "tree": "Show the session tree; go to any entry: /tree [N | ID-PREFIX [summary [TEXT]]]",
+    "label": "Label the current entry, or one by id: /label [ID-PREFIX] TEXT (empty clears)",
     "fork": "Start a new session from an earlier user message: /fork [N]",
     "tools": "List the active tools",
     "policy": "Show the effective policy (as `pi policy show`)",
@@ -437,6 +438,8 @@ class TerminalFrontend:
             await self._resume(args)
         elif name == "tree":
             await self._tree(args)
+        elif name == "label":
+            self._label(args)
 
     def _policy_lines(self) -> list[str]:
         from pi_sandbox.cli import _show_policy
@@ -519,39 +522,83 @@ class TerminalFrontend:
         self._job(switch)
 
     async def _tree(self, args: str) -> None:
-        """``/tree``: the user messages of the current branch; ``/tree N`` moves the
-        session's leaf to just before message N (its text back in the editor), so
-        the next prompt continues from there on a new branch (pi's tree navigation,
-        through the host's ``navigate_tree``)."""
+        """``/tree``: the session tree (every branch, ids, labels, ``*`` at the current
+        entry) and the numbered user messages of the current branch. ``/tree N`` goes
+        back to just before user message N (its text back in the editor); ``/tree
+        ID-PREFIX`` continues from any entry of any branch (issue 15 "The tree"). Both
+        go through the host's ``navigate_tree``. pi asks whether to summarise the
+        abandoned branch; here the answer is in the command: ``summary [TEXT]`` after
+        the target writes a ``branch_summary`` (TEXT: extra instructions for it),
+        without it none is written."""
         users = self._user_entries()
-        if not args:
-            if not users:
-                self._say("no user message yet")
-                return
+        words = args.split()
+        if not words:
+            lines = _tree_lines(self.host.session.writer)
             self._say(
+                *(lines or ["(no entries yet)"]),
                 *(f"{i + 1}. {_message_text(e['message'])[:70]}" for i, e in enumerate(users)),
-                "/tree N goes back to just before message N (the rest stays in the file)",
+                "/tree N goes back to just before message N; /tree ID-PREFIX continues from "
+                "that entry (the rest stays in the file); add `summary` for a branch summary",
             )
             return
-        if not args.isdigit() or not 1 <= int(args) <= len(users):
-            raise UsageError(f"/tree: give a message number from 1 to {len(users)}")
-        entry = users[int(args) - 1]
-        parent = entry.get("parentId")
-        if parent is None:
-            raise UsageError("/tree: message 1 has no entry before it; use /new")
+        if len(words) > 1 and words[1] != "summary":
+            raise UsageError("/tree: N or ID-PREFIX, optionally followed by summary [TEXT]")
+        summarize = len(words) > 1
+        instructions = " ".join(words[2:]) or None
+        target, editor_text = None, None
+        if words[0].isdigit() and 1 <= int(words[0]) <= len(users):
+            entry = users[int(words[0]) - 1]
+            target = entry.get("parentId")
+            if target is None:
+                raise UsageError("/tree: message 1 has no entry before it; use /new")
+            editor_text = _message_text(entry["message"])
+            where = f"back before message {words[0]}"
+        else:
+            record = _entry_by_prefix(self.host.session.writer, words[0])
+            target, where = record["id"], f"at entry {record['id'][:8]}"
+            message = record.get("message") if record.get("type") == "message" else None
+            if isinstance(message, dict) and message.get("role") == "user":
+                # pi: choosing a user message puts its text back in the editor and
+                # continues from the entry before it.
+                target, editor_text = record.get("parentId"), _message_text(message)
+                if target is None:
+                    raise UsageError("/tree: that is the first message; use /new")
         if self.host.session.running or self.host.replacing:
             raise UsageError("/tree: wait until the agent is idle")
 
         async def navigate() -> None:
-            result = await self.host._op_navigate_tree(worker=None, source=None, target_id=parent)
+            result = await self.host.navigate_tree(
+                target, summarize=summarize, custom_instructions=instructions
+            )
             if isinstance(result, dict) and result.get("cancelled"):
                 self._say("navigation cancelled by an extension")
                 return
-            self._say(f"back before message {args}; the next prompt starts a new branch")
-            self.post({"type": "tui_editor_text", "text": _message_text(entry["message"])})
+            self._say(f"{where}; the next prompt starts a new branch")
+            if editor_text is not None:
+                self.post({"type": "tui_editor_text", "text": editor_text})
             self.post({"type": "session_changed"})
 
         self._job(navigate)
+
+    def _label(self, args: str) -> None:
+        """``/label TEXT`` labels the current entry, ``/label ID-PREFIX TEXT`` another
+        one; an empty text clears the label (pi's ``/label``)."""
+        writer = self.host.session.writer
+        first, _, rest = args.strip().partition(" ")
+        record = None
+        if first and len(first) >= 4 and all(c in "0123456789abcdef-" for c in first.lower()):
+            try:
+                record = _entry_by_prefix(writer, first)
+            except UsageError:
+                record = None
+        if record is not None:
+            target, text = record["id"], rest.strip()
+        else:
+            target, text = writer.last_id, args.strip()
+        if target is None:
+            raise UsageError("/label: no entry to label yet")
+        self.host.set_label(target, text or None)
+        self._say(f"label of {target[:8]}: {text or '(cleared)'}")
 
     async def _fork(self, args: str) -> None:
         """``/fork``: list the user messages; ``/fork N``: a new session file with the
@@ -590,6 +637,79 @@ class TerminalFrontend:
                 self.post({"type": "session_changed"})
 
         self._job(fork)
+
+
+def _entry_by_prefix(writer: Any, prefix: str) -> dict[str, Any]:
+    """The entry whose id starts with ``prefix``.
+
+    Raises:
+        UsageError: no entry, or several (they are listed).
+    """
+    matches = [r for r in writer.entries if str(r.get("id", "")).startswith(prefix)]
+    if not matches:
+        raise UsageError(f"/tree: no entry id starts with {prefix!r} (see /tree)")
+    if len(matches) > 1:
+        ids = ", ".join(str(r["id"])[:12] for r in matches[:10])
+        raise UsageError(f"/tree: {prefix!r} is ambiguous: {ids}")
+    return matches[0]
+
+
+def _tree_lines(writer: Any, limit: int = 200) -> list[str]:
+    """The session tree as text: messages, branch summaries and compactions in
+    depth-first order, indented only where a branch forks (a long linear session
+    stays flat), ``*`` at the current entry, labels in brackets; at most the last
+    ``limit`` lines."""
+    from pi_sandbox.supervisor.sessions.tree import labels_of
+
+    entries = [r for r in writer.entries if isinstance(r.get("id"), str)]
+    labels = labels_of(writer.entries)
+    ids = {r["id"] for r in entries}
+    children: dict[str, list[dict[str, Any]]] = {}
+    roots = []
+    for record in entries:
+        parent = record.get("parentId")
+        if parent in ids and parent != record["id"]:
+            children.setdefault(parent, []).append(record)
+        else:
+            roots.append(record)
+    leaf = writer.last_id
+    lines: list[str] = []
+    stack = [(root, 0) for root in reversed(roots)]
+    while stack:
+        record, depth = stack.pop()
+        kids = children.get(record["id"], [])
+        text = _entry_summary(record)
+        if text is not None:
+            mark = "*" if record["id"] == leaf else " "
+            label = f" [{labels[record['id']][0]}]" if record["id"] in labels else ""
+            lines.append(f"{'  ' * min(depth, 12)}{mark}{record['id'][:8]} {text}{label}")
+        deeper = depth + 1 if len(kids) > 1 else depth
+        stack.extend((kid, deeper) for kid in reversed(kids))
+    if len(lines) > limit:
+        lines = [f"… {len(lines) - limit} earlier entries", *lines[-limit:]]
+    return lines
+
+
+def _entry_summary(record: dict[str, Any]) -> str | None:
+    kind = record.get("type")
+    if kind == "message":
+        message = record.get("message") or {}
+        role = message.get("role")
+        text = " ".join(_message_text(message).split())[:60]
+        if role == "assistant":
+            calls = [
+                b.get("name")
+                for b in message.get("content") or []
+                if isinstance(b, dict) and b.get("type") == "toolCall"
+            ]
+            if calls:
+                text = (text + " " if text else "") + f"→ {', '.join(map(str, calls))}"
+        return f"{role}: {text}" if role in ("user", "assistant") else None
+    if kind == "branch_summary":
+        return "branch summary"
+    if kind == "compaction":
+        return "compaction"
+    return None
 
 
 def _message_text(message: dict[str, Any]) -> str:
