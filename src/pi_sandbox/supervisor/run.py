@@ -40,6 +40,12 @@ __all__ = ["RunOptions", "run_print_session"]
 MAX_UPDATE_BYTES_PER_CALL = 1024 * 1024
 """Progress (``tool_execution_update``) streamed per tool call, in bytes of JSON."""
 
+UPDATE_TAIL_CHARS = 16 * 1024
+"""The output tail one ``tool_execution_update`` snapshot shows, in characters."""
+
+UPDATE_INTERVAL_S = 0.1
+"""The least time between two snapshots of one call's output, in seconds."""
+
 
 @dataclass
 class RunOptions:
@@ -591,16 +597,22 @@ async def _run(
     if options.trust is None and start.trust_info.resources:
         bootstrap, _ = discover(bootstrap=True)
 
+    def update_event(tool_call_id: str | None, text: str) -> dict[str, Any]:
+        """A ``tool_execution_update`` in pi's shape (pi docs json.md): the call's
+        ``toolName`` and ``args``, and ``partialResult`` ``{content, details}``."""
+        name, args = (pipeline.running.get(tool_call_id or "") if pipeline else None) or ("", {})
+        return {
+            "type": "tool_execution_update",
+            "toolCallId": tool_call_id,
+            "toolName": name,
+            "args": args,
+            "partialResult": {"content": [{"type": "text", "text": text}], "details": {}},
+        }
+
     async def progress_note(tool_call_id: str | None, note: str) -> None:
         """A ``tool_execution_update`` whose partial result is one text: what pi
         says instead of the progress it does not stream."""
-        await output(
-            {
-                "type": "tool_execution_update",
-                "toolCallId": tool_call_id,
-                "partialResult": {"content": [{"type": "text", "text": note}]},
-            }
-        )
+        await output(update_event(tool_call_id, note))
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
         try:
@@ -626,7 +638,18 @@ async def _run(
         sent = update_bytes.get(call_id, 0)
         if sent > MAX_UPDATE_BYTES_PER_CALL:
             return
-        size = len(json.dumps(update.update, ensure_ascii=False))
+        # pi's bash reports a snapshot of its output's tail (replace, not append):
+        # the chunks are gathered per call; a snapshot goes out at most every
+        # UPDATE_INTERVAL_S (the final result follows in tool_execution_end).
+        chunk = update.update.get("text")
+        tail = update_tails.get(call_id, "") + (chunk if isinstance(chunk, str) else "")
+        update_tails[call_id] = tail = tail[-UPDATE_TAIL_CHARS:]
+        now = trio.current_time()
+        if now - update_sent_at.get(call_id, -UPDATE_INTERVAL_S) < UPDATE_INTERVAL_S:
+            return
+        update_sent_at[call_id] = now
+        event = update_event(update.tool_call_id, tail)
+        size = len(json.dumps(event, ensure_ascii=False))
         update_bytes[call_id] = sent + size
         if sent + size > MAX_UPDATE_BYTES_PER_CALL:
             await progress_note(
@@ -635,13 +658,7 @@ async def _run(
                 "bytes is not streamed; the result has the output's tail]",
             )
             return
-        await output(
-            {
-                "type": "tool_execution_update",
-                "toolCallId": update.tool_call_id,
-                "partialResult": update.update,
-            }
-        )
+        await output(event)
         if pool.subscribed("tool_execution_update") and pool._nursery is not None:
             # Not awaited here: this runs on the tool worker's channel reader, which a
             # slow extension handler must not hold up.
@@ -652,6 +669,8 @@ async def _run(
             )
 
     update_bytes: dict[str, int] = {}
+    update_tails: dict[str, str] = {}
+    update_sent_at: dict[str, float] = {}
     held_back: set[str] = set()
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
@@ -763,13 +782,17 @@ async def _run(
                         f"cannot write the session file under {options.agent_dir / 'sessions'}: "
                         f"{exc} (use --no-session, or set PI_CODING_AGENT_DIR)"
                     ) from exc
-                header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
+                # pi docs json.md "Session header": id and timestamp also under
+                # --no-session (the session exists in memory); `path` is ours.
+                header: dict[str, Any] = {
+                    "type": "session",
+                    "version": 3,
+                    "id": writer.header.id,
+                    "timestamp": writer.header.timestamp,
+                    "cwd": str(options.cwd),
+                }
                 if writer.path is not None:
-                    header.update(
-                        id=writer.header.id,
-                        timestamp=writer.header.timestamp,
-                        path=str(writer.path),
-                    )
+                    header["path"] = str(writer.path)
                 if options.mode in ("json", "rpc"):
                     await output(header)
                 for notice in notices:

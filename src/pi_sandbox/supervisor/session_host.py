@@ -337,7 +337,7 @@ class SessionHost:
             break
         else:
             if not self.session.follow_ups:
-                return await self.session.notify("agent_settled", {})
+                return await self._settled()
             self.session.follow_ups.clear()
             await self.emit(
                 {
@@ -346,7 +346,16 @@ class SessionHost:
                     "after the prompt; their queued follow-ups were dropped",
                 }
             )
+        await self._settled()
+
+    async def _settled(self) -> None:
+        """``agent_settled`` to extensions, and ``{"type": "agent_settled", "aborted"}``
+        on the stream after a run (pi docs json.md: no automatic work is left; the
+        one place it is emitted, for json, print and rpc modes alike)."""
         await self.session.notify("agent_settled", {})
+        if self.session.ran:
+            self.session.ran = False
+            await self.emit({"type": "agent_settled", "aborted": self.session.aborted})
 
     async def _run_guarded(self, run: Callable[[], Awaitable[Any]]) -> Any:
         try:
