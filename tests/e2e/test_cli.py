@@ -292,7 +292,8 @@ def test_only_the_worker_running_a_call_can_report_its_progress(tmp_path, env):
         e for e in map(json.loads, proc.stdout.splitlines()) if e["type"] == "tool_execution_update"
     ]
     assert any(
-        u["toolCallId"] == "victim" and "real" in u["partialResult"]["text"] for u in updates
+        u["toolCallId"] == "victim" and "real" in u["partialResult"]["content"][0]["text"]
+        for u in updates
     )
     assert not any("FORGED" in json.dumps(u) for u in updates)
 

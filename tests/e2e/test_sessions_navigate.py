@@ -100,7 +100,7 @@ def test_session_path_resumes_in_the_recorded_directory_and_decides_trust_there(
         assert resumed.returncode == 0, resumed.stderr
         events = json_events(resumed.stdout)
         assert events[0]["type"] == "session" and events[0]["cwd"] == str(a)
-        notices = " ".join(e.get("message", "") for e in events if e["type"] == "notice")
+        notices = " ".join(e.get("message", "") for e in events if e["type"] == "pisandbox_notice")
         assert f"Loaded project extension {ext}" in notices
         assert f"in its working directory {a}" in notices
         assert "hello from A" in _sent(server.requests[1])
@@ -124,7 +124,7 @@ def test_resuming_in_an_untrusted_recorded_directory_leaves_its_extension_unload
         )
     assert resumed.returncode == 0, resumed.stderr
     notices = " ".join(
-        e.get("message", "") for e in json_events(resumed.stdout) if e["type"] == "notice"
+        e.get("message", "") for e in json_events(resumed.stdout) if e["type"] == "pisandbox_notice"
     )
     assert f"Loaded project extension {ext}" not in notices
     assert "Project not trusted" in notices and str(a) in notices

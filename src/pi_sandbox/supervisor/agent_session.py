@@ -583,7 +583,7 @@ class AgentSession:
                 if self.dropped_extension_turns:
                     await self.emit(
                         {
-                            "type": "warning",
+                            "type": "pisandbox_warning",
                             "message": f"extensions asked the model to answer again more than "
                             f"{MAX_EXTENSION_TURNS} times in one run; the rest was dropped",
                         }

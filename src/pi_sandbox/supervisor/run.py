@@ -750,7 +750,7 @@ async def _run(
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
                 if pool.guard_warning is not None:
-                    await output({"type": "warning", "message": pool.guard_warning})
+                    await output({"type": "pisandbox_warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
                 if tool_profile is not None:
                     for root in tool_profile.rw_binds:
@@ -796,7 +796,7 @@ async def _run(
                 if options.mode in ("json", "rpc"):
                     await output(header)
                 for notice in notices:
-                    await output({"type": "notice", "message": notice})
+                    await output({"type": "pisandbox_notice", "message": notice})
                 if (
                     not options.sandbox
                     and pool.tool_worker
@@ -804,7 +804,7 @@ async def _run(
                 ):
                     await output(
                         {
-                            "type": "notice",
+                            "type": "pisandbox_notice",
                             "message": "Tools and every extension run in the sandbox too: project "
                             "extensions loaded with --trust sandboxed can steer tool calls",
                         }
@@ -835,7 +835,7 @@ async def _run(
                     )
                     await output(
                         {
-                            "type": "notice",
+                            "type": "pisandbox_notice",
                             "message": f"Loaded {source.origin} extension {source.path} ({where})",
                         }
                     )
@@ -846,7 +846,7 @@ async def _run(
                 if (load_stop := load_stop_reason(pool, ci=options.ci)) is not None:
                     raise UsageError(load_stop)
                 for warning in inactive_warnings(pool):
-                    await output({"type": "warning", "message": warning})
+                    await output({"type": "pisandbox_warning", "message": warning})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,
@@ -866,7 +866,7 @@ async def _run(
                 )
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
-                    await output({"type": "notice", "message": notice})
+                    await output({"type": "pisandbox_notice", "message": notice})
                 from pi_sandbox.supervisor.model_commands import ModelControl
 
                 choice = start.model_choice
@@ -989,23 +989,25 @@ async def _run(
                     stats = session_stats(session, host.models.model)
                     print(f"pi: {usage_line(stats, ref)}", file=sys.stderr, flush=True)
             except UsageError as exc:
-                await output({"type": "error", "error": str(exc)})
+                await output({"type": "pisandbox_error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 2
             except ProviderError as exc:
-                await output({"type": "error", "error": f"provider error: {exc}"})
+                await output({"type": "pisandbox_error", "error": f"provider error: {exc}"})
                 print(printable(f"pi: provider error: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             except (WorkerError, PolicyError) as exc:
                 keep_logs = True
-                await output({"type": "error", "error": str(exc)})
+                await output({"type": "pisandbox_error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             except RunStopped as exc:
                 # Said on stderr when the signal came (run_signals); the event stream
                 # says it too. The finally below tears everything down as usual.
                 if options.mode in ("json", "rpc"):
-                    await output({"type": "error", "error": f"{exc} (exit {stop.exit_status})"})
+                    await output(
+                        {"type": "pisandbox_error", "error": f"{exc} (exit {stop.exit_status})"}
+                    )
                 status = stop.exit_status or 1
             finally:
                 keep_logs = keep_logs or bool(pool.disabled)
@@ -1019,7 +1021,7 @@ async def _run(
                     if os.path.lexists(path):
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"{path} did not exist when the run started and a "
                                 "tool created it; review it before you trust this project",
                             }
@@ -1035,7 +1037,7 @@ async def _run(
                         )
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"the check of {root} for git repositories created "
                                 f"during the run was incomplete: {why}; review new .git "
                                 "directories and HEAD files before running git below it",
@@ -1050,7 +1052,7 @@ async def _run(
                             await output(quarantine_event(finding))
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"a tool made {path} a git repository during the run; "
                                 "git run there would use its config and hooks: review or delete it",
                             }
@@ -1058,14 +1060,14 @@ async def _run(
                 if pool.repeated_findings:
                     await output(
                         {
-                            "type": "warning",
+                            "type": "pisandbox_warning",
                             "message": f"pi quarantined {pool.repeated_findings} more entries "
                             "at paths it had already reported (see the quarantine records in "
                             "the audit log)",
                         }
                     )
                 if pool.guard_failure is not None and status == 0:
-                    await output({"type": "error", "error": pool.guard_failure})
+                    await output({"type": "pisandbox_error", "error": pool.guard_failure})
                     print(printable(f"pi: {pool.guard_failure}"), file=sys.stderr, flush=True)
                     status = 1
                 if resource_watch is not None:
@@ -1118,7 +1120,7 @@ async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output:
     trusted = start.trust in ("yes", "sandboxed")
     settings, notices = load_retry_settings(options.agent_dir, options.cwd if trusted else None)
     for notice in notices:
-        await output({"type": "warning", "message": notice})
+        await output({"type": "pisandbox_warning", "message": notice})
     if hasattr(provider, "idle_timeout_s"):
         provider.idle_timeout_s = settings.idle_timeout_s
     return AutoRetry(settings)
@@ -1166,7 +1168,7 @@ async def _reload_policy(store: Any, target: dict[str, Any], output: Any, audit:
     )
     if not result.ok:
         message = f"policy reload failed; the last valid policy stays in force: {result.error}"
-        await output({"type": "error", "error": message})
+        await output({"type": "pisandbox_error", "error": message})
         print(f"pi: {message}", file=sys.stderr, flush=True)
         return
     if target["pipeline"] is not None:
@@ -1176,7 +1178,7 @@ async def _reload_policy(store: Any, target: dict[str, Any], output: Any, audit:
         note += "; sandbox changes apply to the next run (running workers keep theirs)"
     if result.other_changed:
         note += "; extensions, trust and audit changes apply to the next run"
-    await output({"type": "notice", "message": note})
+    await output({"type": "pisandbox_notice", "message": note})
 
 
 async def _ask_extensions_for_trust(

@@ -228,7 +228,7 @@ class SessionHost:
         if unknown:
             await self.emit(
                 {
-                    "type": "notice",
+                    "type": "pisandbox_notice",
                     "message": f"--tools names no registered tool: {', '.join(unknown)} "
                     "(a tool an extension registers later is still allowed)",
                 }
@@ -252,12 +252,12 @@ class SessionHost:
                 await job()
             except (ProviderError, UsageError, WorkerError, PolicyError) as exc:
                 if self.keep_going:  # rpc mode: report and serve the next command
-                    await self.emit({"type": "error", "error": str(exc)})
+                    await self.emit({"type": "pisandbox_error", "error": str(exc)})
                 # In rpc mode a mistyped command does not fail the whole session.
                 if not (self.keep_going and isinstance(exc, UsageError)):
                     self.errors.append(exc)
             except HostCallError as exc:
-                await self.emit({"type": "warning", "message": str(exc)})
+                await self.emit({"type": "pisandbox_warning", "message": str(exc)})
             finally:
                 self._queued -= 1
             if self._queued == 0:
@@ -276,7 +276,9 @@ class SessionHost:
 
             async def guarded() -> None:
                 if serial <= self._aborted_serial:
-                    await self.emit({"type": "notice", "message": "a queued prompt was aborted"})
+                    await self.emit(
+                        {"type": "pisandbox_notice", "message": "a queued prompt was aborted"}
+                    )
                     return
                 self._prompt_started = serial
                 try:
@@ -332,7 +334,7 @@ class SessionHost:
                 try:
                     await self.replace("reload")
                 except HostCallError as exc:
-                    await self.emit({"type": "warning", "message": str(exc)})
+                    await self.emit({"type": "pisandbox_warning", "message": str(exc)})
                 continue
             break
         else:
@@ -341,7 +343,7 @@ class SessionHost:
             self.session.follow_ups.clear()
             await self.emit(
                 {
-                    "type": "warning",
+                    "type": "pisandbox_warning",
                     "message": f"extensions kept the agent going for {MAX_SETTLE_RUNS} more runs "
                     "after the prompt; their queued follow-ups were dropped",
                 }
@@ -363,12 +365,12 @@ class SessionHost:
         except ProviderError as exc:
             self.errors.append(exc)
             if self.keep_going:
-                await self.emit({"type": "error", "error": f"provider error: {exc}"})
+                await self.emit({"type": "pisandbox_error", "error": f"provider error: {exc}"})
             return None
         except WorkerError as exc:  # a fail-closed hook stopped the run (issue 13 §1)
             self.errors.append(exc)
             if self.keep_going:
-                await self.emit({"type": "error", "error": str(exc)})
+                await self.emit({"type": "pisandbox_error", "error": str(exc)})
             return None
 
     async def submit(self, text: str, images: list[dict[str, Any]] | None = None) -> str:
@@ -393,7 +395,7 @@ class SessionHost:
                     if not outcome["compacted"] and not outcome["cancelled"]:
                         await self.emit(
                             {
-                                "type": "notice",
+                                "type": "pisandbox_notice",
                                 "message": "nothing to compact (the session is too small)",
                             }
                         )
@@ -435,14 +437,14 @@ class SessionHost:
             expanded, error = expand_skill_command(text, resources.skills)
             if error is not None:
                 await self.emit(
-                    {"type": "warning", "message": f"{error}; the text is sent unchanged"}
+                    {"type": "pisandbox_warning", "message": f"{error}; the text is sent unchanged"}
                 )
             return expanded
         try:
             expanded_template = expand_prompt_command(text, resources.prompts)
         except ValueError as exc:
             await self.emit(
-                {"type": "warning", "message": f"{text.split()[0]}: not expanded: {exc}"}
+                {"type": "pisandbox_warning", "message": f"{text.split()[0]}: not expanded: {exc}"}
             )
             return text
         # A template file's final newline is not part of the prompt.
@@ -463,7 +465,7 @@ class SessionHost:
                 if info is not None
                 else "Project trust: unknown"
             )
-            await self.emit({"type": "notice", "message": text})
+            await self.emit({"type": "pisandbox_notice", "message": text})
             return
         if len(words) != 1 or words[0] not in ("yes", "no", "sandboxed"):
             raise UsageError("/trust: expected yes, no or sandboxed, optionally with --save")
@@ -514,7 +516,7 @@ class SessionHost:
                 # Aborted: the handler's ctx.signal is set ($/cancel); if it does not
                 # return within the grace period its worker is killed and restarted.
                 self.pool._settle(worker)
-                await self.emit({"type": "notice", "message": f"/{command.name} aborted"})
+                await self.emit({"type": "pisandbox_notice", "message": f"/{command.name} aborted"})
         except PiSandboxError as exc:
             if self.pool.index_of(worker) is not None:  # an ended generation's end is no error
                 await self.report(
@@ -550,7 +552,7 @@ class SessionHost:
         )
         await self.emit(
             {
-                "type": "notice",
+                "type": "pisandbox_notice",
                 "message": f"dropped {what} from {worker.name}: its generation ended "
                 "(reload or session replacement)",
             }
@@ -644,7 +646,9 @@ class SessionHost:
                 if hasattr(result, "__await__"):
                     await result
             except Exception as exc:
-                await self.emit({"type": "error", "error": f"event bus listener failed: {exc}"})
+                await self.emit(
+                    {"type": "pisandbox_error", "error": f"event bus listener failed: {exc}"}
+                )
         for _, worker in list(self.pool.extensions):
             if channel in _registrations(worker, "channels"):
                 with trio.move_on_after(1):
@@ -1292,7 +1296,7 @@ class SessionHost:
                 self.agent_dir or Path("/nonexistent"), self.pool.config.cwd, trusted
             )
             for problem in settings["problems"]:
-                await self.emit({"type": "warning", "message": problem})
+                await self.emit({"type": "pisandbox_warning", "message": problem})
             summarize = not settings["skipPrompt"]
         self.replacing = True  # no prompt, reload or second navigation meanwhile
         try:
@@ -1444,7 +1448,7 @@ class SessionHost:
                 self.session.follow_ups.clear()
             sources, notices = self.discover()
             for notice in notices:
-                await self.emit({"type": "notice", "message": notice})
+                await self.emit({"type": "pisandbox_notice", "message": notice})
             await self.pool.start_generation(sources)
             await self.report(self.pool.load_errors, "load")
             self.pending_reports.clear()
@@ -1490,11 +1494,14 @@ class SessionHost:
             notices = self.session.compactor.reload()
         except CompactionSettingsError as exc:
             await self.emit(
-                {"type": "warning", "message": f"{exc}; the previous compaction settings stay"}
+                {
+                    "type": "pisandbox_warning",
+                    "message": f"{exc}; the previous compaction settings stay",
+                }
             )
             return
         for notice in notices:
-            await self.emit({"type": "notice", "message": notice})
+            await self.emit({"type": "pisandbox_notice", "message": notice})
 
     def _fork_writer(
         self, writer: SessionWriter, entry_id: str | None, position: str

@@ -72,7 +72,7 @@ def quarantine_event(finding: Any) -> dict[str, Any]:
     else:
         what = finding.error or "it could not be moved"
     return {
-        "type": "warning",
+        "type": "pisandbox_warning",
         "message": f"a sandboxed tool created {finding.path} ({finding.rule}), which a "
         f"later git, editor or agent run would act on; {what}",
         "quarantine": {
@@ -269,7 +269,7 @@ class ToolPipeline:
             self.pool.repaired_devices.append(path)
             await self.emit(
                 {
-                    "type": "warning",
+                    "type": "pisandbox_warning",
                     "message": f"a sandboxed tool changed the mode of the host's {path}; "
                     "pi put it back",
                 }
