@@ -883,7 +883,10 @@ class SessionHost:
     ) -> str:
         size = check_entry(custom_type, data, self.budgets.limits(source.origin))
         self._charge_write(source, size + len(custom_type))
-        return self.session.writer.append_custom(custom_type, data)["id"]
+        entry = self.session.writer.append_custom(custom_type, data)
+        # pi docs json.md "Queue and state events": the persisted entry, as appended.
+        await self.emit({"type": "entry_appended", "entry": entry})
+        return entry["id"]
 
     async def _op_set_session_name(self, *, worker: Any, source: Any, name: str) -> None:
         limits = self.budgets.limits(source.origin)
@@ -891,6 +894,11 @@ class SessionHost:
         self._charge_write(source, json_size(name))
         self.session.writer.append_session_info(name)
         await self.session.notify("session_info_changed", {"name": self.session.writer.name})
+        # pi docs json.md: an absent name means it was cleared.
+        changed: dict[str, Any] = {"type": "session_info_changed"}
+        if self.session.writer.name:
+            changed["name"] = self.session.writer.name
+        await self.emit(changed)
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -1040,11 +1048,12 @@ class SessionHost:
             raise _refuse(
                 f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
             )
-        self.thinking_level = level
         if level != self.session.thinking_level:
-            # pi records a level change in the session (pi docs session-format.md).
+            # pi records a level change in the session (pi docs session-format.md)
+            # and says so on the stream (json.md "thinking_level_changed").
             self.session.thinking_level = level
             self.session.writer.append_thinking_level_change(level)
+            await self.emit({"type": "thinking_level_changed", "level": level})
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
