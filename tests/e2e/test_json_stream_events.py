@@ -208,3 +208,20 @@ def test_our_own_records_carry_the_pisandbox_prefix(tmp_path: Path) -> None:
     notices = [r for r in records if r["type"] == "pisandbox_notice"]
     assert any("Loaded" in r["message"] and "state.py" in r["message"] for r in notices)
     assert not [r for r in records if r["type"] in ("notice", "warning", "error")]
+
+
+def test_bash_progress_snapshots_stop_at_the_per_call_budget_with_a_note(tmp_path: Path) -> None:
+    # ~20 KB every 0.12 s for 12 s or more: about one 16 KiB snapshot each time, so
+    # the 1 MiB budget (MAX_UPDATE_BYTES_PER_CALL, ~63 snapshots) runs out first.
+    command = "for i in $(seq 100); do head -c 20000 /dev/zero | tr '\\\\0' x; sleep 0.12; done"
+    records = run_json(
+        tmp_path,
+        f'- tool_calls:\n    - {{name: bash, arguments: {{command: "{command}"}}}}\n- text: done\n',
+    )
+    updates = [r for r in records if r["type"] == "tool_execution_update"]
+    sizes = [len(json.dumps(u)) for u in updates]
+    assert sum(sizes) < 1.1 * 1024 * 1024
+    assert "is not streamed" in updates[-1]["partialResult"]["content"][0]["text"]
+    assert all(
+        "is not streamed" not in u["partialResult"]["content"][0]["text"] for u in updates[:-1]
+    )

@@ -132,19 +132,29 @@ class ToolOutcome:
         return message
 
 
-def pi_result(tool_name: str, result: dict[str, Any]) -> dict[str, Any]:
+def pi_result(
+    tool_name: str, result: dict[str, Any], duration_ms: int | None = None
+) -> dict[str, Any]:
     """A tool's result as pi 1.6.0 shows it in ``tool_execution_end`` (pi docs json.md
     "Tool execution events"): ``{content, details?, structuredContent?}``.
 
-    The built-in ``bash``'s ``details`` (``exit_code``, ``timed_out``, ``aborted``,
-    ``truncated``) are what pi calls its ``structuredContent``; pi's bash has no
-    ``details`` unless its output was truncated, and neither has ours (they stay on
-    the result hooks see). A call blocked before it ran keeps its ``details``
+    The built-in ``bash`` gets pi's ``structuredContent`` (``output``: the result
+    text, ``truncated``, ``exit_code``, ``wall_time_seconds`` from ``duration_ms``,
+    and ours: ``timed_out``, ``aborted``) and, as pi's bash, no ``details`` (ours stay
+    on the result hooks see). A call blocked before it ran keeps its ``details``
     (``blocked_by``: ``policy``, ``extension``, ``validation``, ``abort``)."""
     details = result.get("details") or {}
     out: dict[str, Any] = {"content": result["content"]}
     if tool_name == "bash" and "exit_code" in details and "blocked_by" not in details:
-        out["structuredContent"] = details
+        text = "".join(b.get("text", "") for b in result["content"] if b.get("type") == "text")
+        out["structuredContent"] = {
+            "output": text,
+            "truncated": bool(details.get("truncated")),
+            "exit_code": details.get("exit_code"),
+            "wall_time_seconds": round((duration_ms or 0) / 1000, 1),
+            "timed_out": bool(details.get("timed_out")),
+            "aborted": bool(details.get("aborted")),
+        }
         return out
     out["details"] = details
     if isinstance(result.get("structuredContent"), dict):
@@ -497,7 +507,7 @@ class ToolPipeline:
             "type": "tool_execution_end",
             "toolCallId": call.id,
             "toolName": call.name,
-            "result": pi_result(call.name, result),
+            "result": pi_result(call.name, result, duration_ms),
             "isError": bool(result.get("is_error")),
         }
         if duration_ms is not None:
