@@ -9,7 +9,8 @@
   sub-protocol (rpc-extension-ui.md) with a probe extension answered as pi's docs say.
 
 Against pi 1.6.0 both must work (the controls: they show the drivers themselves are
-right). Against ours they are ``xfail(strict=True)`` until issue 17 §2 is done.
+right). Against ours they are ``xfail(strict=True)`` until issue 17 §2 is done; the
+docs' minimal client works against ours since the JSON stream is pi's (issue 17 §1).
 Skipped with the reason when pi 1.6.0 (and so Node 22) is not installed and npm
 cannot install it.
 """
@@ -131,11 +132,6 @@ def test_the_docs_minimal_python_client_prints_pi16s_answer(pi16: Pi16, tmp_path
     assert (proc.returncode, proc.stdout) == (0, "Hello there.\n"), proc.stderr[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 §2: the docs' minimal client dies on our message_update "
-    "(KeyError: 'assistantMessageEvent') and would wait for agent_settled forever",
-)
 def test_the_docs_minimal_python_client_prints_our_answer(pi16: Pi16, tmp_path: Path) -> None:
     proc = run_minimal_client(pi16, "ours", tmp_path)
     print(proc.stderr[-2000:])
