@@ -537,6 +537,7 @@ class AgentSession:
                 failed; nothing it protects was sent (issue 13 §1).
         """
         self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
+        self.ran = True  # agent_end comes whatever happens, and agent_settled after it
         self.abort_on_start = False
         self.extension_turns, self.dropped_extension_turns = 0, False
         self.idle = trio.Event()
@@ -562,7 +563,6 @@ class AgentSession:
                 override = state.get("system_prompt")
                 if isinstance(override, str) and override != self.current_system_prompt():
                     self.prompt_override = override
-            self.ran = True
             await self.emit({"type": "agent_start"})
             await self.notify("agent_start", {})
             # pi 1.6.0 (agent-loop.js runAgentLoop): turn_start, then the prompt's
