@@ -303,14 +303,16 @@ def sessions_main(argv: Sequence[str]) -> int:
 
     from pi_sandbox.supervisor.output_modes import printable
     from pi_sandbox.supervisor.sessions.catalog import list_sessions
-    from pi_sandbox.supervisor.sessions.startup import SESSION_DIR_ENV
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
 
     workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not workspace.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
     workspace = workspace.resolve()
-    chosen = args.session_dir or os.environ.get(SESSION_DIR_ENV) or None
-    session_dir = Path(os.path.abspath(Path(chosen).expanduser())) if chosen else None
+    if args.session_dir:
+        session_dir = Path(os.path.abspath(Path(args.session_dir).expanduser()))
+    else:  # $PI_CODING_AGENT_SESSION_DIR, then settings.json's sessionDir (as pi)
+        session_dir = configured_session_dir(agent_dir(), workspace, os.environ)
     rows = list_sessions(agent_dir(), workspace, session_dir=session_dir, every=args.all)
     if args.json:
         print(json.dumps({"sessions": [r.as_dict() for r in rows]}, indent=2, ensure_ascii=False))
@@ -1082,6 +1084,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pi_sandbox.errors import UsageError
     from pi_sandbox.supervisor.sessions.startup import choose_session
 
+    if (
+        args.resume
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    ):
+        # issue 15: -r at a terminal is a picker (pi's session selector); the choice
+        # then resumes like --session PATH (in its recorded directory).
+        picked = _pick_session(cwd, args.session_dir)
+        if picked is None:
+            return EXIT_OK
+        args.resume, args.session = False, str(picked)
     try:
         session_choice = choose_session(
             agent_dir=agent_dir(),
@@ -1112,9 +1128,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompts = build_prompt_input(args.message, stdin_text, cwd)
     except UsageError as exc:
         parser.error(str(exc))
-    if not prompts.first.strip() and args.mode != "rpc":
+    # pi docs cli.md: a terminal on stdin and stdout, without -p or --mode json|rpc,
+    # is interactive mode (issue 18); the arguments, if any, are its first prompt.
+    interactive = (
+        not args.print
+        and not args.ci  # CI mode is never interactive: its ask stays deny (issue 18)
+        and args.mode == "text"
+        and stdin_text is None
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    )
+    if (
+        not interactive
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+    ):
+        # Typed at a terminal, but stdout is a pipe or file: no screen to draw on.
+        print(
+            "pi: stdout is not a terminal: running in print mode (-p) instead of the "
+            "interactive mode",
+            file=sys.stderr,
+        )
+    if not prompts.first.strip() and args.mode != "rpc" and not interactive:
         parser.error(
-            "no message: give one as arguments or on stdin (interactive mode is not available yet)"
+            "no message: give one as arguments or on stdin (the interactive mode needs "
+            "a terminal on stdin and stdout)"
         )
     for path in args.extension:
         if not path.exists():
@@ -1166,7 +1206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=args.verbose,
         cwd=cwd,
         agent_dir=agent_dir(),
-        mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
+        mode="interactive"
+        if interactive
+        else {"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
         tools=selection,
         argv=argv if unknown else [],
         message_from_stdin=stdin_text is not None and not args.message,
@@ -1198,6 +1240,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         notices=list(session_choice.notices),
     )
     return run_print_session(options)
+
+
+def _pick_session(cwd: Path, session_dir: str | None) -> Path | None:
+    """``pi -r`` at a terminal: the sessions of ``cwd`` (``a``: of every directory),
+    newest first, numbered; returns the chosen file, or None when the user quits
+    (``q``, an empty answer, Ctrl-D or Ctrl-C)."""
+    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.sessions.catalog import list_sessions
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
+
+    chosen_dir = (
+        Path(os.path.abspath(Path(session_dir).expanduser()))
+        if session_dir
+        else configured_session_dir(agent_dir(), cwd, os.environ)
+    )
+    every = False
+    while True:
+        rows = list_sessions(agent_dir(), cwd, session_dir=chosen_dir, every=every)[:30]
+        where = "every directory" if every else str(cwd)
+        print(printable(f"Sessions of {where} (newest first):"))
+        for number, row in enumerate(rows, 1):
+            title = row.name or (row.first_prompt or "(no messages)").replace("\n", " ")[:60]
+            stamp = row.modified[:16].replace("T", " ")
+            line = f"{number:>3}. {stamp}  {row.message_count:>4} msgs  {title}"
+            print(printable(line + (f"  ({row.cwd})" if every else ""), newlines=False))
+        if not rows:
+            print("  (none)")
+        hint = "" if every else ", a = every directory"
+        try:
+            answer = input(f"Resume which? [number{hint}, q = quit] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return None
+        if answer in ("", "q"):
+            return None
+        if answer == "a" and not every:
+            every = True
+            continue
+        if answer.isdigit() and 1 <= int(answer) <= len(rows):
+            return rows[int(answer) - 1].path
+        print(f"pi: {answer!r} is not one of the numbers shown")
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` (``sys.stdin``/``sys.stdout``) is a terminal; False when it
+    is closed or missing."""
+    try:
+        return stream is not None and stream.isatty()  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return False
 
 
 def _piped_stdin() -> str | None:

@@ -458,6 +458,7 @@ class TrustSection(_Strict):
 AUDIT_RECORDS = (
     "tool_call",
     "tool_call_outcome",
+    "policy_approval",
     "sandbox_profile",
     "egress",
     "trust",
@@ -466,6 +467,9 @@ AUDIT_RECORDS = (
     "device_repaired",
     "quarantine",
     "run",
+    # issue 19: one per codemode script (its nested calls are tool_call records with
+    # parent_tool_call_id).
+    "codemode_script",
 )
 """The audit record kinds (the ``event`` field of each line)."""
 

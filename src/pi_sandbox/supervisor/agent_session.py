@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,6 +282,9 @@ class AgentSession:
     cwd: Path
     writer: SessionWriter
     active_tools: Callable[[], list[ToolDefinition]] | None = None
+    # issue 19: called once a tool batch's results are committed (the session host
+    # records tool_search activations there, before the next request).
+    after_tools: Callable[[], Awaitable[None]] | None = None
     system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
     running: bool = False
@@ -567,10 +570,8 @@ class AgentSession:
             await self.notify("agent_start", {})
             # pi 1.6.0 (agent-loop.js runAgentLoop): turn_start, then the prompt's
             # messages (a system message first when the prompt or tools changed).
-            for index in range(self.max_turns):
-                final_text, more, pending = await self._turn(
-                    new_messages, pending, first=index == 0
-                )
+            for _ in range(self.max_turns):
+                final_text, more, pending = await self._turn(new_messages, pending)
                 if not more or self.aborted:
                     break
             else:
@@ -605,8 +606,6 @@ class AgentSession:
         self,
         new_messages: list[dict[str, Any]],
         pending: list[dict[str, Any]],
-        *,
-        first: bool = False,
     ) -> tuple[str, bool, list[dict[str, Any]]]:
         """One turn: ``turn_start``, the ``pending`` messages (the prompt's, or the
         steering and follow-ups queued during the last turn), one provider request and
@@ -614,7 +613,9 @@ class AgentSession:
         the next turn)."""
         await self.emit({"type": "turn_start"})
         await self.notify("turn_start", {})
-        if first and (system := self.system_message()) is not None:
+        # pi declares the prompt and tool changes before each request (agent-loop.js
+        # declareToolChanges): a tool_search activation shows up on the next turn.
+        if (system := self.system_message()) is not None:
             pending = [system, *pending]
         for message in pending:
             await self.commit(message, new_messages)
@@ -632,6 +633,8 @@ class AgentSession:
             outcomes = await self.pipeline.run(turn.tool_calls, session=self)
             for outcome in outcomes:
                 results.append(await self.commit(outcome.message(), new_messages))
+            if self.after_tools is not None:
+                await self.after_tools()
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
         # A turn boundary: what it appended reaches the disk (issue 15 "Robustness").

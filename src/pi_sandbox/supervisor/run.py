@@ -54,7 +54,7 @@ class RunOptions:
     message: str
     cwd: Path
     agent_dir: Path
-    mode: str = "print"  # "print" | "json" | "rpc"
+    mode: str = "print"  # "print" | "json" | "rpc" | "interactive" (issue 18)
     model: str = "scripted"
     script: Path | None = None
     base_url: str | None = None
@@ -175,9 +175,18 @@ def run_print_session(options: RunOptions) -> int:
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
-    output = (
-        JsonOutput() if options.mode in ("json", "rpc") else PrintOutput(verbose=options.verbose)
-    )
+    output: Any
+    if options.mode == "interactive":
+        # issue 18: the terminal UI is one more consumer of the event stream.
+        from pi_sandbox.supervisor.tui import TerminalFrontend
+
+        output = TerminalFrontend(options)
+    else:
+        output = (
+            JsonOutput()
+            if options.mode in ("json", "rpc")
+            else PrintOutput(verbose=options.verbose)
+        )
     from pi_sandbox.supervisor.audit_log import AuditLog
 
     policy = start.policy
@@ -312,6 +321,8 @@ def _load_policy(options: RunOptions) -> _Start:
             requested=options.trust,
             rules=policy.trust,
             bind_unbound=True,  # a decision pi saved gets bound to today's content
+            # issue 18: the interactive mode can ask; "ask" is answered at start (_run).
+            has_ui=options.mode == "interactive",
         )
     except ValueError as exc:
         raise UsageError(f"argument --trust: {exc}") from exc
@@ -576,8 +587,9 @@ async def _run(
             sandbox=options.sandbox,
             project_trust=start.trust,
             mode=options.mode,
-            # rpc: dialogs go to the client (extension_ui_request / extension_ui_response).
-            has_ui=options.mode == "rpc",
+            # rpc: dialogs go to the client (extension_ui_request / extension_ui_response);
+            # interactive: to the terminal UI, which answers them the same way (issue 18).
+            has_ui=options.mode in ("rpc", "interactive"),
             settings=settings,
             audit=audit.record,
             # Every tier's files stay read-only in every sandbox: a tool must not rewrite
@@ -704,16 +716,26 @@ async def _run(
     # created).
     reload_target: dict[str, Any] = {"pipeline": None}
     stop.reload = lambda: _reload_policy(start.store, reload_target, output, audit)
+    frontend = output if options.mode == "interactive" else None
     try:
         async with trio.open_nursery() as nursery:
             try:
                 trust_notices: list[str] = []
+                if frontend is not None:
+                    # The screen and the editor first: typing starts at once, and the
+                    # trust question below needs them (issue 18).
+                    await frontend.start(nursery)
                 if bootstrap:
                     with stop.guard():
                         await pool.start_bootstrap(
                             nursery, bootstrap, on_tool_update=on_tool_update
                         )
                         await _ask_extensions_for_trust(options, start, pool, trust_notices)
+                    pool.config = make_config()
+                if frontend is not None and start.trust_info.decision == "ask":
+                    # Phase two (seed 000 §2.4): no extension answered; the user does.
+                    with stop.guard():
+                        await _ask_user_for_trust(options, start, frontend, trust_notices)
                     pool.config = make_config()
                 # The decision, before any project resource is read (the bootstrap
                 # extensions above are user-level or -e ones).
@@ -853,7 +875,19 @@ async def _run(
                     cwd=options.cwd,
                     emit=output,
                     tool_timeout_s=float(pool.config.settings.limits.tool_timeout_s),
+                    # issue 18: the terminal's or RPC client's user answers a policy ``ask``.
+                    has_ui=pool.config.has_ui,
                 )
+                if pool.config.has_ui and not options.ci:
+                    # issue 18: ask is put to the user; --ci keeps ask = deny.
+                    from pi_sandbox.supervisor.approvals import ApprovalBroker
+                    from pi_sandbox.supervisor.approvals.settings import approval_timeout_s
+
+                    pipeline.approvals = ApprovalBroker(
+                        emit=output,
+                        audit=audit.record,
+                        timeout_s=approval_timeout_s(options.agent_dir),
+                    )
                 reload_target["pipeline"] = pipeline
                 session = AgentSession(
                     provider=provider,
@@ -926,6 +960,10 @@ async def _run(
                         with stop.guard():
                             await serve_rpc(host, output)
                         final_text = None
+                    elif frontend is not None:
+                        with stop.guard():
+                            await frontend.serve(host, _interactive_context(options, start, pool))
+                        final_text = None
                     else:
                         prompts = PromptInput(
                             options.message, options.images, options.rest_messages
@@ -969,6 +1007,8 @@ async def _run(
                             "session_shutdown", {"reason": "quit"}, abortable=False
                         )
                     writer = session.writer
+                if frontend is not None:
+                    frontend.close()  # the terminal is restored before anything is printed
                 if final_text is not None and options.mode != "json":
                     try:
                         print(printable(final_text), flush=True)
@@ -1010,6 +1050,8 @@ async def _run(
                     )
                 status = stop.exit_status or 1
             finally:
+                if frontend is not None:
+                    frontend.close()
                 keep_logs = keep_logs or bool(pool.disabled)
                 await pool.aclose(keep_logs=keep_logs)
                 # Every sandbox is gone: the last look, for what a background process
@@ -1217,6 +1259,79 @@ async def _ask_extensions_for_trust(
     )
     start.apply_trust(options, decided)
     notices.append(f"Project trust: {decided.decision} (from {decided.source})")
+
+
+async def _ask_user_for_trust(
+    options: RunOptions, start: _Start, frontend: Any, notices: list[str]
+) -> None:
+    """Ask the terminal's user about an undecided project (issue 18, seed 000 §2.4):
+    ``yes``/``sandboxed``/``no``, for this run or saved in the trust store. Only the
+    answers the policy allows are offered; no answer leaves the project untrusted.
+
+    Raises:
+        UsageError: the trust store cannot be written when the user asked to save.
+    """
+    import dataclasses as dc
+
+    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
+    from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
+
+    info = start.trust_info
+    rules = start.base_policy.trust
+    allowed = [d for d in ("yes", "sandboxed", "no") if rules is None or not rules.refusal(d)]
+    answer = await frontend.ask_trust(options.cwd, list(info.resources), allowed)
+    if answer is None:
+        start.apply_trust(options, dc.replace(info, decision=None, source="not answered"))
+        return
+    decision, save = answer
+    decided = dc.replace(
+        resolve_trust(
+            options.cwd,
+            agent_dir=options.agent_dir,
+            home=options.home,
+            requested=decision,
+            rules=rules,
+        ),
+        source="the trust prompt",
+    )
+    if save:
+        from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
+
+        path = trust_store_path(options.agent_dir)
+        fingerprint = (
+            await trio.to_thread.run_sync(
+                lambda: decision_fingerprint(options.cwd, home=options.home)
+            )
+            if decision != "no"
+            else None
+        )
+        try:
+            TrustStore.update(
+                path, lambda store: store.set(options.cwd, decision, fingerprint=fingerprint)
+            )
+        except (TrustStoreError, OSError) as exc:
+            raise UsageError(f"cannot save the trust decision in {path}: {exc}") from exc
+        decided = dc.replace(decided, stored=(decision, options.cwd), store_error=None)
+    start.apply_trust(options, decided)
+    notices.append(f"Project trust: {decision} (from the trust prompt{', saved' if save else ''})")
+
+
+def _interactive_context(options: RunOptions, start: _Start, pool: Any) -> dict[str, Any]:
+    """What the terminal UI shows beside the event stream (issue 18): the effective
+    policy's files, the sandbox state and the trust decision, read when asked."""
+
+    def sandboxed() -> bool:
+        tool = pool.tool_worker  # read each time: a reload may replace it
+        return tool is not None and tool.spec.sandbox is not None
+
+    return {
+        "cwd": options.cwd,
+        "agent_dir": options.agent_dir,
+        "policy": lambda: start.store.current,
+        "trust": lambda: start.trust_info,
+        "sandboxed": sandboxed,
+        "sandbox_requested": options.sandbox,
+    }
 
 
 def _untrusted_notice(info: Any, cwd: Path, rules: Any = None) -> list[str]:

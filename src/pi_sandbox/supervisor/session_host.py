@@ -59,9 +59,17 @@ from pi_sandbox.supervisor.boundary import (
     user_message_from,
 )
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.host_tools import (
+    CODEMODE,
+    HOST_TOOL_NAMES,
+    TOOL_SEARCH,
+    CodemodeTool,
+    ToolSearchTool,
+)
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
+from pi_sandbox.supervisor.tool_exposure import ToolExposure, activations_on_branch
+from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
@@ -204,6 +212,30 @@ class SessionHost:
         session.system_prompt = self.system_prompt
         pool_pipeline = session.pipeline
         pool_pipeline.tool_filter = self.is_active
+        # issue 19: every tool's exposure, tool_search activations (replayed from the
+        # session branch) and the supervisor's own tools.
+        self.exposure = ToolExposure(
+            selected=self._selected,
+            reachable=self._reachable,
+            chosen=lambda name: self.active is not None and name in self.active,
+        )
+        self._synced: tuple[int, int] | None = None
+        self._pool_names: set[str] = set()
+        self._branch_leaf: object = object()
+        self._unrecorded: list[str] = []
+        self._host_exposure: dict[str, str] = {}
+        self._warned_unreachable = False
+        if isinstance(tools_filter, ToolSelection):
+            # Off by default from the first request on (start() adds the tool worker's).
+            tools_filter.builtins |= frozenset(HOST_TOOL_NAMES)
+        pool_pipeline.host_tools = {
+            TOOL_SEARCH: ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool(),
+            CODEMODE: CodemodeTool(
+                pool_pipeline, self.exposure, self.codemode_callable
+            ).host_tool(),
+        }
+        pool_pipeline.nested_filter = self.codemode_callable
+        session.after_tools = self.record_activations
 
     # --- start and run -----------------------------------------------------------------------
 
@@ -219,12 +251,14 @@ class SessionHost:
         self._parse_flags()
         await self._flush_reports()
         if isinstance(self.tools_filter, ToolSelection):
+            # codemode and tool_search are built-ins that are off by default (pi docs
+            # cli.md "Tools"), like ls, grep and find.
             self.tools_filter.builtins = frozenset(
                 name for name, tool in self.pool.tools.items() if tool.source == "builtin"
-            )
-            unknown = self.tools_filter.unknown(self.pool.tools)
+            ) | frozenset(HOST_TOOL_NAMES)
+            unknown = self.tools_filter.unknown([*self.pool.tools, *HOST_TOOL_NAMES])
         else:
-            unknown = sorted((self.tools_filter or set()) - set(self.pool.tools))
+            unknown = sorted((self.tools_filter or set()) - {*self.pool.tools, *HOST_TOOL_NAMES})
         if unknown:
             await self.emit(
                 {
@@ -235,6 +269,7 @@ class SessionHost:
             )
         await self.session.notify("session_start", {"reason": "startup"})
         await self._discover_resources("startup")
+        await self.warn_unreachable_tools()
         nursery.start_soon(self._runner)
 
     def _parse_flags(self) -> None:
@@ -570,12 +605,15 @@ class SessionHost:
 
     # --- tools and the system prompt -------------------------------------------------------
 
-    def is_active(self, name: str) -> bool:
-        """Whether tool ``name`` is offered to the model (and may be called).
-
-        Without ``--tools`` and before any ``set_active_tools``, the built-in tools of
-        `DEFAULT_OFF_BUILTIN_TOOLS` are off, as in pi 1.6.0 (cli.md); naming them in
-        ``--tools`` or ``set_active_tools`` turns them on."""
+    def _selected(self, name: str) -> bool:
+        """Whether a ``direct`` tool is selected: ``--tools`` & co. and
+        ``set_active_tools``; ``codemode``/``tool_search`` also turn on by themselves
+        while tools of the exposure they serve exist (issue 19, pi docs mcp.md)."""
+        if name in HOST_TOOL_NAMES:
+            if self._auto_enabled(name):
+                return True
+            if self.tools_filter is None:
+                return False  # off by default, also without a command line (SDK)
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
         if self.active is not None:
@@ -585,21 +623,149 @@ class SessionHost:
             return tool is None or tool.source != "builtin"
         return True
 
-    def active_definitions(self) -> list[ToolDefinition]:
-        """The active tools in registry order."""
-        return [
-            ToolDefinition(t.definition.name, t.definition.description, t.definition.parameters)
-            for name, t in self.pool.tools.items()
-            if self.is_active(name)
+    def _auto_enabled(self, name: str) -> bool:
+        serves = "deferred" if name == TOOL_SEARCH else "codemode"
+        if not self.exposure.has_exposure(serves):
+            return False
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.enables(name)
+        return self.tools_filter is None or name in self.tools_filter
+
+    def _reachable(self, name: str) -> bool:
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.reaches(name)
+        return True
+
+    def sync_exposure(self) -> None:
+        """Bring the exposure registry up to date with the worker registry (rebuilt on
+        registration, restart and reload) and the activations with the session branch
+        (resume, ``/reload``, navigation); cheap when nothing changed."""
+        key = (id(self.pool.tools), len(self.pool.tools))
+        if key != self._synced:
+            self._synced = key
+            names = set(self.pool.tools)
+            for name in self._pool_names - names:
+                self.exposure.unregister(name)
+            for tool in self.pool.tools.values():
+                d = tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters), d.exposure, tool.source
+                )
+            for name, host_tool in self.session.pipeline.host_tools.items():
+                d = host_tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters),
+                    self._host_exposure.get(name, "direct"),
+                    host_tool.source,
+                )
+            self._pool_names = names
+        writer = self.session.writer
+        leaf = (id(writer), writer.last_id)
+        if leaf != self._branch_leaf:
+            self._branch_leaf = leaf
+            recorded = activations_on_branch(writer.branch())
+            self.exposure.restore([*recorded, *(n for n in self._unrecorded if n not in recorded)])
+
+    def expose(self, tool: HostTool, exposure: str) -> None:
+        """Register a supervisor-executed tool (an MCP server's tool, issue 19) with
+        its exposure: the model, ``tool_search`` and codemode reach it as the
+        exposure says, and every call runs through the tool pipeline like any tool's.
+
+        Raises:
+            ValueError: ``exposure`` is not one of ``direct``, ``deferred``,
+                ``codemode``, ``hidden``; or the name is one of the host's own tools.
+        """
+        name = tool.definition.name
+        if name in HOST_TOOL_NAMES:
+            raise ValueError(f"tool {name!r}: the name is taken by a built-in tool")
+        d = tool.definition
+        self.exposure.register(
+            ToolDefinition(d.name, d.description, d.parameters), exposure, tool.source
+        )
+        self.session.pipeline.host_tools[name] = tool
+        self._host_exposure[name] = exposure
+
+    def withdraw(self, name: str) -> None:
+        """Unregister a tool `expose` registered (its server went away)."""
+        if name in HOST_TOOL_NAMES:
+            return
+        self.session.pipeline.host_tools.pop(name, None)
+        self._host_exposure.pop(name, None)
+        self.exposure.unregister(name)
+
+    async def warn_unreachable_tools(self) -> None:
+        """Warn once when tools with ``deferred`` or ``codemode`` exposure exist but
+        neither ``tool_search`` nor ``codemode`` is on, so the model cannot reach them
+        (pi docs mcp.md). Called at start; call it again when tools register late."""
+        if self._warned_unreachable:
+            return
+        self.sync_exposure()
+        hidden = [
+            t.definition.name
+            for t in self.exposure.all()
+            if t.exposure in ("deferred", "codemode")
+            and self.exposure.callable_from_codemode(t.definition.name)
         ]
+        if not hidden or any(self.exposure.is_declared(n) for n in HOST_TOOL_NAMES):
+            return
+        self._warned_unreachable = True
+        await self.emit(
+            {
+                "type": "pisandbox_warning",
+                "message": f"{len(hidden)} tool(s) ({', '.join(hidden[:5])}"
+                f"{', …' if len(hidden) > 5 else ''}) can be reached only through codemode "
+                "or tool_search, and neither is on; add --tools +codemode or +tool_search",
+            }
+        )
+
+    async def record_activations(self) -> None:
+        """Write the tools ``tool_search`` loaded in the last tool batch as a
+        ``system`` message with ``toolsAdded`` (pi docs session-format.md), so that
+        they stay declared on this branch after ``/reload`` and resume."""
+        if not self._unrecorded:
+            return
+        added = []
+        for name in dict.fromkeys(self._unrecorded):
+            described = self.exposure.describe(name)
+            if described is not None:
+                added.append(described)
+        self._unrecorded.clear()
+        if added:
+            self.session.writer.append_message(
+                {"role": "system", "content": "", "toolsAdded": added, "timestamp": now_ms()}
+            )
+            await self.emit(
+                {"type": "active_tools", "tools": [t.name for t in self.active_definitions()]}
+            )
+
+    def codemode_callable(self, name: str) -> bool:
+        """Whether a codemode script may call ``name`` (`ToolExposure.callable_from_codemode`;
+        never ``codemode`` or ``tool_search`` themselves)."""
+        self.sync_exposure()
+        return name not in HOST_TOOL_NAMES and self.exposure.callable_from_codemode(name)
+
+    def is_active(self, name: str) -> bool:
+        """Whether tool ``name`` is offered to the model (and may be called)."""
+        self.sync_exposure()
+        return self.exposure.is_declared(name)
+
+    def active_definitions(self) -> list[ToolDefinition]:
+        """The declared tools in registry order (`ToolExposure.declared`)."""
+        self.sync_exposure()
+        return self.exposure.declared()
+
+    def _declared_tools(self) -> list[Any]:
+        """The declared tools the pipeline runs (worker or host tools), in order."""
+        pipeline = self.session.pipeline
+        found = (pipeline.lookup(d.name) for d in self.active_definitions())
+        return [tool for tool in found if tool is not None]
 
     def system_prompt(self) -> str:
         """The system prompt for the active tools (snippets and guidelines included)."""
         snippets: dict[str, str] = {}
         guidelines: list[str] = []
-        for name, tool in self.pool.tools.items():
-            if not self.is_active(name):
-                continue
+        for tool in self._declared_tools():
+            name = tool.definition.name
             if tool.definition.prompt_snippet:
                 snippets[name] = tool.definition.prompt_snippet
             for line in tool.definition.prompt_guidelines:
@@ -617,7 +783,7 @@ class SessionHost:
             return base
         from pi_sandbox.resources.resource_set import compose_system_prompt
 
-        active = [name for name in self.pool.tools if self.is_active(name)]
+        active = [d.name for d in self.active_definitions()]
         return compose_system_prompt(base, self.resource_set, active, cwd=self.session.cwd)
 
     # --- the event bus -----------------------------------------------------------------------
@@ -936,8 +1102,11 @@ class SessionHost:
                 "description": tool.definition.description,
                 "source": tool.source,
                 "active": self.is_active(name),
+                "exposure": self.exposure.get(name).exposure
+                if self.exposure.get(name)
+                else "direct",
             }
-            for name, tool in self.pool.tools.items()
+            for name, tool in [*self.pool.tools.items(), *self.session.pipeline.host_tools.items()]
         ]
 
     async def _op_set_active_tools(
@@ -1153,7 +1322,7 @@ class SessionHost:
     ) -> Any:
         check_ui_call(kind, args, self.budgets.limits(source.origin))
         self.budgets.take(source.path, source.origin, "ui")
-        if kind in ("notify", "set_status", "set_widget"):
+        if kind in ("notify", "set_status", "set_widget", "set_title"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
         if not self.pool.config.has_ui or self.ui_closed:
@@ -1163,16 +1332,19 @@ class SessionHost:
         options = [str(o) for o in args.get("options") or []] if kind == "select" else []
         slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
-        await self.emit(
-            {
-                "type": "extension_ui_request",
-                "ui_id": request_id,
-                "method": kind,
-                "extension": str(source.path),
-                **args,
-            }
-        )
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        request = {
+            "type": "extension_ui_request",
+            "ui_id": request_id,
+            "method": kind,
+            "extension": str(source.path),
+            **args,
+        }
+        if limit is not None:
+            # pi docs rpc-extension-ui.md: the dialog's timeout in milliseconds, so a
+            # client can show a countdown; pi resolves it at the deadline, not the client.
+            request["timeout"] = round(limit * 1000)
+        await self.emit(request)
         try:
             # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
@@ -1211,10 +1383,42 @@ class SessionHost:
 
     def close_ui(self) -> None:
         """The RPC client's input ended: open dialogs resolve to their defaults and
-        later ones do not wait."""
+        later ones do not wait; open approval requests, and later ones, are denied
+        (issue 18)."""
         self.ui_closed = True
         for answered, _, _, _ in list(self.ui_pending.values()):
             answered.set()
+        if (approvals := self.session.pipeline.approvals) is not None:
+            approvals.close()
+
+    def answer_approval(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> str | None:
+        """Answer a ``policy_approval_request`` (issue 18); None when accepted, else
+        why not (see `ApprovalBroker.answer`). The request stays open when refused."""
+        approvals = self.session.pipeline.approvals
+        if approvals is None:
+            return "this run asks no approvals (no user interface, or --ci)"
+        return approvals.answer(request_id, decision, scope, message)
+
+    def approval_response(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> bool:
+        """A user's answer to a ``policy_approval_request`` event (issue 18): the
+        terminal UI and RPC ``policy_approval_response`` call it.
+
+        Args:
+            request_id: the request's ``id``.
+            decision: ``"allow_once"``, ``"allow_session"`` or ``"deny"``.
+            scope: for ``allow_session``, one of the request's ``scopes[].id``.
+            message: for ``deny``, optional text the model gets with the denial.
+
+        Returns:
+            False when there is no such open request or the answer does not fit it
+            (unknown decision, a scope the request did not offer, a message that is
+            not a string or too long); the request then stays open.
+        """
+        return self.answer_approval(request_id, decision, scope, message) is None
 
     async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")
@@ -1455,6 +1659,8 @@ class SessionHost:
                 self.session.writer = new_writer
                 self.session.steering.clear()
                 self.session.follow_ups.clear()
+                if (approvals := self.session.pipeline.approvals) is not None:
+                    approvals.clear_grants()  # "for this session" ends with it
             sources, notices = self.discover()
             for notice in notices:
                 await self.emit({"type": "pisandbox_notice", "message": notice})
@@ -1674,11 +1880,15 @@ class SessionHost:
                 }
             )
 
-    async def user_bash(self, command: str) -> dict[str, Any]:
+    async def user_bash(
+        self, command: str, *, exclude_from_context: bool = False
+    ) -> dict[str, Any]:
         """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
         handlers may supply the result instead (first decisive wins); otherwise the
         policy gate decides and the tool worker runs it in the sandbox. The output is
-        added to the session as a ``bashExecution`` message.
+        added to the session as a ``bashExecution`` message (with
+        ``exclude_from_context``, pi's ``!!cmd``: kept in the session, never sent to
+        the model).
 
         ``user_bash`` fails closed (issue 13 §1): a handler that raises, returns a
         malformed result, times out or whose worker crashes (or is disabled) blocks
@@ -1733,7 +1943,18 @@ class SessionHost:
 
             pipeline = self.session.pipeline
             call = ToolCall(f"user_bash_{now_ms()}", "bash", {"command": command})
-            if denial := await pipeline._gate(call, {"command": command}):
+            denial: str | None = None
+            # An abort (Esc, RPC abort) ends an approval prompt of the user's own
+            # command too (issue 18): the command is then denied.
+            with trio.CancelScope() as asking:
+                self._command_scopes.add(asking)
+                try:
+                    denial = await pipeline._gate(call, {"command": command})
+                finally:
+                    self._command_scopes.discard(asking)
+            if asking.cancelled_caught:
+                raise _refuse("Operation aborted")
+            if denial:
                 raise _refuse(denial)
             worker = await self.pool.ensure_tool_worker()
             raw = await worker.request(
@@ -1769,6 +1990,8 @@ class SessionHost:
             "truncated": result.pop("truncated"),
             "timestamp": now_ms(),
         }
+        if exclude_from_context:
+            message["excludeFromContext"] = True  # pi's ``!!cmd`` (issue 18)
         await self.session.commit(message)
         return result
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from pi_sandbox.errors import (
     PiSandboxError,
     RemoteError,
     SandboxError,
+    SandboxUnavailableError,
     WorkerError,
     WorkerTimeoutError,
 )
@@ -439,6 +440,7 @@ class WorkerPool:
         extra_ro: Sequence[Path] = (),
         network: bool = True,
         settings: SandboxSettings | None = None,
+        workspace: Path | None = None,
     ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
@@ -447,7 +449,7 @@ class WorkerPool:
         if sandboxed:
             profile = worker_profile(
                 role,
-                workspace=self.config.cwd,
+                workspace=self.config.cwd if workspace is None else workspace,
                 home=self.config.home,
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
@@ -492,6 +494,46 @@ class WorkerPool:
             cgroups=self.cgroups,
             userns=self._userns if sandboxed else None,
         )
+
+    @contextlib.asynccontextmanager
+    async def open_codemode_worker(self, name: str) -> AsyncIterator[WorkerProcess]:
+        """A fresh ``codemode`` worker for one script (issue 19), stopped and reaped on
+        exit whatever happens.
+
+        Its sandbox is the ``sandboxed-extension`` role's with an empty directory as
+        its working directory instead of the workspace: no workspace at all (a
+        script reads files only through tools, under the policy), no network, no
+        environment pass-through, the policy's rlimits and cgroup limits.
+
+        Raises:
+            SandboxUnavailableError: the session runs without ``--sandbox`` (a script
+                never runs unsandboxed; fail closed).
+            WorkerStartError / SandboxError: the worker could not start.
+        """
+        if not self.config.sandbox or self._bwrap is None or self._nursery is None:
+            raise SandboxUnavailableError(
+                "codemode runs scripts only in the sandbox; start pi with --sandbox"
+            )
+        empty = self._log_dir / "codemode-cwd"
+        empty.mkdir(mode=0o755, exist_ok=True)
+        spec = self._spec(
+            name,
+            {"kind": "codemode", "ctx": {}},
+            role="sandboxed-extension",
+            sandboxed=True,
+            network=False,
+            workspace=empty,
+        )
+        worker = WorkerProcess(spec, generation=1)
+        self._spawned.append(worker)
+        try:
+            await worker.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
+            yield worker
+        finally:
+            worker.kill()
+            await worker.aclose(grace_s=0.2)
+            with contextlib.suppress(ValueError):
+                self._spawned.remove(worker)
 
     def _check_reachable(self, paths: Sequence[str]) -> None:
         """Refuse (one line, exit 2) when the workspace owner's uid, which the

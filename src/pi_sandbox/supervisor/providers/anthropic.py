@@ -36,13 +36,9 @@ in an error message or a repr (DESIGN §1: secrets stay in the supervisor).
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
 import json
-import math
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +62,7 @@ from .http_stream import (
     IdleDeadline,
     http_timeout,
 )
+from .retry import TRANSIENT_STATUSES, parse_retry_after
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 
 __all__ = [
@@ -90,9 +87,6 @@ _MIN_OUTPUT_TOKENS = 1024  # room left for the answer when the budget must shrin
 _EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "max"}
 _INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 
-TRANSIENT_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-"""HTTP statuses worth a retry (issue 16): timeout, conflict, rate limit, server errors
-and the API's 529 overloaded."""
 TRANSIENT_ERROR_TYPES = frozenset(
     {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
 )
@@ -1035,7 +1029,7 @@ class AnthropicProvider:
         detail = _body_text(text)
         error = self._http_error_message(response, status, detail)
         error.status = status  # type: ignore[attr-defined]
-        error.retry_after = _retry_after(response.headers)  # type: ignore[attr-defined]
+        error.retry_after = parse_retry_after(response.headers)  # type: ignore[attr-defined]
         error.transient = status in TRANSIENT_STATUSES  # type: ignore[attr-defined]
         return error
 
@@ -1061,30 +1055,6 @@ class AnthropicProvider:
                 f"authentication failed at {self._url} (HTTP {status}): {detail}; {advice}"
             )
         return self._error(f"{self._url} answered HTTP {status}: {detail}")
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asks to wait: ``retry-after-ms``, else ``retry-after`` as
-    seconds or an HTTP date (RFC 9110 §10.2.3); None when neither is usable."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms is not None:
-        with contextlib.suppress(ValueError):
-            value = float(raw_ms)
-            if math.isfinite(value) and value >= 0:
-                return value / 1000
-    raw = (headers.get("retry-after") or "").strip()
-    if not raw:
-        return None
-    with contextlib.suppress(ValueError):
-        value = float(raw)
-        return value if math.isfinite(value) and value >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _header_safe(value: str) -> bool:

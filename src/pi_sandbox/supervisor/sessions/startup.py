@@ -12,8 +12,10 @@ cannot start its sandbox leaves no new session file, not even a fork).
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +38,7 @@ __all__ = [
     "SESSION_DIR_ENV",
     "SessionChoice",
     "choose_session",
+    "configured_session_dir",
     "new_session_writer",
     "normalise_name",
     "open_writer",
@@ -43,6 +46,30 @@ __all__ = [
 
 SESSION_DIR_ENV = "PI_CODING_AGENT_SESSION_DIR"
 """pi's environment variable for the session directory (below ``--session-dir``)."""
+
+
+def configured_session_dir(agent_dir: Path, cwd: Path, env: Mapping[str, str]) -> Path | None:
+    """The session directory chosen without ``--session-dir``: ``$PI_CODING_AGENT_SESSION_DIR``,
+    else the ``sessionDir`` of the user's ``<agent_dir>/settings.json`` (pi docs
+    settings.md; ``~`` expanded, a relative path from ``cwd``), else None (the store
+    under ``<agent_dir>/sessions``). Shared with pi 1.6.0 so both keep sessions in
+    one place (issue 17 §4). A project's ``.pi/settings.json`` is not read: pi reads
+    its ``sessionDir`` before the trust decision, which we do not. A settings file
+    that is missing, unreadable or not an object, or a value that is not a
+    non-empty string, means no setting (the settings loaders report such files).
+    """
+    if env.get(SESSION_DIR_ENV):
+        return Path(os.path.abspath(Path(env[SESSION_DIR_ENV]).expanduser()))
+    from pi_sandbox.regular_files import read_regular_file
+
+    try:
+        data = json.loads(read_regular_file(agent_dir / "settings.json", 1024 * 1024))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    value = data.get("sessionDir") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return Path(os.path.abspath(cwd / Path(value).expanduser()))
 
 
 @dataclass
@@ -120,8 +147,8 @@ def choose_session(
     directory_override: Path | None = None
     if session_dir is not None:
         directory_override = Path(os.path.abspath(Path(session_dir).expanduser()))
-    elif env.get(SESSION_DIR_ENV):
-        directory_override = Path(os.path.abspath(Path(env[SESSION_DIR_ENV]).expanduser()))
+    else:
+        directory_override = configured_session_dir(agent_dir, cwd, env)
     if (
         directory_override is not None
         and directory_override.exists()
