@@ -338,6 +338,8 @@ OUR_EXTENSION_TYPES = frozenset(
         "reloaded",
         "active_tools",
         "extension_ui_cancelled",
+        "policy_approval_request",
+        "policy_approval_resolved",
     }
 )
 """Record types pi-sandbox adds to pi's stream (docs/json.md "Our own records",
