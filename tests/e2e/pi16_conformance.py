@@ -328,9 +328,9 @@ def run_ours_json(scenario: Scenario, root: Path) -> StreamRun:
 OUR_EXTENSION_TYPES = frozenset(
     {
         "policy_decision",
-        "notice",
-        "warning",
-        "error",
+        "pisandbox_notice",
+        "pisandbox_warning",
+        "pisandbox_error",
         "trust_changed",
         "resource_diagnostic",
         "project_resources_changed",
@@ -338,12 +338,14 @@ OUR_EXTENSION_TYPES = frozenset(
         "reloaded",
         "active_tools",
         "extension_ui_cancelled",
+        "policy_approval_request",
+        "policy_approval_resolved",
     }
 )
-"""Record types pi-sandbox adds to pi's stream (docs/architecture.md "JSON mode",
+"""Record types pi-sandbox adds to pi's stream (docs/json.md "Our own records",
 docs/extensions.md "RPC mode and dialogs"). Issue 17 §1 keeps them as documented
-extensions, so the stream comparison leaves them out (rename here when they are
-renamed to names that cannot collide with pi's)."""
+extensions, so the stream comparison leaves them out; the generic ones carry the
+``pisandbox_`` prefix so that they cannot collide with a record pi adds."""
 
 OPAQUE_KEYS = frozenset(
     {

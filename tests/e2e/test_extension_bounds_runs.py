@@ -177,7 +177,8 @@ def extension(pi):
     # "When a handler fails": context → stop, exit 1): the supervisor survives,
     # names the extension, and neither the bad nor the untransformed context is sent.
     assert run.returncode == 1, run.stderr
-    assert str(extension) in run.stderr and "context: messages[1].content" in run.stderr
+    # (messages[0] is the leading system message, [1] the prompt, [2] the bad one)
+    assert str(extension) in run.stderr and "context: messages[2].content" in run.stderr
     assert "the request was not sent to the model (context hooks fail closed)" in run.stderr
     assert requests == []
     for entry in run.session():

@@ -312,7 +312,7 @@ def test_case_2_duplicate_commands_are_both_callable_and_bare_name_is_ambiguous(
     # pi's protocol: a prompt that fails before it starts gets a failed response.
     refused = rpc.call("prompt", message="/review again")
     assert refused["success"] is False and "/review is ambiguous" in refused["error"]
-    error = rpc.wait_for(lambda e: e.get("type") == "error")
+    error = rpc.wait_for(lambda e: e.get("type") == "pisandbox_error")
     assert "/review is ambiguous" in error["error"]
     assert "/review:1" in error["error"] and "/review:2" in error["error"]
     # Neither handler ran for the ambiguous name.
@@ -366,9 +366,11 @@ def test_case_3_background_task_touching_a_stale_ctx_dies_with_its_generation(
     # The error of the thread that touched the stale ctx is reported.
     def stale_report(event: dict[str, Any]) -> bool:
         message = event.get("error") or event.get("message") or ""
-        return event.get("type") in ("extension_error", "notice", "warning") and (
-            "StaleContextError" in message
-        )
+        return event.get("type") in (
+            "extension_error",
+            "pisandbox_notice",
+            "pisandbox_warning",
+        ) and ("StaleContextError" in message)
 
     report = rpc.seen_or_wait(stale_report)
     assert report["type"] == "extension_error"
@@ -417,7 +419,7 @@ def test_case_4_raising_tool_call_hook_blocks_the_tool_but_the_next_hook_still_r
     assert not (work / "c4-ran.txt").exists()
     assert (work / "c4-seen.txt").read_text() == "c4_call\n"
     [end] = of(events, "tool_execution_end")
-    assert end["isError"] and end["blocked"]
+    assert end["isError"] and end["result"]["details"]["blocked_by"] and "durationMs" not in end
     text_ = result_text(end)
     assert str(fixture("c4_first_raises")) in text_ and "c4 first hook exploded" in text_
     errors = [e for e in of(events, "extension_error") if e["event"] == "tool_call"]
@@ -439,8 +441,9 @@ def test_case_5_terminating_block_ends_the_run_without_another_provider_request(
     assert len(requests) == 1
     assert not (work / "c5-ran.txt").exists()
     [end] = of(events, "tool_execution_end")
-    assert end["isError"] and end["blocked"] and result_text(end) == "c5 says stop here"
-    assert of(events, "agent_end")[-1]["aborted"] is False
+    assert end["isError"] and end["result"]["details"]["blocked_by"] and "durationMs" not in end
+    assert result_text(end) == "c5 says stop here"
+    assert of(events, "agent_settled")[-1]["aborted"] is False
 
 
 def test_case_5_one_terminating_call_of_two_does_not_end_the_run(tmp_path, work):
@@ -461,7 +464,7 @@ def test_case_5_one_terminating_call_of_two_does_not_end_the_run(tmp_path, work)
     assert len(requests) == 2
     assert (work / "c5-kept.txt").read_text() == "kept\n"
     ends = ends_by_id(events)
-    assert ends["s1"]["isError"] and ends["s1"]["blocked"]
+    assert ends["s1"]["isError"] and ends["s1"]["result"]["details"]["blocked_by"]
     assert not ends["s2"]["isError"] and result_text(ends["s2"]).strip() == "kept"
     sent = {m["tool_call_id"]: m["content"] for m in requests[1].tool_messages()}
     assert set(sent) == {"s1", "s2"}
@@ -488,8 +491,8 @@ def test_case_6_abort_in_tool_call_gives_one_error_result_and_keeps_the_follow_u
 """
     rpc = rpc_factory(["c6_aborter"], scripted(tmp_path, script))
     assert rpc.call("prompt", message="run two commands")["success"]
-    agent_end = rpc.wait_for(lambda e: e.get("type") == "agent_end")
-    assert agent_end["aborted"] is True
+    settled = rpc.wait_for(lambda e: e.get("type") == "agent_settled")
+    assert settled["aborted"] is True
     time.sleep(1.0)  # give a wrongly resumed follow-up run the time to start
     state = rpc.call("get_state")
     rpc.close()
@@ -551,7 +554,7 @@ def test_case_7_input_patches_merge_a_bad_patch_is_an_error_result_and_the_guard
     ends = ends_by_id(events)
     assert not ends["c7_ok"]["isError"] and result_text(ends["c7_ok"]).strip() == "patched-by-a"
     bad = ends["c7_bad"]
-    assert bad["isError"] and bad["blocked"]
+    assert bad["isError"] and bad["result"]["details"]["blocked_by"]
     assert "timeout" in result_text(bad) and "A tool_call hook changed the input" in result_text(
         bad
     )

@@ -613,7 +613,7 @@ def test_case_15_abort_ends_a_hung_context_handler_and_its_worker_is_restarted(t
         assert lines[0] == f"start:startup:{old_pid}"
         _, response = rpc.call("abort")
         assert response["success"] is True and response["data"] == {"aborted": True}
-        end_index, end = rpc.wait(lambda e: e.get("type") == "agent_end", after=start)
+        end_index, end = rpc.wait(lambda e: e.get("type") == "agent_settled", after=start)
         assert end["aborted"] is True
         assert server.requests == []
         # Past the grace period the worker is killed, reported and restarted.

@@ -267,7 +267,11 @@ def test_a_generator_provider_streams_text_as_it_comes_and_calls_tools(tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    deltas = [e["delta"] for e in events if e["type"] == "message_update"]
+    deltas = [
+        e["assistantMessageEvent"]["delta"]
+        for e in events
+        if e["type"] == "message_update" and e["assistantMessageEvent"]["type"] == "text_delta"
+    ]
     assert deltas == ["Hel", "lo after tool-ran"]
     ends = [e for e in events if e["type"] == "tool_execution_end"]
     assert len(ends) == 1 and "tool-ran" in json.dumps(ends[0]["result"])

@@ -3,8 +3,9 @@
 pi 1.6.0 runs with pi-ai's faux provider, ours with ``--model scripted``; the harness
 (`pi16_conformance`) compares record types in order and field names per record type.
 
-- The conformance tests (one per scenario) are expected to fail until issue 17 §1
-  is done (``xfail(strict=True)``: the day one passes, pytest says so).
+- The conformance tests (one per scenario) pass since issue 17 §1: same record
+  types, same order, same field names as pi 1.6.0 (our own, namespaced records are
+  left out: docs/json.md).
 - The harness tests show the comparison can both pass and fail: two independent
   pi 1.6.0 runs of the same conversation compare equal (chunking, ids, timestamps,
   concurrent tool order differ), and a deliberately altered copy yields exactly the
@@ -137,12 +138,6 @@ def test_a_deliberately_altered_copy_of_pi16s_stream_yields_the_expected_differe
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 §1: our JSON stream lacks pi 1.6.0's records and fields "
-    "(agent_settled, assistantMessageEvent, message_start for user/toolResult, usage, "
-    "durationMs, …); the list is in docs/protocol-gaps.md",
-)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_our_json_stream_has_pi16s_records_order_and_field_names(
     scenario: str, pi16_runs: dict[str, StreamRun], tmp_path: Path

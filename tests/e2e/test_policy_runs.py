@@ -686,7 +686,7 @@ def test_case_8_a_policy_corrupted_mid_session_keeps_the_last_valid_policy(setup
     decisions = [e for e in stream if e["type"] == "policy_decision"]
     assert [d["decision"] for d in decisions] == ["allow", "deny"]
     assert decisions[1]["rule"] == "no-rm"
-    errors = [e["error"] for e in stream if e["type"] == "error"]
+    errors = [e["error"] for e in stream if e["type"] == "pisandbox_error"]
     assert len(errors) == 1
     assert errors[0].startswith("policy reload failed; the last valid policy stays in force")
     assert f"{setup.user_file}:1: invalid YAML" in errors[0]
@@ -702,7 +702,7 @@ def test_case_8_a_valid_change_on_sighup_takes_effect(setup):
     assert not (setup.workspace / "victim").exists()  # the new policy allows rm
     stream = events(stdout)
     assert [e["decision"] for e in stream if e["type"] == "policy_decision"] == ["allow", "allow"]
-    notices = [e.get("message") or "" for e in stream if e["type"] == "notice"]
+    notices = [e.get("message") or "" for e in stream if e["type"] == "pisandbox_notice"]
     assert any(n.startswith("policy reloaded") for n in notices), notices
     reloads = [r for r in records(log) if r["event"] == "policy" and r["action"] != "loaded"]
     assert [r["action"] for r in reloads] == ["reloaded"]

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -147,10 +146,12 @@ def test_json_mode_message_updates_carry_pi_events_usage_and_the_text_delta(
     }
     for update in updates:
         assert update["usage"]["input"] == 25  # message_start's count, cumulative
-        event: dict[str, Any] = update["assistantMessageEvent"]
-        # Our `delta` key stays on text deltas (and only there) for existing readers.
-        assert update.get("delta") == (event["delta"] if event["type"] == "text_delta" else None)
-    texts = "".join(u["delta"] for u in updates if "delta" in u)
+        assert set(update) == {"type", "usage", "assistantMessageEvent"}  # pi's record
+    texts = "".join(
+        u["assistantMessageEvent"]["delta"]
+        for u in updates
+        if u["assistantMessageEvent"]["type"] == "text_delta"
+    )
     assert texts == "Checking. The answer is 42."
 
 

@@ -248,7 +248,11 @@ def test_the_users_bash_goes_through_the_policy_gate(tmp_path):
 def test_extension_flags_are_parsed_once_extensions_registered_them(tmp_path, args, expected):
     proc = run_pi(tmp_path, "--mode", "json", "-e", str(RUNTIME / "flag_echo.py"), *args)
     assert proc.returncode == 0, proc.stderr
-    messages = [e["message"] for e in lines(proc.stdout) if e.get("type") == "message_end"]
+    messages = [
+        e["message"]
+        for e in lines(proc.stdout)
+        if e.get("type") == "message_end" and e["message"]["role"] != "system"
+    ]
     assert messages[0]["content"] == [{"type": "text", "text": "go"}]  # never the flag's value
     assert messages[1]["content"] == [{"type": "text", "text": expected}]
 

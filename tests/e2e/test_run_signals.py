@@ -241,7 +241,7 @@ def test_sigterm_in_json_mode_ends_the_event_stream_with_an_error_event_and_exit
     run.process.send_signal(signal.SIGTERM)
     assert run.wait() == 143, run.stderr()
     events = [json.loads(line) for line in run.stdout.decode().splitlines()]
-    assert {"type": "error", "error": "stopped by SIGTERM (exit 143)"} in events
+    assert {"type": "pisandbox_error", "error": "stopped by SIGTERM (exit 143)"} in events
     run.assert_left_nothing()
 
 

@@ -162,7 +162,7 @@ def test_every_planted_persistence_name_is_quarantined_and_reported(tmp_path, wo
     reported = {
         e["quarantine"]["path"]
         for e in events(result.stdout)
-        if e["type"] == "warning" and "quarantine" in e
+        if e["type"] == "pisandbox_warning" and "quarantine" in e
     }
     assert reported == planted
     records = [json.loads(line) for line in audit.read_text().splitlines()]
@@ -199,7 +199,7 @@ def test_a_protected_name_is_quarantined_while_the_call_that_made_it_still_runs(
     kinds = [
         "quarantine" if "quarantine" in e else e["type"]
         for e in events(result.stdout)
-        if e["type"] in ("warning", "tool_execution_end")
+        if e["type"] in ("pisandbox_warning", "tool_execution_end")
     ]
     assert kinds == ["quarantine", "tool_execution_end"]  # reported before the call ended
 
@@ -260,7 +260,7 @@ def test_concurrent_runs_neither_see_nor_disturb_each_other(tmp_path, workspace,
     expected_a = sorted([*before, "a-started", *([] if nested else ["b-done"])])
     assert tool_texts(out)[-1].split() == expected_a
     for result_stdout in (out, second.stdout):
-        assert not [e for e in events(result_stdout) if e["type"] == "warning"]
+        assert not [e for e in events(result_stdout) if e["type"] == "pisandbox_warning"]
     assert listing(workspace) == expected_a
     if nested:
         assert listing(inner) == sorted([*before_inner, "b-done"])

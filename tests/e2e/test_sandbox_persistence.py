@@ -52,7 +52,7 @@ def warnings(stdout: str) -> list[str]:
     return [
         json.loads(line)["message"]
         for line in stdout.splitlines()
-        if json.loads(line)["type"] == "warning"
+        if json.loads(line)["type"] == "pisandbox_warning"
     ]
 
 

@@ -216,7 +216,7 @@ def test_a_context_overflow_is_compacted_and_the_request_retried_exactly_once(tm
     retried = requests[3].conversation()
     assert "SUMMARY-AFTER-OVERFLOW" in retried and long_second in retried
     assert FIRST not in retried
-    assert not rpc.of_type("error"), rpc.of_type("error")
+    assert not rpc.of_type("pisandbox_error"), rpc.of_type("pisandbox_error")
     [end] = rpc.of_type("compaction_end")
     assert end["reason"] == "overflow" and end["willRetry"] is True and "result" in end
     final = [e for e in rpc.of_type("message_end") if e["message"]["role"] == "assistant"]
@@ -235,7 +235,7 @@ def test_a_second_overflow_after_compaction_ends_with_a_clear_error_and_no_loop(
             stderr = rpc.close()
         requests = server.requests
     assert len(requests) == 4, stderr  # first, overflow, summary, retry: nothing more
-    errors = rpc.of_type("error")
+    errors = rpc.of_type("pisandbox_error")
     assert errors, rpc.seen
     for error in errors:
         assert "maximum context length" in error["error"]
@@ -267,7 +267,7 @@ def test_compaction_disabled_by_settings_neither_compacts_nor_recovers(tmp_path)
         finally:
             rpc.close()
         assert len(server.requests) == 2  # the overflow is the end: no summary, no retry
-    errors = rpc.of_type("error")
+    errors = rpc.of_type("pisandbox_error")
     assert errors and all("maximum context length" in e["error"] for e in errors)
     assert not rpc.of_type("compaction_start")
 
@@ -451,7 +451,7 @@ def test_reload_reads_the_compaction_settings_again(tmp_path):
             rpc.close()
     assert before["success"] is False and "Nothing to compact" in before["error"]
     assert after["success"] is True and after["data"]["summary"].startswith("RELOADED-SUMMARY")
-    [warning] = [w for w in rpc.of_type("warning") if "compaction" in w["message"]]
+    [warning] = [w for w in rpc.of_type("pisandbox_warning") if "compaction" in w["message"]]
     assert "compaction.keepRecentTokens" in warning["message"]
     assert "previous compaction settings stay" in warning["message"]
 

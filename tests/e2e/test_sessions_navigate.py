@@ -65,7 +65,8 @@ def test_continue_sends_the_previous_runs_history_to_the_model(tmp_path, dirs):
     files = _files(tmp_path)
     assert len(files) == 1, "--continue appends to the same file"
     roles = [r["message"]["role"] for r in _records(files[0]) if r["type"] == "message"]
-    assert roles == ["user", "assistant", "user", "assistant"]
+    # The system message (prompt and tools) once: the continued run declares nothing new.
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
 
 
 def test_continue_without_a_session_starts_a_new_one(tmp_path, dirs):
@@ -100,7 +101,7 @@ def test_session_path_resumes_in_the_recorded_directory_and_decides_trust_there(
         assert resumed.returncode == 0, resumed.stderr
         events = json_events(resumed.stdout)
         assert events[0]["type"] == "session" and events[0]["cwd"] == str(a)
-        notices = " ".join(e.get("message", "") for e in events if e["type"] == "notice")
+        notices = " ".join(e.get("message", "") for e in events if e["type"] == "pisandbox_notice")
         assert f"Loaded project extension {ext}" in notices
         assert f"in its working directory {a}" in notices
         assert "hello from A" in _sent(server.requests[1])
@@ -124,7 +125,7 @@ def test_resuming_in_an_untrusted_recorded_directory_leaves_its_extension_unload
         )
     assert resumed.returncode == 0, resumed.stderr
     notices = " ".join(
-        e.get("message", "") for e in json_events(resumed.stdout) if e["type"] == "notice"
+        e.get("message", "") for e in json_events(resumed.stdout) if e["type"] == "pisandbox_notice"
     )
     assert f"Loaded project extension {ext}" not in notices
     assert "Project not trusted" in notices and str(a) in notices
@@ -209,7 +210,8 @@ def test_sessions_json_lists_rows_without_starting_a_session(tmp_path, dirs):
     assert len(rows) == 1
     row = rows[0]
     assert row["name"] == "named one" and row["cwd"] == str(a)
-    assert row["messageCount"] == 2 and row["firstPrompt"] == "first words"
+    # pi counts every message entry, its leading system message included.
+    assert row["messageCount"] == 3 and row["firstPrompt"] == "first words"
     every = json.loads(pi_cli(tmp_path, "sessions", "--json", "--all").stdout)["sessions"]
     assert {r["cwd"] for r in every} == {str(a), str(b)}
     assert _files(tmp_path) == before, "listing starts no session"
@@ -406,9 +408,9 @@ def test_rpc_navigation_writes_a_branch_summary_and_the_next_request_has_it_not_
     records = _records(_files(tmp_path)[0])
     assert any(r["type"] == "branch_summary" for r in records)
     assert any(
-        r.get("message", {}).get("content", [{}])[0].get("text") == "ABANDONED-QUESTION"
+        r["message"].get("content", [{}])[0].get("text") == "ABANDONED-QUESTION"
         for r in records
-        if r["type"] == "message"
+        if r["type"] == "message" and r["message"]["role"] == "user"
     ), "the abandoned branch stays in the file"
 
 

@@ -122,7 +122,7 @@ def test_a_sandboxed_run_cannot_make_the_next_run_load_a_planted_extension_unsan
     [changed] = [e for e in stream if e["type"] == "project_resources_changed"]
     assert changed["added"] == [str(helper)]
     assert any(
-        e["type"] == "warning" and "created or changed trust-requiring" in e["message"]
+        e["type"] == "pisandbox_warning" and "created or changed trust-requiring" in e["message"]
         for e in stream
     )
     audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]

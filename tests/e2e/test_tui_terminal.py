@@ -131,6 +131,8 @@ def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goe
     assert len(session_files) == 1
     records = [json.loads(line) for line in session_files[0].read_text().splitlines()]
     roles = [r["message"]["role"] for r in records if r.get("type") == "message"]
+    assert roles[0] == "system"  # pi's leading system message: the prompt and tools
+    roles = roles[1:]
     # Every tool call got its result (aborted), before the next user message.
     assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
     result = next(
@@ -425,7 +427,7 @@ def test_tree_goes_back_before_an_earlier_message_and_the_session_continues_ther
     last = records[-1]
     chain = []
     while last is not None:
-        if last.get("type") == "message":
+        if last.get("type") == "message" and last["message"]["role"] != "system":
             chain.append(last["message"])
         last = by_id.get(last.get("parentId"))
     texts = [
@@ -587,6 +589,7 @@ def test_enter_while_the_agent_works_steers_it(tmp_path, ws):
             for line in session.read_text().splitlines()
             if json.loads(line).get("type") == "message"
         )
+        if m["role"] != "system"  # pi's leading system message: the prompt and tools
     ]
     # The steering message went in after the tool result, before the next answer.
     assert [r for r, _ in roles_and_text] == [

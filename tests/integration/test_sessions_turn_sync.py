@@ -49,14 +49,24 @@ async def test_one_fsync_per_turn_and_pi_s_fields_on_every_message(
         assert await session.run("go") == "done"
         entries_written = len(writer.entries)
         writer.close()
-    # user, assistant, toolResult, assistant (+ the two settings entries) in two turns:
-    # two syncs, one per turn, none per entry (close found nothing new to sync).
-    assert entries_written == 6 and len(synced) == 2
+    # system, user, assistant, toolResult, assistant (+ the two settings entries) in
+    # two turns: two syncs, one per turn, none per entry (close found nothing new).
+    assert entries_written == 7 and len(synced) == 2
     records = [json.loads(line) for line in writer.path.read_text().splitlines()]
     assert [r["type"] for r in records[1:3]] == ["model_change", "thinking_level_change"]
     messages = [r["message"] for r in records if r["type"] == "message"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "toolResult", "assistant"]
-    first, result = messages[1], messages[2]
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
+    # pi 1.6.0's leading system message: the prompt and the tools it declares.
+    system = messages[0]
+    assert system["content"] == "" and "pi-sandbox" in system["sections"]
+    assert "bash" in {tool["name"] for tool in system["toolsAdded"]}
+    first, result = messages[2], messages[3]
     assert first["api"] == "scripted" and first["thinkingLevel"] == "low"
     assert first["usage"]["cost"]["total"] == 0.0 and first["stopReason"] == "toolUse"
     assert isinstance(result["durationMs"], int) and result["durationMs"] >= 0

@@ -765,7 +765,12 @@ def test_a_required_guard_crashing_past_its_budget_mid_run_ends_the_run_with_exi
     # Disabled at a turn_start, the next model request is not even sent; disabled
     # during a request (by the restart watcher), that answer's tool calls are blocked.
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    blocked = [e for e in events if e.get("type") == "tool_execution_end" and e.get("blocked")]
+    blocked = [
+        e
+        for e in events
+        if e.get("type") == "tool_execution_end"
+        and e["result"].get("details", {}).get("blocked_by")
+    ]
     assert len(blocked) <= 1
     assert all("Blocked: required extension 'guard'" in json.dumps(e) for e in blocked)
 

@@ -136,13 +136,13 @@ def events(stdout: str, kind: str) -> list[dict]:
 
 
 def tool_results(stdout: str) -> list[dict]:
-    """The text, details and error flag of each tool_execution_end, in order."""
+    """The text, details and error flag of each tool_execution_end, in order (bash's
+    exit status is in pi's ``structuredContent``, issue 17 §1)."""
     results = []
     for event in events(stdout, "tool_execution_end"):
         text = "\n".join(block.get("text", "") for block in event["result"]["content"])
-        results.append(
-            {"text": text, "details": event["result"].get("details", {}), "error": event["isError"]}
-        )
+        details = event["result"].get("details") or event["result"].get("structuredContent") or {}
+        results.append({"text": text, "details": details, "error": event["isError"]})
     return results
 
 

@@ -128,7 +128,7 @@ def test_sandboxed_tools_cannot_write_what_git_config_points_at(repo):
     quarantined = [
         json.loads(line)["quarantine"]
         for line in proc.stdout.splitlines()
-        if '"quarantine"' in line and json.loads(line)["type"] == "warning"
+        if '"quarantine"' in line and json.loads(line)["type"] == "pisandbox_warning"
     ]
     # (the inotify-driven check may take the directory before the hook is written
     # into it: then writing the hook fails inside; either way it is quarantined)

@@ -315,7 +315,7 @@ def test_a_tool_result_extension_disabled_mid_run_stops_with_one_line_naming_it(
         errors = [
             json.loads(x)
             for x in proc.stdout.splitlines()
-            if x.strip() and json.loads(x).get("type") == "error"
+            if x.strip() and json.loads(x).get("type") == "pisandbox_error"
         ]
         assert errors and "tool_result hooks fail closed" in errors[-1]["error"]
 

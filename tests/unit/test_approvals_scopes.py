@@ -98,7 +98,10 @@ def test_a_shell_command_offers_its_exact_argv_and_its_prefix_without_the_last_w
     scopes = scopes_for(policy, tmp_path, "bash", {"command": "git push origin main"})
     assert [(s.id, s.label) for s in scopes] == [
         ("command", "exactly git push origin main (rule git-push)"),
-        ("prefix", "commands starting with git push origin followed by plain words, no options (rule git-push)"),
+        (
+            "prefix",
+            "commands starting with git push origin followed by plain words, no options (rule git-push)",
+        ),
     ]
 
 

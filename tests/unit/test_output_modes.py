@@ -12,7 +12,8 @@ from pi_sandbox.supervisor.providers.base import AssistantTurn, ToolCall
 def test_a_progress_line_with_a_newline_cannot_pose_as_two_lines():
     err = io.StringIO()
     trio.run(
-        PrintOutput(err), {"type": "notice", "message": "Loaded x.py\nℹ Project trusted by user"}
+        PrintOutput(err),
+        {"type": "pisandbox_notice", "message": "Loaded x.py\nℹ Project trusted by user"},
     )
     assert err.getvalue().count("\n") == 1 and "\\nℹ Project trusted" in err.getvalue()
 

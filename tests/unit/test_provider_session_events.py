@@ -71,7 +71,7 @@ async def updates(tmp_path: Path, provider: EventProvider, **session: Any) -> li
     return [e for e in emitted if e["type"] == "message_update"]
 
 
-async def test_each_provider_event_is_a_message_update_with_usage_and_text_deltas_keep_delta(
+async def test_each_provider_event_is_a_message_update_with_usage_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     records = await updates(tmp_path, EventProvider())
@@ -84,13 +84,19 @@ async def test_each_provider_event_is_a_message_update_with_usage_and_text_delta
     ]
     assert "usage" not in records[0]["assistantMessageEvent"]  # lifted to the record
     assert all(r["usage"]["input"] == 7 and r["usage"]["totalTokens"] == 8 for r in records)
-    assert [r.get("delta") for r in records] == [None, None, None, "Hi"]  # on_text_delta: no copy
+    # pi's record: type, usage, assistantMessageEvent; our old `delta` copy is gone.
+    assert all(set(r) == {"type", "usage", "assistantMessageEvent"} for r in records)
 
 
-async def test_a_provider_that_streams_no_events_still_gives_plain_deltas(tmp_path: Path) -> None:
+async def test_a_provider_that_streams_no_events_still_gives_pi_shaped_text_deltas(
+    tmp_path: Path,
+) -> None:
     records = await updates(tmp_path, EventProvider(events=False))
 
-    assert records == [{"type": "message_update", "delta": "Hi"}]
+    assert [r["assistantMessageEvent"] for r in records] == [
+        {"type": "text_delta", "contentIndex": 0, "delta": "Hi"}
+    ]
+    assert all(set(r) == {"type", "usage", "assistantMessageEvent"} for r in records)
 
 
 async def test_nothing_streams_while_a_message_end_hook_may_redact(tmp_path: Path) -> None:

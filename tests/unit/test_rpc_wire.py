@@ -125,14 +125,14 @@ def test_startup_notices_go_to_stderr_and_a_delivered_message_updates_the_queue(
 
     async def main() -> None:
         wire = RpcWire(out)
-        await wire({"type": "notice", "message": "Loaded user extension /x.py"})
+        await wire({"type": "pisandbox_notice", "message": "Loaded user extension /x.py"})
         await wire({"type": "session", "version": 3})
         wire.live = True
         wire.queue.follow_up.append("F")
-        await wire({"type": "notice", "message": "later"})
+        await wire({"type": "pisandbox_notice", "message": "later"})
         await wire({"type": "message_end", "message": _user("F")})
 
     trio.run(main)
     assert "pi: Loaded user extension /x.py" in capsys.readouterr().err
-    assert [r["type"] for r in written] == ["notice", "message_end", "queue_update"]
+    assert [r["type"] for r in written] == ["pisandbox_notice", "message_end", "queue_update"]
     assert written[-1] == {"type": "queue_update", "steering": [], "followUp": []}

@@ -47,6 +47,9 @@ __all__ = [
     "withheld_message",
 ]
 
+SYSTEM_PROMPT_SECTION = "pi-sandbox"
+"""The one section our ``system`` messages record the system prompt in."""
+
 MAX_EXTENSION_TURNS = 10
 """Turns per run that only extensions' steering or follow-up messages may cause."""
 
@@ -312,6 +315,8 @@ class AgentSession:
     # pi's thinking level of the next request (base.THINKING_LEVELS); recorded on
     # every assistant message as ``thinkingLevel`` (pi docs session-format.md).
     thinking_level: str = "off"
+    # A run happened since the last ``agent_settled`` (SessionHost emits it).
+    ran: bool = False
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -339,6 +344,69 @@ class AgentSession:
             return self.system_prompt()
         return build_system_prompt(self.cwd, self.tool_definitions())
 
+    def system_message(self) -> dict[str, Any] | None:
+        """The ``system`` message a prompt starts with when the system prompt or the
+        tools differ from what the session's transcript declares, else None (pi 1.6.0
+        records its prompt and tool loadout so; pi docs message-types.md
+        "SystemMessage": replaying the system messages in order yields the current
+        state).
+
+        Our prompt is one section, ``SYSTEM_PROMPT_SECTION``; pi's sections (a
+        session pi started) are cleared with ``null``, as pi's own diff does, and pi
+        clears ours the same way when it continues one of our sessions. A prompt
+        forced by ``before_agent_start`` is not recorded (pi: "a forced prompt does
+        not affect the transcript"). Tools are declared ``{name, description,
+        parameters}``; ``toolsRemoved`` names those no longer offered.
+        """
+        sections: dict[str, Any] = {}
+        declared: dict[str, dict[str, Any]] = {}
+        for record in self.writer.branch():
+            message = record.get("message") if record.get("type") == "message" else None
+            if not isinstance(message, dict) or message.get("role") != "system":
+                continue
+            if isinstance(message.get("sections"), dict):
+                sections.update(message["sections"])
+            for tool in message.get("toolsRemoved") or []:
+                if isinstance(tool, dict):
+                    declared.pop(str(tool.get("name")), None)
+            for tool in message.get("toolsAdded") or []:
+                if isinstance(tool, dict):
+                    declared[str(tool.get("name"))] = tool
+        current = {
+            SYSTEM_PROMPT_SECTION: self.system_prompt()
+            if self.system_prompt
+            else build_system_prompt(self.cwd, self.tool_definitions())
+        }
+        patch = {name: text for name, text in current.items() if sections.get(name) != text}
+        patch.update(
+            {
+                name: None
+                for name, text in sections.items()
+                if text is not None and name not in current
+            }
+        )
+        tools = {
+            t.name: {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in self.tool_definitions()
+        }
+        added = [
+            tool
+            for name, tool in tools.items()
+            if {k: declared.get(name, {}).get(k) for k in tool} != tool
+        ]
+        removed = [{"name": name} for name in declared if name not in tools]
+        if not patch and not added and not removed:
+            return None
+        message: dict[str, Any] = {"role": "system", "content": ""}
+        if patch:
+            message["sections"] = patch
+        if added:
+            message["toolsAdded"] = added
+        if removed:
+            message["toolsRemoved"] = removed
+        message["timestamp"] = now_ms()
+        return message
+
     def record(self, message: dict[str, Any]) -> str:
         """Append ``message`` to the session; returns the entry id.
 
@@ -354,15 +422,30 @@ class AgentSession:
         return self.writer.append_message(message).id
 
     async def commit(
-        self, message: dict[str, Any], new_messages: list[dict[str, Any]] | None = None
+        self,
+        message: dict[str, Any],
+        new_messages: list[dict[str, Any]] | None = None,
+        *,
+        started: bool = False,
     ) -> dict[str, Any]:
-        """The end of one message: ``message_end`` handlers may replace it (same role;
-        `hook_kinds` enforces it), then it is recorded and emitted. Returns it.
+        """One message of the run: ``message_start`` (unless ``started``: the
+        assistant's was emitted when its stream began), then ``message_end`` handlers
+        may replace it (same role; `hook_kinds` enforces it), then it is recorded and
+        ``message_end`` is emitted (pi 1.6.0's agent loop: every message gets both,
+        pi docs json.md "Message events"). Returns it.
 
         Raises:
             HookFailedError: a ``message_end`` handler failed: the message is recorded
                 and emitted in a withheld form (issue 13 §1), then the run ends.
         """
+        if not started:
+            shown = message
+            if self.pool.subscribed("message_end"):
+                # issue 13 §1: a message_end hook may redact it; message_end has the
+                # final form, message_start only what the hook cannot change.
+                shown = _start_form(message)
+            await self.emit({"type": "message_start", "message": shown})
+            await self.notify("message_start", {"message": message})
         try:
             state = await self.chain("message_end", {"message": message})
         except HookFailedError as exc:
@@ -465,6 +548,7 @@ class AgentSession:
                 failed; nothing it protects was sent (issue 13 §1).
         """
         self.running, self.aborted, self.prompt_override = True, self.abort_on_start, None
+        self.ran = True  # agent_end comes whatever happens, and agent_settled after it
         self.abort_on_start = False
         self.extension_turns, self.dropped_extension_turns = 0, False
         self.idle = trio.Event()
@@ -492,12 +576,10 @@ class AgentSession:
                     self.prompt_override = override
             await self.emit({"type": "agent_start"})
             await self.notify("agent_start", {})
-            for message in pending:
-                await self.commit(message, new_messages)
+            # pi 1.6.0 (agent-loop.js runAgentLoop): turn_start, then the prompt's
+            # messages (a system message first when the prompt or tools changed).
             for _ in range(self.max_turns):
-                if self.aborted:
-                    break
-                final_text, more = await self._turn(new_messages)
+                final_text, more, pending = await self._turn(new_messages, pending)
                 if not more or self.aborted:
                     break
             else:
@@ -510,14 +592,14 @@ class AgentSession:
                 if self.dropped_extension_turns:
                     await self.emit(
                         {
-                            "type": "warning",
+                            "type": "pisandbox_warning",
                             "message": f"extensions asked the model to answer again more than "
                             f"{MAX_EXTENSION_TURNS} times in one run; the rest was dropped",
                         }
                     )
-                await self.emit(
-                    {"type": "agent_end", "messages": new_messages, "aborted": self.aborted}
-                )
+                # Retries happen inside the run (providers.retry), so an ended run is
+                # never retried: willRetry is always false.
+                await self.emit({"type": "agent_end", "messages": new_messages, "willRetry": False})
                 await self.notify(
                     "agent_end",
                     {"messages": new_messages, "aborted": self.aborted},
@@ -528,16 +610,31 @@ class AgentSession:
             self.writer.sync()
             self.idle.set()
 
-    async def _turn(self, new_messages: list[dict[str, Any]]) -> tuple[str, bool]:
-        """One provider request and its tool calls; returns (text, whether to go on)."""
+    async def _turn(
+        self,
+        new_messages: list[dict[str, Any]],
+        pending: list[dict[str, Any]],
+    ) -> tuple[str, bool, list[dict[str, Any]]]:
+        """One turn: ``turn_start``, the ``pending`` messages (the prompt's, or the
+        steering and follow-ups queued during the last turn), one provider request and
+        its tool calls, ``turn_end``. Returns (text, whether to go on, the messages of
+        the next turn)."""
         await self.emit({"type": "turn_start"})
         await self.notify("turn_start", {})
+        # pi declares the prompt and tool changes before each request (agent-loop.js
+        # declareToolChanges): a tool_search activation shows up on the next turn.
+        if (system := self.system_message()) is not None:
+            pending = [system, *pending]
+        for message in pending:
+            await self.commit(message, new_messages)
+        if self.aborted:
+            return "", False, []
         turn = await self._request()
         if turn is None:  # aborted during the request
             await self.emit({"type": "turn_end", "message": None, "toolResults": []})
             await self.notify("turn_end", {"message": None, "tool_results": []}, abortable=False)
-            return "", False
-        assistant = await self.commit(self._assistant_message(turn), new_messages)
+            return "", False, []
+        assistant = await self.commit(self._assistant_message(turn), new_messages, started=True)
         results: list[dict[str, Any]] = []
         terminate = False
         if turn.tool_calls:
@@ -555,30 +652,26 @@ class AgentSession:
             "turn_end", {"message": assistant, "tool_results": results}, abortable=False
         )
         if self.aborted or terminate:
-            return turn.text, False
+            return turn.text, False, []
         if self.steering:
             if self.steering_mode == "one-at-a-time":
                 queued_now = [self.steering.pop(0)]  # the rest after the next turn
             else:
                 queued_now, self.steering[:] = list(self.steering), []
             if not turn.tool_calls and not self._extension_turn(queued_now):
-                return turn.text, False
-            for queued in queued_now:
-                await self.commit(queued, new_messages)
-            return turn.text, True
+                return turn.text, False, []
+            return turn.text, True, queued_now
         if turn.tool_calls:
-            return turn.text, True
+            return turn.text, True, []
         if self.follow_ups:
             if self.follow_up_mode == "all":
                 batch, self.follow_ups[:] = list(self.follow_ups), []
             else:
                 batch = [self.follow_ups.pop(0)]
             if not self._extension_turn(batch):
-                return turn.text, False
-            for queued in batch:
-                await self.commit(queued, new_messages)
-            return turn.text, True
-        return turn.text, False
+                return turn.text, False, []
+            return turn.text, True, batch
+        return turn.text, False, []
 
     def _extension_turn(self, queued: list[dict[str, Any]]) -> bool:
         """Whether the model may answer again for ``queued`` messages: turns that
@@ -665,32 +758,33 @@ class AgentSession:
             if "usage" in event:
                 event = dict(event)
                 usage = normalise_usage(event.pop("usage"))
-            record: dict[str, Any] = {
-                "type": "message_update",
-                "usage": usage,
-                "assistantMessageEvent": event,
-            }
+            await self.emit(
+                {"type": "message_update", "usage": usage, "assistantMessageEvent": event}
+            )
             if event.get("type") == "text_delta":
-                record["delta"] = event.get("delta", "")
-                await self.emit(record)
                 await self.notify(
                     "message_update",
-                    {"delta": record["delta"], "assistant_message_event": event},
+                    {"delta": event.get("delta", ""), "assistant_message_event": event},
                 )
-            else:
-                await self.emit(record)
 
         async def on_delta(delta: str) -> None:
-            # Only for providers that stream no events (every event comes first).
+            # Only for providers that stream no events (every event comes first): the
+            # text as pi's text_delta of the first block.
             if hold_back or streamed:
                 return
-            await self.emit({"type": "message_update", "delta": delta})
-            await self.notify("message_update", {"delta": delta})
+            event = {"type": "text_delta", "contentIndex": 0, "delta": delta}
+            await self.emit(
+                {"type": "message_update", "usage": usage, "assistantMessageEvent": event}
+            )
+            await self.notify("message_update", {"delta": delta, "assistant_message_event": event})
 
         if self.aborted:
             return None
-        await self.emit({"type": "message_start", "message": {"role": "assistant"}})
-        await self.notify("message_start", {"message": {"role": "assistant"}})
+        # pi 1.6.0 (agent-loop.js): the assistant's message_start carries the whole
+        # partial message, empty and "pending", before the first content event.
+        partial = self._pending_assistant()
+        await self.emit({"type": "message_start", "message": partial})
+        await self.notify("message_start", {"message": partial})
         turn: AssistantTurn | None = None
 
         async def request() -> AssistantTurn:
@@ -722,6 +816,21 @@ class AgentSession:
             },
         )
         return _with_unique_call_ids(turn)
+
+    def _pending_assistant(self) -> dict[str, Any]:
+        """The assistant message as its stream starts (pi 1.6.0's ``message_start``
+        partial): no content, zero usage, ``stopReason: "pending"``."""
+        return {
+            "role": "assistant",
+            "content": [],
+            "api": getattr(self.provider, "api", None)
+            or _API_OF.get(self.provider.name, self.provider.name),
+            "provider": getattr(self.provider, "name", None) or "",
+            "model": self.provider.model,
+            "usage": normalise_usage(None),
+            "stopReason": "pending",
+            "timestamp": now_ms(),
+        }
 
     def _assistant_message(self, turn: AssistantTurn) -> dict[str, Any]:
         """The assistant message of ``turn`` as pi 1.6.0 records it (pi docs
@@ -799,6 +908,15 @@ def withheld_message(message: dict[str, Any], why: str) -> dict[str, Any]:
         out.update(output=notice, exitCode=None, cancelled=False)
     if out.get("role") == "custom":
         out["display"] = False
+    return out
+
+
+def _start_form(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` without its content and details: what ``message_start`` shows while
+    a ``message_end`` hook may still redact the message (issue 13 §1)."""
+    out = {key: value for key, value in message.items() if key not in ("details", "output")}
+    if "content" in out:
+        out["content"] = "" if isinstance(out["content"], str) else []
     return out
 
 

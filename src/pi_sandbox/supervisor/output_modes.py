@@ -118,14 +118,22 @@ class PrintOutput:
         elif kind == "tool_execution_end":
             # Denials are shown here, with the call they belong to (the result text names
             # the rule or hook and the reason); policy_decision events are json-mode only.
-            width = 2 * _PREVIEW_CHARS if event.get("blocked") else _PREVIEW_CHARS
+            # A call stopped before it ran has no durationMs and says by whom in its
+            # details (pi's stream has no field for it; tool_pipeline.pi_result).
+            details = event.get("result", {}).get("details")
+            blocked = (
+                "durationMs" not in event
+                and isinstance(details, dict)
+                and details.get("blocked_by") is not None
+            )
+            width = 2 * _PREVIEW_CHARS if blocked else _PREVIEW_CHARS
             text = _first_text(event["result"]["content"])
             lines = (
                 [line.rstrip() for line in text.strip().splitlines()]
                 if self.verbose
                 else _preview_lines(text, width=width)
             )
-            if event.get("blocked"):
+            if blocked:
                 mark, label = "✗", f"{event['toolName']} BLOCKED"
             elif event.get("isError"):
                 mark, label = "✗", f"{event['toolName']} error"
@@ -147,12 +155,12 @@ class PrintOutput:
             self.line(
                 f"⚠ extension error ({event.get('event')}): {_one_line(event.get('error', ''), 500)}"
             )
-        elif kind == "notice":
+        elif kind == "pisandbox_notice":
             self.line(f"ℹ {event.get('message')}")
         elif kind == "ui_notify":
             mark = {"warning": "⚠", "error": "✗"}.get(str(event.get("level")), "ℹ")
             self.line(f"{mark} {_one_line(str(event.get('message', '')), 500)}")
-        elif kind == "warning":
+        elif kind == "pisandbox_warning":
             self.line(f"⚠ {event.get('message')}")
         elif kind == "auto_retry_start":
             # issue 16: a retry is never silent, in print mode either.

@@ -78,7 +78,7 @@ class ResourceWatch:
             if changes.incomplete:
                 await output(
                     {
-                        "type": "warning",
+                        "type": "pisandbox_warning",
                         "message": "the check for trust-requiring resources (.pi/, "
                         f".agents/skills, …) created during the run was incomplete: "
                         f"{changes.incomplete}",
@@ -93,7 +93,7 @@ class ResourceWatch:
         )
         await output(
             {
-                "type": "warning",
+                "type": "pisandbox_warning",
                 "message": "this run created or changed trust-requiring project resources "
                 f"({changes.summary()}){incomplete}. A saved trust decision does not "
                 "cover them: the next run there treats the project as undecided until "

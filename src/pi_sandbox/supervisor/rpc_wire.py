@@ -193,7 +193,7 @@ class RpcWire:
         self.live = False
 
     async def __call__(self, event: dict[str, Any]) -> None:
-        if not self.live and event.get("type") in ("notice", "warning"):
+        if not self.live and event.get("type") in ("pisandbox_notice", "pisandbox_warning"):
             try:
                 print(f"pi: {event.get('message')}", file=sys.stderr, flush=True)
             except OSError:

@@ -40,6 +40,12 @@ __all__ = ["RunOptions", "run_print_session"]
 MAX_UPDATE_BYTES_PER_CALL = 1024 * 1024
 """Progress (``tool_execution_update``) streamed per tool call, in bytes of JSON."""
 
+UPDATE_TAIL_CHARS = 16 * 1024
+"""The output tail one ``tool_execution_update`` snapshot shows, in characters."""
+
+UPDATE_INTERVAL_S = 0.1
+"""The least time between two snapshots of one call's output, in seconds."""
+
 
 @dataclass
 class RunOptions:
@@ -631,16 +637,22 @@ async def _run(
     if options.trust is None and start.trust_info.resources:
         bootstrap, _ = discover(bootstrap=True)
 
+    def update_event(tool_call_id: str | None, text: str) -> dict[str, Any]:
+        """A ``tool_execution_update`` in pi's shape (pi docs json.md): the call's
+        ``toolName`` and ``args``, and ``partialResult`` ``{content, details}``."""
+        name, args = (pipeline.running.get(tool_call_id or "") if pipeline else None) or ("", {})
+        return {
+            "type": "tool_execution_update",
+            "toolCallId": tool_call_id,
+            "toolName": name,
+            "args": args,
+            "partialResult": {"content": [{"type": "text", "text": text}], "details": {}},
+        }
+
     async def progress_note(tool_call_id: str | None, note: str) -> None:
         """A ``tool_execution_update`` whose partial result is one text: what pi
         says instead of the progress it does not stream."""
-        await output(
-            {
-                "type": "tool_execution_update",
-                "toolCallId": tool_call_id,
-                "partialResult": {"content": [{"type": "text", "text": note}]},
-            }
-        )
+        await output(update_event(tool_call_id, note))
 
     async def on_tool_update(worker: Any, message: NotificationMessage) -> None:
         try:
@@ -676,7 +688,18 @@ async def _run(
         sent = update_bytes.get(call_id, 0)
         if sent > MAX_UPDATE_BYTES_PER_CALL:
             return
-        size = len(json.dumps(update.update, ensure_ascii=False))
+        # pi's bash reports a snapshot of its output's tail (replace, not append):
+        # the chunks are gathered per call; a snapshot goes out at most every
+        # UPDATE_INTERVAL_S (the final result follows in tool_execution_end).
+        chunk = update.update.get("text")
+        tail = update_tails.get(call_id, "") + (chunk if isinstance(chunk, str) else "")
+        update_tails[call_id] = tail = tail[-UPDATE_TAIL_CHARS:]
+        now = trio.current_time()
+        if now - update_sent_at.get(call_id, -UPDATE_INTERVAL_S) < UPDATE_INTERVAL_S:
+            return
+        update_sent_at[call_id] = now
+        event = update_event(update.tool_call_id, tail)
+        size = len(json.dumps(event, ensure_ascii=False))
         update_bytes[call_id] = sent + size
         if sent + size > MAX_UPDATE_BYTES_PER_CALL:
             await progress_note(
@@ -685,13 +708,7 @@ async def _run(
                 "bytes is not streamed; the result has the output's tail]",
             )
             return
-        await output(
-            {
-                "type": "tool_execution_update",
-                "toolCallId": update.tool_call_id,
-                "partialResult": update.update,
-            }
-        )
+        await output(event)
         if pool.subscribed("tool_execution_update") and pool._nursery is not None:
             # Not awaited here: this runs on the tool worker's channel reader, which a
             # slow extension handler must not hold up.
@@ -702,6 +719,8 @@ async def _run(
             )
 
     update_bytes: dict[str, int] = {}
+    update_tails: dict[str, str] = {}
+    update_sent_at: dict[str, float] = {}
     held_back: set[str] = set()
 
     from pi_sandbox.sandbox.profile import PROTECTED_IN_WORKSPACE
@@ -791,7 +810,7 @@ async def _run(
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
                 if pool.guard_warning is not None:
-                    await output({"type": "warning", "message": pool.guard_warning})
+                    await output({"type": "pisandbox_warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
                 if tool_profile is not None:
                     for root in tool_profile.rw_binds:
@@ -823,17 +842,21 @@ async def _run(
                         f"cannot write the session file under {options.agent_dir / 'sessions'}: "
                         f"{exc} (use --no-session, or set PI_CODING_AGENT_DIR)"
                     ) from exc
-                header: dict[str, Any] = {"type": "session", "version": 3, "cwd": str(options.cwd)}
+                # pi docs json.md "Session header": id and timestamp also under
+                # --no-session (the session exists in memory); `path` is ours.
+                header: dict[str, Any] = {
+                    "type": "session",
+                    "version": 3,
+                    "id": writer.header.id,
+                    "timestamp": writer.header.timestamp,
+                    "cwd": str(options.cwd),
+                }
                 if writer.path is not None:
-                    header.update(
-                        id=writer.header.id,
-                        timestamp=writer.header.timestamp,
-                        path=str(writer.path),
-                    )
+                    header["path"] = str(writer.path)
                 if options.mode == "json":  # pi's RPC stream opens with nothing (rpc.md)
                     await output(header)
                 for notice in notices:
-                    await output({"type": "notice", "message": notice})
+                    await output({"type": "pisandbox_notice", "message": notice})
                 if (
                     not options.sandbox
                     and pool.tool_worker
@@ -841,7 +864,7 @@ async def _run(
                 ):
                     await output(
                         {
-                            "type": "notice",
+                            "type": "pisandbox_notice",
                             "message": "Tools and every extension run in the sandbox too: project "
                             "extensions loaded with --trust sandboxed can steer tool calls",
                         }
@@ -872,7 +895,7 @@ async def _run(
                     )
                     await output(
                         {
-                            "type": "notice",
+                            "type": "pisandbox_notice",
                             "message": f"Loaded {source.origin} extension {source.path} ({where})",
                         }
                     )
@@ -883,9 +906,9 @@ async def _run(
                 if (load_stop := load_stop_reason(pool, ci=options.ci)) is not None:
                     raise UsageError(load_stop)
                 for warning in inactive_warnings(pool):
-                    await output({"type": "warning", "message": warning})
+                    await output({"type": "pisandbox_warning", "message": warning})
                 if (outer := _outer_project_policy(options.cwd)) is not None:
-                    await output({"type": "warning", "message": outer})
+                    await output({"type": "pisandbox_warning", "message": outer})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,
@@ -917,7 +940,7 @@ async def _run(
                 )
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
-                    await output({"type": "notice", "message": notice})
+                    await output({"type": "pisandbox_notice", "message": notice})
                 from pi_sandbox.supervisor.model_commands import ModelControl
 
                 choice = start.model_choice
@@ -1046,23 +1069,25 @@ async def _run(
                     stats = session_stats(session, host.models.model)
                     print(f"pi: {usage_line(stats, ref)}", file=sys.stderr, flush=True)
             except UsageError as exc:
-                await output({"type": "error", "error": str(exc)})
+                await output({"type": "pisandbox_error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 2
             except ProviderError as exc:
-                await output({"type": "error", "error": f"provider error: {exc}"})
+                await output({"type": "pisandbox_error", "error": f"provider error: {exc}"})
                 print(printable(f"pi: provider error: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             except (WorkerError, PolicyError) as exc:
                 keep_logs = True
-                await output({"type": "error", "error": str(exc)})
+                await output({"type": "pisandbox_error", "error": str(exc)})
                 print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
                 status = 1
             except RunStopped as exc:
                 # Said on stderr when the signal came (run_signals); the event stream
                 # says it too. The finally below tears everything down as usual.
                 if options.mode in ("json", "rpc"):
-                    await output({"type": "error", "error": f"{exc} (exit {stop.exit_status})"})
+                    await output(
+                        {"type": "pisandbox_error", "error": f"{exc} (exit {stop.exit_status})"}
+                    )
                 status = stop.exit_status or 1
             finally:
                 if frontend is not None:
@@ -1078,7 +1103,7 @@ async def _run(
                     if os.path.lexists(path):
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"{path} did not exist when the run started and a "
                                 "tool created it; review it before you trust this project",
                             }
@@ -1094,7 +1119,7 @@ async def _run(
                         )
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"the check of {root} for git repositories created "
                                 f"during the run was incomplete: {why}; review new .git "
                                 "directories and HEAD files before running git below it",
@@ -1109,7 +1134,7 @@ async def _run(
                             await output(quarantine_event(finding))
                         await output(
                             {
-                                "type": "warning",
+                                "type": "pisandbox_warning",
                                 "message": f"a tool made {path} a git repository during the run; "
                                 "git run there would use its config and hooks: review or delete it",
                             }
@@ -1117,14 +1142,14 @@ async def _run(
                 if pool.repeated_findings:
                     await output(
                         {
-                            "type": "warning",
+                            "type": "pisandbox_warning",
                             "message": f"pi quarantined {pool.repeated_findings} more entries "
                             "at paths it had already reported (see the quarantine records in "
                             "the audit log)",
                         }
                     )
                 if pool.guard_failure is not None and status == 0:
-                    await output({"type": "error", "error": pool.guard_failure})
+                    await output({"type": "pisandbox_error", "error": pool.guard_failure})
                     print(printable(f"pi: {pool.guard_failure}"), file=sys.stderr, flush=True)
                     status = 1
                 if resource_watch is not None:
@@ -1177,7 +1202,7 @@ async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output:
     trusted = start.trust in ("yes", "sandboxed")
     settings, notices = load_retry_settings(options.agent_dir, options.cwd if trusted else None)
     for notice in notices:
-        await output({"type": "warning", "message": notice})
+        await output({"type": "pisandbox_warning", "message": notice})
     if hasattr(provider, "idle_timeout_s"):
         provider.idle_timeout_s = settings.idle_timeout_s
     return AutoRetry(settings)
@@ -1225,7 +1250,7 @@ async def _reload_policy(store: Any, target: dict[str, Any], output: Any, audit:
     )
     if not result.ok:
         message = f"policy reload failed; the last valid policy stays in force: {result.error}"
-        await output({"type": "error", "error": message})
+        await output({"type": "pisandbox_error", "error": message})
         print(f"pi: {message}", file=sys.stderr, flush=True)
         return
     if target["pipeline"] is not None:
@@ -1235,7 +1260,7 @@ async def _reload_policy(store: Any, target: dict[str, Any], output: Any, audit:
         note += "; sandbox changes apply to the next run (running workers keep theirs)"
     if result.other_changed:
         note += "; extensions, trust and audit changes apply to the next run"
-    await output({"type": "notice", "message": note})
+    await output({"type": "pisandbox_notice", "message": note})
 
 
 async def _ask_extensions_for_trust(

@@ -202,8 +202,6 @@ class SessionHost:
         self._prompt_started = 0
         self._quiet = trio.Event()
         self._quiet.set()
-        # The session's idle event at the last agent_settled (see `_settled`).
-        self._settled_idle: trio.Event = session.idle
         # RPC bash (issue 17 §2): running user commands' cancel scopes (abort_bash).
         self._bash_scopes: set[trio.CancelScope] = set()
         self._nursery: trio.Nursery | None = None
@@ -266,7 +264,7 @@ class SessionHost:
         if unknown:
             await self.emit(
                 {
-                    "type": "notice",
+                    "type": "pisandbox_notice",
                     "message": f"--tools names no registered tool: {', '.join(unknown)} "
                     "(a tool an extension registers later is still allowed)",
                 }
@@ -291,12 +289,12 @@ class SessionHost:
                 await job()
             except (ProviderError, UsageError, WorkerError, PolicyError) as exc:
                 if self.keep_going:  # rpc mode: report and serve the next command
-                    await self.emit({"type": "error", "error": str(exc)})
+                    await self.emit({"type": "pisandbox_error", "error": str(exc)})
                 # In rpc mode a mistyped command does not fail the whole session.
                 if not (self.keep_going and isinstance(exc, UsageError)):
                     self.errors.append(exc)
             except HostCallError as exc:
-                await self.emit({"type": "warning", "message": str(exc)})
+                await self.emit({"type": "pisandbox_warning", "message": str(exc)})
             finally:
                 self._queued -= 1
             if self._queued == 0:
@@ -322,7 +320,9 @@ class SessionHost:
 
             async def guarded() -> None:
                 if serial <= self._aborted_serial:
-                    await self.emit({"type": "notice", "message": "a queued prompt was aborted"})
+                    await self.emit(
+                        {"type": "pisandbox_notice", "message": "a queued prompt was aborted"}
+                    )
                     if on_dropped is not None:
                         await on_dropped()
                     return
@@ -380,7 +380,7 @@ class SessionHost:
                 try:
                     await self.replace("reload")
                 except HostCallError as exc:
-                    await self.emit({"type": "warning", "message": str(exc)})
+                    await self.emit({"type": "pisandbox_warning", "message": str(exc)})
                 continue
             break
         else:
@@ -389,7 +389,7 @@ class SessionHost:
             self.session.follow_ups.clear()
             await self.emit(
                 {
-                    "type": "warning",
+                    "type": "pisandbox_warning",
                     "message": f"extensions kept the agent going for {MAX_SETTLE_RUNS} more runs "
                     "after the prompt; their queued follow-ups were dropped",
                 }
@@ -397,14 +397,13 @@ class SessionHost:
         await self._settled()
 
     async def _settled(self) -> None:
-        """``agent_settled {aborted}`` on the output (pi 1.6.0 json.md / rpc.md: the
-        last record of a prompt's work; pi's ``RpcClient.waitForIdle`` and
-        ``promptAndWait`` wait for it), then the extension event. Only after work
-        that ran the agent: a ``bash`` or ``compact`` command alone settles nothing.
-        ``AgentSession.run`` makes a new ``idle`` event per run, so a run since the
-        last settle is one whose ``idle`` event this host has not seen yet."""
-        if self.session.idle is not self._settled_idle and self.session.idle.is_set():
-            self._settled_idle = self.session.idle
+        """``agent_settled {aborted}`` on the output after a run (pi 1.6.0 json.md /
+        rpc.md: the last record of a prompt's work; pi's ``RpcClient.waitForIdle`` and
+        ``promptAndWait`` wait for it; the one place it is emitted, for json, print and
+        rpc modes alike), then the extension event. Only after work that ran the agent:
+        a ``bash`` or ``compact`` command alone settles nothing on the stream."""
+        if self.session.ran:
+            self.session.ran = False
             await self.emit({"type": "agent_settled", "aborted": bool(self.session.aborted)})
         await self.session.notify("agent_settled", {})
 
@@ -414,12 +413,12 @@ class SessionHost:
         except ProviderError as exc:
             self.errors.append(exc)
             if self.keep_going:
-                await self.emit({"type": "error", "error": f"provider error: {exc}"})
+                await self.emit({"type": "pisandbox_error", "error": f"provider error: {exc}"})
             return None
         except WorkerError as exc:  # a fail-closed hook stopped the run (issue 13 §1)
             self.errors.append(exc)
             if self.keep_going:
-                await self.emit({"type": "error", "error": str(exc)})
+                await self.emit({"type": "pisandbox_error", "error": str(exc)})
             return None
 
     async def submit(
@@ -455,7 +454,7 @@ class SessionHost:
                     if not outcome["compacted"] and not outcome["cancelled"]:
                         await self.emit(
                             {
-                                "type": "notice",
+                                "type": "pisandbox_notice",
                                 "message": "nothing to compact (the session is too small)",
                             }
                         )
@@ -507,14 +506,14 @@ class SessionHost:
             expanded, error = expand_skill_command(text, resources.skills)
             if error is not None:
                 await self.emit(
-                    {"type": "warning", "message": f"{error}; the text is sent unchanged"}
+                    {"type": "pisandbox_warning", "message": f"{error}; the text is sent unchanged"}
                 )
             return expanded
         try:
             expanded_template = expand_prompt_command(text, resources.prompts)
         except ValueError as exc:
             await self.emit(
-                {"type": "warning", "message": f"{text.split()[0]}: not expanded: {exc}"}
+                {"type": "pisandbox_warning", "message": f"{text.split()[0]}: not expanded: {exc}"}
             )
             return text
         # A template file's final newline is not part of the prompt.
@@ -535,7 +534,7 @@ class SessionHost:
                 if info is not None
                 else "Project trust: unknown"
             )
-            await self.emit({"type": "notice", "message": text})
+            await self.emit({"type": "pisandbox_notice", "message": text})
             return
         if len(words) != 1 or words[0] not in ("yes", "no", "sandboxed"):
             raise UsageError("/trust: expected yes, no or sandboxed, optionally with --save")
@@ -586,7 +585,7 @@ class SessionHost:
                 # Aborted: the handler's ctx.signal is set ($/cancel); if it does not
                 # return within the grace period its worker is killed and restarted.
                 self.pool._settle(worker)
-                await self.emit({"type": "notice", "message": f"/{command.name} aborted"})
+                await self.emit({"type": "pisandbox_notice", "message": f"/{command.name} aborted"})
         except PiSandboxError as exc:
             if self.pool.index_of(worker) is not None:  # an ended generation's end is no error
                 await self.report(
@@ -622,7 +621,7 @@ class SessionHost:
         )
         await self.emit(
             {
-                "type": "notice",
+                "type": "pisandbox_notice",
                 "message": f"dropped {what} from {worker.name}: its generation ended "
                 "(reload or session replacement)",
             }
@@ -746,7 +745,7 @@ class SessionHost:
         self._warned_unreachable = True
         await self.emit(
             {
-                "type": "warning",
+                "type": "pisandbox_warning",
                 "message": f"{len(hidden)} tool(s) ({', '.join(hidden[:5])}"
                 f"{', …' if len(hidden) > 5 else ''}) can be reached only through codemode "
                 "or tool_search, and neither is on; add --tools +codemode or +tool_search",
@@ -847,7 +846,9 @@ class SessionHost:
                 if hasattr(result, "__await__"):
                     await result
             except Exception as exc:
-                await self.emit({"type": "error", "error": f"event bus listener failed: {exc}"})
+                await self.emit(
+                    {"type": "pisandbox_error", "error": f"event bus listener failed: {exc}"}
+                )
         for _, worker in list(self.pool.extensions):
             if channel in _registrations(worker, "channels"):
                 with trio.move_on_after(1):
@@ -1082,7 +1083,10 @@ class SessionHost:
     ) -> str:
         size = check_entry(custom_type, data, self.budgets.limits(source.origin))
         self._charge_write(source, size + len(custom_type))
-        return self.session.writer.append_custom(custom_type, data)["id"]
+        entry = self.session.writer.append_custom(custom_type, data)
+        # pi docs json.md "Queue and state events": the persisted entry, as appended.
+        await self.emit({"type": "entry_appended", "entry": entry})
+        return entry["id"]
 
     async def _op_set_session_name(self, *, worker: Any, source: Any, name: str) -> None:
         limits = self.budgets.limits(source.origin)
@@ -1090,6 +1094,11 @@ class SessionHost:
         self._charge_write(source, json_size(name))
         self.session.writer.append_session_info(name)
         await self.session.notify("session_info_changed", {"name": self.session.writer.name})
+        # pi docs json.md: an absent name means it was cleared.
+        changed: dict[str, Any] = {"type": "session_info_changed"}
+        if self.session.writer.name:
+            changed["name"] = self.session.writer.name
+        await self.emit(changed)
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -1242,11 +1251,12 @@ class SessionHost:
             raise _refuse(
                 f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
             )
-        self.thinking_level = level
         if level != self.session.thinking_level:
-            # pi records a level change in the session (pi docs session-format.md).
+            # pi records a level change in the session (pi docs session-format.md)
+            # and says so on the stream (json.md "thinking_level_changed").
             self.session.thinking_level = level
             self.session.writer.append_thinking_level_change(level)
+            await self.emit({"type": "thinking_level_changed", "level": level})
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
@@ -1533,7 +1543,7 @@ class SessionHost:
                 self.agent_dir or Path("/nonexistent"), self.pool.config.cwd, trusted
             )
             for problem in settings["problems"]:
-                await self.emit({"type": "warning", "message": problem})
+                await self.emit({"type": "pisandbox_warning", "message": problem})
             summarize = not settings["skipPrompt"]
         self.replacing = True  # no prompt, reload or second navigation meanwhile
         try:
@@ -1689,7 +1699,7 @@ class SessionHost:
                     approvals.clear_grants()  # "for this session" ends with it
             sources, notices = self.discover()
             for notice in notices:
-                await self.emit({"type": "notice", "message": notice})
+                await self.emit({"type": "pisandbox_notice", "message": notice})
             await self.pool.start_generation(sources)
             await self.report(self.pool.load_errors, "load")
             self.pending_reports.clear()
@@ -1735,11 +1745,14 @@ class SessionHost:
             notices = self.session.compactor.reload()
         except CompactionSettingsError as exc:
             await self.emit(
-                {"type": "warning", "message": f"{exc}; the previous compaction settings stay"}
+                {
+                    "type": "pisandbox_warning",
+                    "message": f"{exc}; the previous compaction settings stay",
+                }
             )
             return
         for notice in notices:
-            await self.emit({"type": "notice", "message": notice})
+            await self.emit({"type": "pisandbox_notice", "message": notice})
 
     def _fork_writer(
         self, writer: SessionWriter, entry_id: str | None, position: str

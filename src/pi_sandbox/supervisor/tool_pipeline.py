@@ -53,7 +53,14 @@ from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["EmitFn", "HostTool", "ToolOutcome", "ToolPipeline", "report_extension_errors"]
+__all__ = [
+    "EmitFn",
+    "HostTool",
+    "ToolOutcome",
+    "ToolPipeline",
+    "pi_result",
+    "report_extension_errors",
+]
 
 EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -73,7 +80,7 @@ def quarantine_event(finding: Any) -> dict[str, Any]:
     else:
         what = finding.error or "it could not be moved"
     return {
-        "type": "warning",
+        "type": "pisandbox_warning",
         "message": f"a sandboxed tool created {finding.path} ({finding.rule}), which a "
         f"later git, editor or agent run would act on; {what}",
         "quarantine": {
@@ -113,7 +120,7 @@ class ToolOutcome:
     result: dict[str, Any]
     blocked: bool = False
     terminate: bool = False
-    duration_ms: int | None = None  # from tool_execution_start to the final result
+    duration_ms: int | None = None  # how long the tool ran; None when it did not run
 
     def message(self) -> dict[str, Any]:
         """The ``toolResult`` message in pi's shape (camelCase; ``durationMs`` as pi
@@ -123,13 +130,44 @@ class ToolOutcome:
             "toolCallId": self.call.id,
             "toolName": self.call.name,
             "content": self.result["content"],
-            "details": self.result.get("details") or {},
-            "isError": bool(self.result.get("is_error")),
         }
+        if (details := pi_result(self.call.name, self.result).get("details")) is not None:
+            message["details"] = details
+        message["isError"] = bool(self.result.get("is_error"))
         if self.duration_ms is not None:
             message["durationMs"] = self.duration_ms
         message["timestamp"] = now_ms()
         return message
+
+
+def pi_result(
+    tool_name: str, result: dict[str, Any], duration_ms: int | None = None
+) -> dict[str, Any]:
+    """A tool's result as pi 1.6.0 shows it in ``tool_execution_end`` (pi docs json.md
+    "Tool execution events"): ``{content, details?, structuredContent?}``.
+
+    The built-in ``bash`` gets pi's ``structuredContent`` (``output``: the result
+    text, ``truncated``, ``exit_code``, ``wall_time_seconds`` from ``duration_ms``,
+    and ours: ``timed_out``, ``aborted``) and, as pi's bash, no ``details`` (ours stay
+    on the result hooks see). A call blocked before it ran keeps its ``details``
+    (``blocked_by``: ``policy``, ``extension``, ``validation``, ``abort``)."""
+    details = result.get("details") or {}
+    out: dict[str, Any] = {"content": result["content"]}
+    if tool_name == "bash" and "exit_code" in details and "blocked_by" not in details:
+        text = "".join(b.get("text", "") for b in result["content"] if b.get("type") == "text")
+        out["structuredContent"] = {
+            "output": text,
+            "truncated": bool(details.get("truncated")),
+            "exit_code": details.get("exit_code"),
+            "wall_time_seconds": round((duration_ms or 0) / 1000, 1),
+            "timed_out": bool(details.get("timed_out")),
+            "aborted": bool(details.get("aborted")),
+        }
+        return out
+    out["details"] = details
+    if isinstance(result.get("structuredContent"), dict):
+        out["structuredContent"] = result["structuredContent"]
+    return out
 
 
 @dataclass(frozen=True)
@@ -197,6 +235,9 @@ class ToolPipeline:
     denied: int = 0
     # Whether a tool is active (``--tools``, ``set_active_tools``); None: all are.
     tool_filter: Callable[[str], bool] | None = None
+    # Calls running in a worker: id → (tool name, arguments), for the toolName and
+    # args of their tool_execution_update events (pi docs json.md).
+    running: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # issue 19: tools the supervisor executes (``tool_search``, ``codemode``), and
     # whether a codemode script may call a tool (None: none may).
     host_tools: dict[str, HostTool] = field(default_factory=dict)
@@ -275,7 +316,7 @@ class ToolPipeline:
             self.pool.repaired_devices.append(path)
             await self.emit(
                 {
-                    "type": "warning",
+                    "type": "pisandbox_warning",
                     "message": f"a sandboxed tool changed the mode of the host's {path}; "
                     "pi put it back",
                 }
@@ -511,7 +552,7 @@ class ToolPipeline:
 
     async def _execute(self, item: _Prepared, session: Any = None) -> ToolOutcome:
         call = item.call
-        started = time.monotonic()
+        duration_ms: int | None = None
         start: dict[str, Any] = {
             "type": "tool_execution_start",
             "toolCallId": call.id,
@@ -538,12 +579,15 @@ class ToolPipeline:
             result = None
             lock = self._lock_for(call.name, item.arguments)
             scope = session.abortable() if session is not None else contextlib.nullcontext()
+            started = time.monotonic()
             async with scope:
                 if lock is None:
                     result = await self._call_worker(item, session)
                 else:
                     async with lock:
                         result = await self._call_worker(item, session)
+            # pi's durationMs: how long the tool ran (monotonic), not the hooks around it.
+            duration_ms = int((time.monotonic() - started) * 1000)
             if result is None:
                 result = _error_result("Aborted by the user or an extension", blocked_by="abort")
             terminate = bool(result.pop("terminate", False))
@@ -565,12 +609,13 @@ class ToolPipeline:
             "type": "tool_execution_end",
             "toolCallId": call.id,
             "toolName": call.name,
-            "result": {"content": result["content"], "details": result.get("details") or {}},
+            "result": pi_result(call.name, result, duration_ms),
             "isError": bool(result.get("is_error")),
-            "blocked": item.blocked,
         }
+        if duration_ms is not None:
+            end["durationMs"] = duration_ms
         if item.parent is not None:
-            end["parentToolCallId"] = item.parent
+            end["parentToolCallId"] = item.parent  # ours: a codemode script's call
         await self.emit(end)
         await self._notify(
             "tool_execution_end",
@@ -587,7 +632,7 @@ class ToolPipeline:
             result,
             item.blocked,
             terminate,
-            duration_ms=int((time.monotonic() - started) * 1000),
+            duration_ms=duration_ms,
         )
 
     def _lock_for(self, name: str, arguments: dict[str, Any]) -> trio.Lock | None:
@@ -624,11 +669,13 @@ class ToolPipeline:
             if not worker.alive:
                 worker = await self._revive(item.tool)
             self.pool.running_calls[item.call.id] = worker
+            self.running[item.call.id] = (item.call.name, item.arguments)
             before = worker.limit_events()
             try:
                 raw = await worker.request(methods.TOOL_EXECUTE, params, timeout_s=timeout)
             finally:
                 self.pool.running_calls.pop(item.call.id, None)
+                self.running.pop(item.call.id, None)
             result = ToolResultWire.model_validate(raw).model_dump()
             if problem := _forwarding_problem(result):
                 # Passed on as it is, the result would be refused by every worker a

@@ -10,9 +10,11 @@ Script format (the public contract, DESIGN §9)::
           id: call_readme          # optional; default "call_<turn>_<index>"
     - text: "Done."
 
-Each turn is a mapping with optional ``text`` (string) and optional ``tool_calls``
-(list of mappings with ``name`` (string), ``arguments`` (mapping) and optional ``id``
-(string)); a turn needs at least one of the two. The whole file is validated when the
+Each turn is a mapping with optional ``text`` (string), optional ``thinking``
+(string: a thinking block before the text, streamed as pi's ``thinking_start`` /
+``thinking_delta`` / ``thinking_end``) and optional ``tool_calls`` (list of mappings
+with ``name`` (string), ``arguments`` (mapping) and optional ``id`` (string)); a turn
+needs ``text`` or ``tool_calls``. The whole file is validated when the
 provider is built, so a typo fails before the first request instead of mid-run.
 """
 
@@ -76,6 +78,7 @@ class _ScriptTurn(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True)
 
     text: str | None = None
+    thinking: str | None = None
     tool_calls: list[_ScriptToolCall] | None = None
 
     @pydantic.model_validator(mode="after")
@@ -197,6 +200,9 @@ def load_script(path: Path) -> list[AssistantTurn]:
         turns.append(
             AssistantTurn(
                 text=turn.text or "",
+                thinking=[{"type": "thinking", "thinking": turn.thinking}]
+                if turn.thinking is not None
+                else [],
                 tool_calls=calls,
                 stop_reason="toolUse" if calls else "stop",
                 provider="scripted",
@@ -271,9 +277,16 @@ class ScriptedProvider:
 
 
 async def _replay_events(turn: AssistantTurn, on_event: AssistantEventCallback) -> None:
-    """pi's ``assistantMessageEvent`` sequence of a scripted turn: its text in one
-    delta, then each tool call whole (start, one argument delta, end)."""
+    """pi's ``assistantMessageEvent`` sequence of a scripted turn: its thinking and
+    its text in one delta each, then each tool call whole (start, one argument delta,
+    end)."""
     index = 0
+    for block in turn.thinking:
+        text = block.get("thinking", "")
+        await on_event({"type": "thinking_start", "contentIndex": index})
+        await on_event({"type": "thinking_delta", "contentIndex": index, "delta": text})
+        await on_event({"type": "thinking_end", "contentIndex": index, "content": text})
+        index += 1
     if turn.text:
         await on_event({"type": "text_start", "contentIndex": index})
         await on_event({"type": "text_delta", "contentIndex": index, "delta": turn.text})

@@ -222,7 +222,7 @@ class Compactor:
         except ProviderError as exc:
             await session.emit(
                 {
-                    "type": "warning",
+                    "type": "pisandbox_warning",
                     "message": f"automatic compaction failed, the request goes on: {exc}",
                 }
             )

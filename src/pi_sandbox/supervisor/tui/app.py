@@ -536,6 +536,7 @@ class TerminalApp:
         elif kind == "agent_end":
             self.running = False
             self._finish_message()
+        elif kind == "agent_settled":
             if event.get("aborted"):
                 # pi: tool calls that never got a result show "Operation aborted".
                 for block in self.tools.values():
@@ -547,7 +548,9 @@ class TerminalApp:
                 self.tools.clear()
                 self._say("⏹ aborted", "yellow")
         elif kind == "message_start":
-            self.streaming, self.thinking = "", ""
+            # Every message has one (pi 1.6.0); only an assistant's starts a stream.
+            if (event.get("message") or {}).get("role") == "assistant":
+                self.streaming, self.thinking = "", ""
         elif kind == "message_update":
             self._update(event)
         elif kind == "message_end":
@@ -607,11 +610,11 @@ class TerminalApp:
             title = printable(str(event.get("title") or ""), newlines=False)
             with contextlib.suppress(Exception):
                 self.app.output.set_title(title[:100])
-        elif kind == "notice":
+        elif kind == "pisandbox_notice":
             self._say(f"ℹ {event.get('message', '')}", "dim")
-        elif kind == "warning":
+        elif kind == "pisandbox_warning":
             self._say(f"⚠ {event.get('message', '')}", "yellow")
-        elif kind == "error":
+        elif kind == "pisandbox_error":
             self._say(f"✗ {event.get('error', '')}", "bold red")
         elif kind == "extension_error":
             self._say(
@@ -708,9 +711,16 @@ class TerminalApp:
         text = render.result_text(event.get("result")).rstrip()
         decision = self.decisions.pop(call_id, None)
         details = (event.get("result") or {}).get("details")
+        # A call stopped before it ran has no durationMs and says by whom in its
+        # details (pi's stream has no `blocked` field; tool_pipeline.pi_result).
+        blocked = (
+            "durationMs" not in event
+            and isinstance(details, dict)
+            and details.get("blocked_by") is not None
+        )
         if isinstance(details, dict) and details.get("blocked_by") == "abort":
             head, style = f"✗ {name} aborted", "red"
-        elif event.get("blocked"):
+        elif blocked:
             head, style = f"✗ {name} BLOCKED", "bold red"
         elif event.get("isError"):
             head, style = f"✗ {name} error", "red"
@@ -719,7 +729,7 @@ class TerminalApp:
         self._print(
             render.styled(f"{head}  {render.args_summary(name, block.get('args'))}", style, width)
         )
-        if event.get("blocked") and decision is not None:
+        if blocked and decision is not None:
             for line in render.decision_lines(decision):
                 self._print(render.styled("  " + line, "red", width))
         lines = text.splitlines()

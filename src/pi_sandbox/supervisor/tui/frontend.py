@@ -293,10 +293,13 @@ class TerminalFrontend:
                         action[1], action[2], scope=action[3], message=action[4]
                     ):
                         self.post(
-                            {"type": "warning", "message": "that approval is no longer pending"}
+                            {
+                                "type": "pisandbox_warning",
+                                "message": "that approval is no longer pending",
+                            }
                         )
             except (UsageError, HostCallError) as exc:
-                self.post({"type": "warning", "message": str(exc)})
+                self.post({"type": "pisandbox_warning", "message": str(exc)})
             self.post_footer()
         host.close_ui()
         host.abort()
@@ -315,9 +318,9 @@ class TerminalFrontend:
             try:
                 await action()
             except (HostCallError, UsageError) as exc:
-                self.post({"type": "warning", "message": str(exc)})
+                self.post({"type": "pisandbox_warning", "message": str(exc)})
             except (ProviderError, PiSandboxError) as exc:
-                self.post({"type": "error", "error": str(exc)})
+                self.post({"type": "pisandbox_error", "error": str(exc)})
             self.post_footer()
 
         self.host.enqueue(job)
@@ -333,7 +336,9 @@ class TerminalFrontend:
             if not command.strip():
                 return
             if host.session.running or host.replacing:
-                self.post({"type": "warning", "message": "!cmd waits until the agent is idle"})
+                self.post(
+                    {"type": "pisandbox_warning", "message": "!cmd waits until the agent is idle"}
+                )
                 return
             self.post({"type": "tui_user", "text": stripped})
 
@@ -364,7 +369,7 @@ class TerminalFrontend:
                 {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": now_ms()}
             )
             kind = "follow-up" if follow_up else "steering message"
-            self.post({"type": "notice", "message": f"queued as a {kind}"})
+            self.post({"type": "pisandbox_notice", "message": f"queued as a {kind}"})
             return
         self._prompt(text)
 
