@@ -538,7 +538,7 @@ def test_a_prefix_grant_never_covers_added_options_that_run_code(tmp_path):
             again = rpc.until("policy_approval_request")
             assert again["toolCallId"] == call  # asked again, not covered by the grant
             rpc.answer(again, "deny")
-            assert rpc.until("tool_execution_end", toolCallId=call)["blocked"] is True
+            assert blocked(rpc.until("tool_execution_end", toolCallId=call))
         control = rpc.until("policy_decision", toolCallId="call_4_0")
         assert control["effective"] == "allow" and control["grantedBy"]
         rpc.until("agent_end")

@@ -9,8 +9,8 @@
   sub-protocol (rpc-extension-ui.md) with a probe extension answered as pi's docs say.
 
 Against pi 1.6.0 both must work (the controls: they show the drivers themselves are
-right). Against ours every command's shape is pi's; the messages and session entries
-some results carry still lack pi's fields (issue 17 §1), the one ``xfail(strict=True)``.
+right). Against ours every command and the messages its results carry have pi's
+shape (issue 17 §1–§3): no test here is an expected failure any more.
 Skipped with the reason when pi 1.6.0 (and so Node 22) is not installed and npm
 cannot install it.
 """
@@ -144,13 +144,6 @@ def test_pi16s_rpc_client_gets_pi16s_command_shapes_from_ours(
     assert "bash_execution_update" in by_method["bash"]["events"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 §1: the messages in get_messages/get_entries/get_tree lack pi's "
-    "leading system message, and bash's toolResult has details where pi has "
-    "structuredContent (docs/protocol-gaps.md items 2, 6, 9); every command's own "
-    "shape is pi's",
-)
 def test_pi16s_rpc_client_works_unchanged_against_ours(
     pi16_drive: list[dict[str, Any]], our_drive: list[dict[str, Any]]
 ) -> None:
