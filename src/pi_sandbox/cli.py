@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap"
     )
     parser.add_argument(
+        "--no-mcp", action="store_true", help="connect no MCP server for this run (pi cli.md)"
+    )
+    parser.add_argument(
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy YAML file"
     )
     parser.add_argument(
@@ -1082,6 +1085,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extensions=[p.resolve() for p in args.extension],
         no_extensions=args.no_extensions,
         sandbox=bool(args.sandbox) or args.ci,
+        explicit_no_sandbox=args.sandbox is False,
+        mcp=not args.no_mcp,
         ci=args.ci,
         managed_policy_dirs=managed_policy_dirs()[:1],
         extra_managed_policy_dirs=managed_policy_dirs()[1:],

@@ -68,6 +68,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pi_sandbox.policies._extension_limits import ExtensionLimitsSection
+from pi_sandbox.policies._mcp import McpSection
 
 __all__ = [
     "SUPPORTED_VERSION",
@@ -485,7 +486,7 @@ class AuditSection(_Strict):
     arguments: StrictBool = True
 
 
-SECTIONS = ("tool_call", "sandbox", "extensions", "trust", "audit")
+SECTIONS = ("tool_call", "sandbox", "extensions", "trust", "audit", "mcp")
 """The sections a higher tier can ``lock``."""
 
 
@@ -505,6 +506,8 @@ class PolicyFile(_Strict):
     extensions: Annotated[ExtensionsSection | None, BeforeValidator(_not_null)] = None
     trust: Annotated[TrustSection | None, BeforeValidator(_not_null)] = None
     audit: Annotated[AuditSection | None, BeforeValidator(_not_null)] = None
+    # issue 19: MCP servers (policies/_mcp.py).
+    mcp: Annotated[McpSection | None, BeforeValidator(_not_null)] = None
     lock: Annotated[
         tuple[Literal[SECTIONS], ...], BeforeValidator(_one_or_many)  # type: ignore[valid-type]
     ] = ()

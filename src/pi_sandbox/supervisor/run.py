@@ -72,6 +72,8 @@ class RunOptions:
     ci: bool = False
     notices: list[str] = field(default_factory=list)  # shown once the run starts
     tools: Any = None  # a ToolSelection (or a set of names); None: every tool
+    mcp: bool = True  # --no-mcp: no MCP server connects (issue 19)
+    explicit_no_sandbox: bool = False  # --no-sandbox given: MCP servers run unsandboxed
     argv: list[str] = field(default_factory=list)  # re-parsed with extension flags
     message_from_stdin: bool = False  # the prompt was read from stdin, not arguments
     images: list[dict[str, Any]] = field(default_factory=list)  # @image files: first prompt
@@ -863,7 +865,11 @@ async def _run(
                     choice.scope if choice is not None else None,
                 )
                 stop.on_stop.append(host.abort)
+                mcp = None
                 try:
+                    if options.mcp:
+                        mcp = await _start_mcp(options, start, pool, output, audit.record, nursery)
+                        host.mcp = mcp
                     with stop.guard():
                         await host.start(nursery)
                     if hasattr(provider, "bind"):
@@ -914,6 +920,9 @@ async def _run(
                         await session.notify(
                             "session_shutdown", {"reason": "quit"}, abortable=False
                         )
+                    if mcp is not None:
+                        with trio.move_on_after(10):
+                            await mcp.aclose()
                     writer = session.writer
                 if final_text is not None and options.mode != "json":
                     try:
@@ -1053,6 +1062,46 @@ async def _run(
         )
         status = EXIT_DENIED
     return status
+
+
+async def _start_mcp(
+    options: RunOptions, start: _Start, pool: Any, output: Any, audit: Any, nursery: Any
+) -> Any:
+    """Load ``mcp.json`` (the project's only with trust ``yes``) and connect the
+    servers in the background (issue 19); None when there is nothing to connect."""
+    from pi_sandbox.supervisor.mcp.config import load_mcp_config
+    from pi_sandbox.supervisor.mcp.manager import McpManager
+    from pi_sandbox.supervisor.providers.auth_store import read_auth
+
+    config = load_mcp_config(options.agent_dir, options.cwd, project_trusted=start.trust == "yes")
+    if not config.servers and not config.errors and config.ignored_project_file is None:
+        return None
+
+    def auth_key(provider: str) -> str | None:
+        entry = read_auth(options.agent_dir).get(provider)
+        if isinstance(entry, dict):
+            key = entry.get("key") or entry.get("access")
+            return key if isinstance(key, str) else None
+        return None
+
+    manager = McpManager(
+        config,
+        pool=pool,
+        rules=start.store.current.mcp if start.store.current is not None else None,
+        cwd=options.cwd,
+        home=options.home,
+        agent_dir=options.agent_dir,
+        sandbox_mode="required"
+        if pool.config.sandbox
+        else "off"
+        if options.explicit_no_sandbox
+        else "default",
+        emit=output,
+        audit=audit,
+        auth_key=auth_key,
+    )
+    await manager.start(nursery)
+    return manager
 
 
 async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output: Any) -> Any:

@@ -161,6 +161,8 @@ class SessionHost:
         # issue 16: RPC model/thinking commands (`model_commands.ModelControl`), set by
         # the run; the thinking level itself lives on the session (`thinking_level`).
         self.models: Any = None
+        # issue 19: the session's MCP servers (`mcp.McpManager`), set by the run.
+        self.mcp: Any = None
         self.reload_requested = False
         self.replacing = False
         self.keep_going = False  # rpc mode: a failed prompt does not end the session
@@ -363,6 +365,9 @@ class SessionHost:
             HookFailedError: a fail-closed hook (``input``, ``context`` …) failed and
                 the prompt or request was not sent (issue 13 §1).
         """
+        if self.mcp is not None and not text.startswith("/"):
+            # pi mcp.md: the first prompt waits (≤ 10 s) for servers with direct tools.
+            await self.mcp.wait_for_direct()
         if text.startswith("/"):
             name, _, args = text[1:].partition(" ")
             if name in BUILTIN_COMMANDS:
@@ -552,6 +557,8 @@ class SessionHost:
 
     def is_active(self, name: str) -> bool:
         """Whether tool ``name`` is offered to the model (and may be called)."""
+        if name in self.pool.undeclared_tools:
+            return False  # MCP deferred/codemode exposure (issue 19)
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
         return self.active is None or name in self.active
@@ -584,6 +591,8 @@ class SessionHost:
             guidelines=guidelines,
             sandboxed=tool_worker is not None and tool_worker.spec.sandbox is not None,
         )
+        if self.mcp is not None and (section := self.mcp.servers_section()):
+            base += f"\n\n<mcp_servers>\n{section}\n</mcp_servers>"
         if self.resource_set is None:
             return base
         from pi_sandbox.resources.resource_set import compose_system_prompt
@@ -896,6 +905,7 @@ class SessionHost:
                 "description": tool.definition.description,
                 "source": tool.source,
                 "active": self.is_active(name),
+                **({"annotations": tool.annotations} if tool.annotations else {}),
             }
             for name, tool in self.pool.tools.items()
         ]

@@ -482,6 +482,8 @@ class ToolPipeline:
 
     async def _call_worker(self, item: _Prepared) -> dict[str, Any]:
         assert item.tool is not None
+        if item.tool.executor is not None:
+            return await self._call_executor(item)
         timeout = self.tool_timeout_s
         if item.tool.source == "builtin":
             # The tool worker enforces the deadline itself (it kills the command and
@@ -548,6 +550,26 @@ class ToolPipeline:
             return _error_result(
                 f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
             )
+
+    async def _call_executor(self, item: _Prepared) -> dict[str, Any]:
+        """Run a tool without a worker (an MCP server's, issue 19): the executor
+        answers errors as results; this is the backstop for a deadline or a bug."""
+        assert item.tool is not None and item.tool.executor is not None
+        try:
+            with trio.fail_after(self.tool_timeout_s + 30.0):
+                raw = await item.tool.executor(item.call.id, item.arguments)
+            result = ToolResultWire.model_validate(raw).model_dump()
+        except trio.TooSlowError:
+            return _error_result(f"Tool {item.call.name} timed out")
+        except pydantic.ValidationError as exc:
+            return _error_result(
+                f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
+            )
+        except Exception as exc:  # never a reason to end the session
+            return _error_result(f"Tool {item.call.name} failed: {type(exc).__name__}: {exc}")
+        if problem := _forwarding_problem(result):
+            return _error_result(f"Tool {item.call.name} returned {problem}")
+        return result
 
     async def _revive(self, tool: RegisteredTool) -> WorkerProcess:
         """The live worker for ``tool``: respawned if it died (see ``WorkerPool``)."""

@@ -113,6 +113,8 @@ class ToolSelection:
         if any(fnmatchcase(name, pattern) for pattern in self.exclude):
             return False
         if self.allow is not None:
+            if _is_mcp_tool(name) and not any(p.startswith("mcp__") for p in self.allow):
+                return True  # pi cli.md: --tools keeps MCP tools unless it names mcp__…
             return any(fnmatchcase(name, pattern) for pattern in self.allow)
         if name in self.remove:
             return False
@@ -131,3 +133,13 @@ class ToolSelection:
 
     def __bool__(self) -> bool:  # a selection always filters (defaults included)
         return True
+
+
+_MCP_RESOURCE_TOOLS = frozenset(
+    {"list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"}
+)
+
+
+def _is_mcp_tool(name: str) -> bool:
+    """A server tool (``mcp__…``) or an MCP resource tool (pi core/mcp-servers.js)."""
+    return name.startswith("mcp__") or name in _MCP_RESOURCE_TOOLS

@@ -93,11 +93,18 @@ its `KEPT_LOGS_FILE` is older than this (seconds)."""
 
 @dataclass(frozen=True)
 class RegisteredTool:
-    """A tool the model may call, and the worker that executes it."""
+    """A tool the model may call, and the worker that executes it.
+
+    An MCP tool (issue 19) has no worker: ``executor(tool_call_id, arguments)`` runs
+    it (a request to its server) and returns a tool result dict; ``annotations``
+    keeps the server's hints (``readOnlyHint``…).
+    """
 
     definition: ToolDefinitionWire
-    worker: WorkerProcess
-    source: str  # "builtin" or the extension's path
+    worker: WorkerProcess | None
+    source: str  # "builtin", the extension's path, or "mcp:<server>"
+    executor: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    annotations: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,11 @@ class WorkerPool:
         self.tool_worker: WorkerProcess | None = None
         self.extensions: list[tuple[ExtensionSource, WorkerProcess]] = []
         self.tools: dict[str, RegisteredTool] = {}
+        # Tools that do not come from a worker (MCP servers, issue 19): kept across
+        # registry rebuilds; a worker's tool of the same name wins.
+        self.external_tools: dict[str, RegisteredTool] = {}
+        # Registered tools never declared to the model (MCP deferred/codemode exposure).
+        self.undeclared_tools: set[str] = set()
         self.load_errors: list[dict[str, str]] = []
         self._bwrap: str | None = None
         _remove_stale_log_dirs()
@@ -1026,6 +1038,8 @@ class WorkerPool:
                     )
                     continue
                 tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+        for name, external in self.external_tools.items():
+            tools.setdefault(name, external)
         self.tools = tools
         by_name: dict[str, list[tuple[int, Any]]] = {}
         for index, (_source, worker) in enumerate(self.extensions):

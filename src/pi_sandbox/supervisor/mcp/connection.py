@@ -1,0 +1,350 @@
+"""One MCP server's connection: its process (or HTTP session), the SDK client, its
+state, respawns and the notices a misbehaving server earns (issue 19 §2).
+
+States: ``connecting`` → ``connected``; a failed start or a lost connection makes it
+``disconnected`` (the next call reconnects); after `MAX_SERVER_RESTARTS` failures
+the server is ``disabled`` for the rest of the session, with one notice — the same
+rule as extension workers (`worker_pool.MAX_EXTENSION_RESTARTS`). A call that runs
+past the server's timeout kills the process (a hung server would otherwise hold its
+sandbox) and counts as a failure. Nothing a server does raises into the session:
+every failure becomes an error result or a notice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import trio
+
+from pi_sandbox.supervisor.mcp.config import McpServerConfig
+from pi_sandbox.supervisor.mcp.stdio_process import StdioLaunch, StdioServerProcess
+
+__all__ = ["MAX_SERVER_RESTARTS", "McpConnection", "ServerTool"]
+
+MAX_SERVER_RESTARTS = 3
+"""Failed starts or lost connections of one server per session before it is disabled."""
+
+CONNECT_TIMEOUT_S = 30.0
+"""Deadline for a server to answer ``initialize`` and its first listings (seconds)."""
+
+_MAX_TOOLS = 1000
+_MAX_PAGES = 20
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """A tool a server offers (from ``tools/list``), as we keep it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+Notify = Callable[[str, str], Awaitable[None]]  # (level, message)
+
+
+class McpConnection:
+    """A server of the session and its live client.
+
+    Args:
+        config: the validated entry.
+        launch: builds the `StdioLaunch` for a new process (called at each start;
+            None for remote servers).
+        open_http: for remote servers, an async context manager factory giving the
+            SDK's stream pair (through the egress proxy); None for stdio servers.
+        notify: receives ``("warning" | "notice", text)`` for the user.
+    """
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        launch: Callable[[], Awaitable[StdioLaunch]] | None,
+        open_http: Callable[[], Any] | None = None,
+        notify: Notify | None = None,
+    ) -> None:
+        self.config = config
+        self._launch = launch
+        self._open_http = open_http
+        self._notify = notify
+        self.state = "connecting"
+        self.error: str | None = None
+        self.failures = 0
+        self.tools: list[ServerTool] = []
+        self.instructions: str | None = None
+        self.has_resources = False
+        self.has_prompts = False
+        self.server_name: str | None = None
+        self.ready = trio.Event()  # the first attempt ended (either way)
+        self.process: StdioServerProcess | None = None
+        self._session: Any = None
+        self._scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._lock = trio.Lock()
+        self._bad_lines_reported = False
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # --- lifetime ------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Connect in the background (returns at once; `ready` is set when the first
+        attempt ended)."""
+        self._nursery = nursery
+        nursery.start_soon(self._connect_once)
+
+    async def _connect_once(self) -> None:
+        async with self._lock:
+            await self._connect_locked()
+        self.ready.set()
+
+    async def _connect_locked(self) -> None:
+        assert self._nursery is not None
+        if self.state == "disabled":
+            return
+        self.state = "connecting"
+        try:
+            await self._nursery.start(self._hold)
+        except Exception as exc:  # a failed start is an outcome, not a crash
+            await self._failed(_describe(exc, self.process))
+            return
+        self.state = "connected"
+        self.error = None
+
+    async def _hold(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the process and the SDK session for one connection; after the
+        handshake nothing it raises reaches the session's nursery."""
+        started = False
+
+        def mark() -> None:
+            nonlocal started
+            started = True
+            task_status.started()
+
+        try:
+            await self._hold_inner(mark)
+        except Exception as exc:
+            if not started:
+                raise
+            if self.state == "connected":
+                self.state = "disconnected"
+                await self._failed(f"the connection was lost: {_describe(exc, None)[16:]}")
+
+    async def _hold_inner(self, started: Callable[[], None]) -> None:
+        from mcp import ClientSession
+
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self._open_http is not None:
+                async with (
+                    self._open_http() as (read_stream, write_stream),
+                    ClientSession(
+                        read_stream, write_stream, logging_callback=self._on_log
+                    ) as session,
+                ):
+                    with trio.fail_after(CONNECT_TIMEOUT_S):
+                        await self._handshake(session)
+                    self._session = session
+                    started()
+                    await trio.sleep_forever()
+                return
+            assert self._launch is not None
+            process = StdioServerProcess(await self._launch())
+            self.process = process
+            process.spawn()
+            read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
+            write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
+            try:
+                async with trio.open_nursery() as pipes:
+                    pipes.start_soon(
+                        lambda: process.serve(read_writer, write_reader, on_bad_line=self._bad_line)
+                    )
+                    pipes.start_soon(self._watch_process, process, scope)
+                    try:
+                        async with ClientSession(
+                            read_stream, write_stream, logging_callback=self._on_log
+                        ) as session:
+                            with trio.fail_after(CONNECT_TIMEOUT_S):
+                                await self._handshake(session)
+                            self._session = session
+                            started()
+                            await trio.sleep_forever()
+                    finally:
+                        self._session = None
+                        with contextlib.suppress(Exception):
+                            await write_stream.aclose()
+                        await process.aclose()
+                        pipes.cancel_scope.cancel()
+            finally:
+                self._session = None
+                if process.exited.is_set() and self.state == "connected":
+                    self.state = "disconnected"
+
+    async def _watch_process(self, process: StdioServerProcess, scope: trio.CancelScope) -> None:
+        await process.exited.wait()
+        if self.state == "connected":
+            self.state = "disconnected"
+            why = process.failure or f"exit status {process.returncode}"
+            await self._failed(f"the server stopped ({why})")
+        scope.cancel()
+
+    async def _handshake(self, session: Any) -> None:
+        init = await session.initialize()
+        self.instructions = init.instructions
+        self.server_name = getattr(init.server_info, "name", None)
+        capabilities = init.capabilities
+        tools: list[ServerTool] = []
+        if capabilities.tools is not None:
+            cursor = None
+            for _ in range(_MAX_PAGES):
+                from mcp_types import PaginatedRequestParams
+
+                params = PaginatedRequestParams(cursor=cursor) if cursor else None
+                listing = await session.list_tools(params=params)
+                for tool in listing.tools:
+                    annotations = (
+                        tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+                    )
+                    tools.append(
+                        ServerTool(
+                            tool.name,
+                            (tool.description or "")[:10_000],
+                            dict(tool.input_schema or {}),
+                            annotations,
+                        )
+                    )
+                cursor = listing.next_cursor
+                if not cursor or len(tools) >= _MAX_TOOLS:
+                    break
+        self.tools = tools[:_MAX_TOOLS]
+        self.has_resources = capabilities.resources is not None
+        self.has_prompts = capabilities.prompts is not None
+
+    async def _failed(self, why: str) -> None:
+        self.failures += 1
+        self.error = why
+        if self.failures > MAX_SERVER_RESTARTS:
+            self.state = "disabled"
+            await self._say(
+                "warning",
+                f"MCP server {self.name!r} disabled for this session after "
+                f"{self.failures} failures: {why}",
+            )
+        else:
+            if self.state != "disabled":
+                self.state = "disconnected"
+            await self._say("warning", f"MCP server {self.name!r}: {why}")
+
+    async def _say(self, level: str, text: str) -> None:
+        if self._notify is not None:
+            with contextlib.suppress(Exception):
+                await self._notify(level, text)
+
+    def _bad_line(self, line: str) -> None:
+        if not self._bad_lines_reported and self._nursery is not None:
+            self._bad_lines_reported = True
+            self._nursery.start_soon(
+                self._say,
+                "warning",
+                f"MCP server {self.name!r} wrote output that is not MCP; it was dropped: "
+                f"{line[:120]!r}",
+            )
+
+    async def _on_log(self, params: Any) -> None:
+        return None  # server logs are not shown (pi appends them to mcp.log)
+
+    async def aclose(self) -> None:
+        """Stop the connection (process: stdin closed, SIGTERM, SIGKILL)."""
+        if self._scope is not None:
+            self._scope.cancel()
+        if self.process is not None:
+            await self.process.aclose()
+        if self.state != "disabled":
+            self.state = "stopped"
+
+    def kill(self) -> None:
+        """SIGKILL the server at once (a hung call)."""
+        if self.process is not None:
+            self.process.kill()
+
+    # --- requests ------------------------------------------------------------------
+
+    async def _live_session(self) -> Any:
+        async with self._lock:
+            if self._session is not None and self.state == "connected":
+                return self._session
+            if self.state == "disabled":
+                raise McpUnavailable(
+                    f"MCP server {self.name!r} is disabled for this session: {self.error}"
+                )
+            await self._connect_locked()
+            if self._session is None:
+                raise McpUnavailable(f"MCP server {self.name!r} is not connected: {self.error}")
+            return self._session
+
+    async def request(self, what: str, call: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Run ``call(session)`` with the server's timeout; reconnects first if needed.
+
+        Raises:
+            McpUnavailable: disabled, cannot connect, the call timed out (the server is
+                killed) or the connection was lost during it.
+            mcp.MCPError: the server answered with a JSON-RPC error.
+        """
+        from mcp import MCPError
+
+        session = await self._live_session()
+        self.calls += 1
+        try:
+            with trio.fail_after(self.config.timeout_s):
+                return await call(session)
+        except trio.TooSlowError:
+            self.kill()
+            await self._failed(f"{what} timed out after {self.config.timeout_s:g} s")
+            raise McpUnavailable(
+                f"MCP server {self.name!r}: {what} timed out after {self.config.timeout_s:g} s; "
+                "the server was stopped"
+            ) from None
+        except MCPError:
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise McpUnavailable(
+                f"MCP server {self.name!r}: the connection was lost during {what}"
+                + (f" ({self.process.failure})" if self.process and self.process.failure else "")
+            ) from exc
+        except Exception as exc:
+            if self.process is not None and (self.process.exited.is_set() or self.process.failure):
+                raise McpUnavailable(
+                    f"MCP server {self.name!r}: the server stopped during {what}"
+                    + (f" ({self.process.failure})" if self.process.failure else "")
+                ) from exc
+            raise McpUnavailable(
+                f"MCP server {self.name!r}: {what} failed: {type(exc).__name__}: {exc}"[:2000]
+            ) from exc
+
+
+class McpUnavailable(Exception):
+    """A request could not be answered by the server (never the server's own error)."""
+
+
+def _describe(exc: BaseException, process: StdioServerProcess | None) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, trio.TooSlowError):
+        text = f"no answer to initialize within {CONNECT_TIMEOUT_S:g} s"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if process is not None:
+        if process.failure:
+            text += f" ({process.failure})"
+        tail = process.log_tail(600).strip()
+        if tail:
+            text += f"\n--- server stderr ---\n{tail}"
+    return f"cannot connect: {text}"
