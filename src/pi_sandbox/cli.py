@@ -46,10 +46,11 @@ SUBCOMMANDS_HELP = """commands (pi COMMAND --help for each):
   pi trust [yes|no|sandboxed|forget|show] [PATH]
                                         the project trust decision
   pi resources [--json]                 skills, prompts, context files, extensions a run loads
+  pi mcp list|get|add|remove [--json]   MCP servers (docs/mcp.md)
 
-not available in pi-sandbox yet: install, remove, uninstall, update, list, config, mcp"""
+not available in pi-sandbox yet: install, remove, uninstall, update, list, config"""
 
-NOT_YET_SUBCOMMANDS = ("install", "remove", "uninstall", "update", "list", "config", "mcp")
+NOT_YET_SUBCOMMANDS = ("install", "remove", "uninstall", "update", "list", "config")
 """pi 1.6.0 subcommands pi-sandbox does not have yet: refused with exit 2 instead of
 being sent to the model as a prompt (issue 17 §5)."""
 
@@ -955,6 +956,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return policy_main(argv[1:])
         except BrokenPipeError:  # `pi policy explain … | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+    if argv[:1] == ["mcp"]:
+        from pi_sandbox.supervisor.mcp.commands import mcp_main
+
+        try:
+            return mcp_main(argv[1:], agent_dir())
+        except BrokenPipeError:  # `pi mcp list | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
     if argv[:1] and argv[0] in NOT_YET_SUBCOMMANDS:

@@ -277,6 +277,10 @@ def validate_server(
     }
     url = raw.get("url")
     command = raw.get("command")
+    if command is not None and not isinstance(command, str):
+        raise bad("command must be a string (one executable; arguments go in args)")
+    if url is not None and not isinstance(url, str):
+        raise bad("url must be a string")
     if isinstance(url, str) and kind_type in (None, "http", "streamable-http"):
         if not re.match(r"^https?://[^/\s]+", url):
             raise bad("url must be an http or https URL")
