@@ -63,7 +63,6 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--filesystem", choices=("none", "read", "write"))
     add.add_argument("--network", action="append", default=[], metavar="HOST")
     add.add_argument("--json", action="store_true")
-    add.add_argument("command", nargs=argparse.REMAINDER)
     remove = sub.add_parser("remove", help="remove a server from mcp.json")
     remove.add_argument("name")
     remove.add_argument("-l", "--local", action="store_true")
@@ -86,7 +85,13 @@ def mcp_main(argv: list[str], agent_dir: Path, cwd: Path | None = None) -> int:
     invalid, 2: usage)."""
     cwd = (cwd or Path.cwd()).resolve()
     parser = _parser()
+    # Everything after `--` is the server's command line, options included.
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
+    args.command = command
     if args.action in ("add", "remove"):
         path = cwd / ".pi" / "mcp.json" if args.local else agent_dir / "mcp.json"
         try:
@@ -118,8 +123,6 @@ def mcp_main(argv: list[str], agent_dir: Path, cwd: Path | None = None) -> int:
 def _entry(args: Any) -> dict[str, Any]:
     entry: dict[str, Any] = {}
     command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
     if args.url and command:
         raise ValueError("give either --url or -- COMMAND [ARGS…], not both")
     if args.url:

@@ -192,7 +192,7 @@ class McpConnection:
         await process.exited.wait()
         if self.state == "connected":
             self.state = "disconnected"
-            why = process.failure or f"exit status {process.returncode}"
+            why = process.failure or _exit_text(process.returncode)
             await self._failed(f"the server stopped ({why})")
         scope.cancel()
 
@@ -312,8 +312,18 @@ class McpConnection:
                 f"MCP server {self.name!r}: {what} timed out after {self.config.timeout_s:g} s; "
                 "the server was stopped"
             ) from None
-        except MCPError:
-            raise
+        except MCPError as exc:
+            process = self.process
+            if process is None or "Connection closed" not in str(exc):
+                raise
+            # The server went away mid-call: say so, with how it ended.
+            with trio.move_on_after(2):
+                await process.exited.wait()
+            how = process.failure or _exit_text(process.returncode)
+            raise McpUnavailable(
+                f"MCP server {self.name!r}: the server stopped during {what} ({how}); "
+                "it is started again on the next call"
+            ) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise McpUnavailable(
                 f"MCP server {self.name!r}: the connection was lost during {what}"
@@ -332,6 +342,17 @@ class McpConnection:
 
 class McpUnavailable(Exception):
     """A request could not be answered by the server (never the server's own error)."""
+
+
+def _exit_text(code: int | None) -> str:
+    """How a server process ended; bwrap reports a signal as 128 + N."""
+    if code is None:
+        return "connection closed"
+    if code < 0:
+        return f"signal {-code}"
+    if code > 128:
+        return f"signal {code - 128}"
+    return f"exit status {code}"
 
 
 def _describe(exc: BaseException, process: StdioServerProcess | None) -> str:
