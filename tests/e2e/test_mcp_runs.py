@@ -219,3 +219,16 @@ def test_a_published_mcp_server_from_pypi_runs_sandboxed(setup, tmp_path):
     result = results(proc.stdout)["mcp__time__get_current_time"][0]
     assert not result["isError"], text_of(result)
     assert '"timezone": "UTC"' in text_of(result)
+
+
+def test_an_extension_registers_a_server_that_runs_like_a_configured_one(setup):
+    extension = setup.root / "adds_server.py"
+    extension.write_text(
+        "import sys\n\n\n"
+        "def extension(pi):\n"
+        f"    pi.register_mcp_server('ext', {{'command': sys.executable, 'args': "
+        f"[{str(HOSTILE.parent / 'well_behaved_server.py')!r}], 'exposure': 'direct'}})\n"
+    )
+    proc = setup.run([[("mcp__ext__echo", {"text": "from an extension"})]], "-e", str(extension))
+    assert proc.returncode == 0, proc.stderr
+    assert text_of(results(proc.stdout)["mcp__ext__echo"][0]) == "from an extension"

@@ -1069,11 +1069,23 @@ async def _start_mcp(
 ) -> Any:
     """Load ``mcp.json`` (the project's only with trust ``yes``) and connect the
     servers in the background (issue 19); None when there is nothing to connect."""
-    from pi_sandbox.supervisor.mcp.config import load_mcp_config
+    from pi_sandbox.supervisor.mcp.config import load_mcp_config, validate_server
     from pi_sandbox.supervisor.mcp.manager import McpManager
     from pi_sandbox.supervisor.providers.auth_store import read_auth
 
-    config = load_mcp_config(options.agent_dir, options.cwd, project_trusted=start.trust == "yes")
+    registered = {}
+    errors = []
+    for name, (path, entry) in pool.mcp_servers.items():
+        try:
+            registered[name] = validate_server(
+                name, entry, source=f"extension:{path}", scope="extension"
+            )
+        except ValueError as exc:
+            errors.append(f"extension {path}: {exc}")
+    config = load_mcp_config(
+        options.agent_dir, options.cwd, project_trusted=start.trust == "yes", registered=registered
+    )
+    config.errors[:0] = errors
     if not config.servers and not config.errors and config.ignored_project_file is None:
         return None
 

@@ -236,6 +236,8 @@ class WorkerPool:
         self.commands: dict[str, RegisteredCommand] = {}
         # Provider name → (extension path, configuration) registered by extensions.
         self.providers: dict[str, tuple[str, dict[str, Any]]] = {}
+        # MCP server name → (extension path, entry) registered by extensions (issue 19).
+        self.mcp_servers: dict[str, tuple[str, dict[str, Any]]] = {}
         self.ambiguous_commands: dict[str, list[str]] = {}
         self._reported_conflicts: set[tuple[str, str]] = set()
         self._closing = False
@@ -1112,6 +1114,22 @@ class WorkerPool:
                     continue
                 providers.setdefault(provider.name, (str(source.path), dict(provider.config)))
         self.providers = providers
+        mcp_servers: dict[str, tuple[str, dict[str, Any]]] = {}
+        for source, worker in self.extensions:
+            if worker.registrations is None:
+                continue
+            for server in worker.registrations.mcp_servers:
+                if not self.capabilities(source)["exec"]:
+                    # Starting a program is what `exec` withholds (issue 19).
+                    self._conflict(
+                        ("mcp-refused", f"{source.path}:{server.name}"),
+                        str(source.path),
+                        f"Extension {source.path}: register_mcp_server({server.name!r}) "
+                        "refused: the policy does not grant the 'exec' capability",
+                    )
+                    continue
+                mcp_servers.setdefault(server.name, (str(source.path), dict(server.config)))
+        self.mcp_servers = mcp_servers
 
     def subscribed(self, event: str) -> bool:
         """Whether any current worker has a handler for ``event`` (cheap pre-check)."""
