@@ -102,7 +102,7 @@ def test_values_expand_variables_and_refuse_host_commands():
 def test_auth_from_the_users_store_is_refused_in_a_project_file():
     entry = {"url": "https://docs.example/mcp", "auth": {"provider": "openai"}}
     assert validate_server("d", entry, source="u", scope="user").auth_provider == "openai"
-    with pytest.raises(ValueError, match="auth is only allowed in the user's mcp.json"):
+    with pytest.raises(ValueError, match=r"auth is only allowed in the user.s mcp\.json"):
         validate_server("d", entry, source="p", scope="project")
 
 
@@ -197,7 +197,7 @@ def test_the_policy_mcp_section_is_validated_with_errors_naming_the_key(tmp_path
     with pytest.raises(PolicyFileError) as error:
         load_policy_file(path)
     assert str(path) in str(error.value) and "mcp.servers.git.filesystem" in str(error.value)
-    with pytest.raises(PolicyFileError, match="mcp.enabled"):
+    with pytest.raises(PolicyFileError, match=r"mcp\.enabled"):
         load_policy_file(_policy(tmp_path, "version: 1\nmcp: {enabled: maybe}\n", "q.yaml"))
 
 
