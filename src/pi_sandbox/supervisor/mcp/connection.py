@@ -160,8 +160,10 @@ class McpConnection:
             process = StdioServerProcess(await self._launch())
             self.process = process
             process.spawn()
-            read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
-            write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
+            # A few messages of slack each way save a task switch per message; a
+            # flooding server still blocks on its own pipe (bounded: 4 x 8 MiB lines).
+            read_writer, read_stream = anyio.create_memory_object_stream[Any](4)
+            write_stream, write_reader = anyio.create_memory_object_stream[Any](4)
             try:
                 async with trio.open_nursery() as pipes:
                     pipes.start_soon(
