@@ -673,6 +673,7 @@ async def _run(
     stop.reload = lambda: _reload_policy(start.store, reload_target, output, audit)
     try:
         async with trio.open_nursery() as nursery:
+            mcp: Any = None
             try:
                 trust_notices: list[str] = []
                 if bootstrap:
@@ -713,9 +714,14 @@ async def _run(
                     *_untrusted_notice(start.trust_info, options.cwd, start.base_policy.trust),
                     *notices,
                 ]
+                if options.mcp:
+                    # issue 19 §4: servers connect in parallel with the workers' start.
+                    mcp = await _start_mcp(options, start, pool, output, audit.record, nursery)
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                if mcp is not None:
+                    await _add_registered_mcp(mcp, pool)
                 if pool.guard_warning is not None:
                     await output({"type": "warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
@@ -865,11 +871,8 @@ async def _run(
                     choice.scope if choice is not None else None,
                 )
                 stop.on_stop.append(host.abort)
-                mcp = None
+                host.mcp = mcp
                 try:
-                    if options.mcp:
-                        mcp = await _start_mcp(options, start, pool, output, audit.record, nursery)
-                        host.mcp = mcp
                     with stop.guard():
                         await host.start(nursery)
                     if hasattr(provider, "bind"):
@@ -964,6 +967,9 @@ async def _run(
                 status = stop.exit_status or 1
             finally:
                 keep_logs = keep_logs or bool(pool.disabled)
+                if mcp is not None:
+                    with trio.move_on_after(10):
+                        await mcp.aclose()
                 await pool.aclose(keep_logs=keep_logs)
                 # Every sandbox is gone: the last look, for what a background process
                 # made after the last call (issue 14 §1).
@@ -1067,27 +1073,14 @@ async def _run(
 async def _start_mcp(
     options: RunOptions, start: _Start, pool: Any, output: Any, audit: Any, nursery: Any
 ) -> Any:
-    """Load ``mcp.json`` (the project's only with trust ``yes``) and connect the
-    servers in the background (issue 19); None when there is nothing to connect."""
-    from pi_sandbox.supervisor.mcp.config import load_mcp_config, validate_server
+    """Load ``mcp.json`` (the project's only with trust ``yes``) and connect its servers
+    in the background (issue 19); servers extensions register are added once the
+    workers loaded (`_add_registered_mcp`)."""
+    from pi_sandbox.supervisor.mcp.config import load_mcp_config
     from pi_sandbox.supervisor.mcp.manager import McpManager
     from pi_sandbox.supervisor.providers.auth_store import read_auth
 
-    registered = {}
-    errors = []
-    for name, (path, entry) in pool.mcp_servers.items():
-        try:
-            registered[name] = validate_server(
-                name, entry, source=f"extension:{path}", scope="extension"
-            )
-        except ValueError as exc:
-            errors.append(f"extension {path}: {exc}")
-    config = load_mcp_config(
-        options.agent_dir, options.cwd, project_trusted=start.trust == "yes", registered=registered
-    )
-    config.errors[:0] = errors
-    if not config.servers and not config.errors and config.ignored_project_file is None:
-        return None
+    config = load_mcp_config(options.agent_dir, options.cwd, project_trusted=start.trust == "yes")
 
     def auth_key(provider: str) -> str | None:
         entry = read_auth(options.agent_dir).get(provider)
@@ -1114,6 +1107,23 @@ async def _start_mcp(
     )
     await manager.start(nursery)
     return manager
+
+
+async def _add_registered_mcp(manager: Any, pool: Any) -> None:
+    """Connect the servers extensions registered (``pi.register_mcp_server``)."""
+    from pi_sandbox.supervisor.mcp.config import validate_server
+
+    registered = []
+    errors = []
+    for name, (path, entry) in pool.mcp_servers.items():
+        try:
+            registered.append(
+                validate_server(name, entry, source=f"extension:{path}", scope="extension")
+            )
+        except ValueError as exc:
+            errors.append(f"extension {path}: {exc}")
+    if registered or errors:
+        await manager.add_servers(registered, errors)
 
 
 async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output: Any) -> Any:

@@ -13,6 +13,8 @@ every failure becomes an error result or a notice.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,11 +141,13 @@ class McpConnection:
                 await self._failed(f"the connection was lost: {_describe(exc, None)[16:]}")
 
     async def _hold_inner(self, started: Callable[[], None]) -> None:
-        from mcp import ClientSession
 
         with trio.CancelScope() as scope:
             self._scope = scope
             if self._open_http is not None:
+                await import_client()
+                from mcp import ClientSession
+
                 async with (
                     self._open_http() as (read_stream, write_stream),
                     ClientSession(
@@ -160,6 +164,10 @@ class McpConnection:
             process = StdioServerProcess(await self._launch())
             self.process = process
             process.spawn()
+            # The server starts while the SDK is imported (by then, usually, it is).
+            await import_client()
+            from mcp import ClientSession
+
             # A few messages of slack each way save a task switch per message; a
             # flooding server still blocks on its own pipe (bounded: 4 x 8 MiB lines).
             read_writer, read_stream = anyio.create_memory_object_stream[Any](4)
@@ -340,6 +348,26 @@ class McpConnection:
             raise McpUnavailable(
                 f"MCP server {self.name!r}: {what} failed: {type(exc).__name__}: {exc}"[:2000]
             ) from exc
+
+
+_importing: list[trio.Event] = []
+
+
+async def import_client() -> None:
+    """Import the ``mcp`` SDK's client in a thread, once (it takes a second or more:
+    the event loop and the servers' own start-up go on meanwhile)."""
+    if "mcp.client.session" in sys.modules and not _importing:
+        return
+    if _importing:
+        await _importing[0].wait()
+        return
+    done = trio.Event()
+    _importing.append(done)
+    try:
+        await trio.to_thread.run_sync(importlib.import_module, "mcp")
+    finally:
+        done.set()
+        _importing.clear()
 
 
 class McpUnavailable(Exception):

@@ -121,6 +121,7 @@ class McpManager:
         self.refused: dict[str, str] = {}
         self._nursery: trio.Nursery | None = None
         self._bwrap: str | None = None
+        self._cgroups: Any = None
         self._log_dir = Path(tempfile.mkdtemp(prefix=f"pi-mcp-{os.getpid()}-"))
         self._tool_owner: dict[str, tuple[str, str]] = {}  # pi name -> (server, tool)
         self._registered: set[str] = set()
@@ -140,11 +141,29 @@ class McpManager:
                 f"{self.config.ignored_project_file} ignored: the project is not trusted "
                 "(its MCP servers would run programs the repository chose)",
             )
-        enabled = [s for s in self.config.servers.values() if s.enabled]
+        await self._connect([s for s in self.config.servers.values() if s.enabled])
+
+    async def add_servers(self, servers: list[McpServerConfig], errors: list[str]) -> None:
+        """Add servers extensions registered (known once their workers loaded); a
+        configured server of the same name wins (pi mcp.md)."""
+        for problem in errors:
+            await self._say("warning", f"MCP configuration: {problem}")
+        new = [s for s in servers if s.name not in self.config.servers]
+        for server in new:
+            self.config.servers[server.name] = server
+        await self._connect([s for s in new if s.enabled])
+
+    async def _connect(self, enabled: list[McpServerConfig]) -> None:
+        nursery = self._nursery
+        assert nursery is not None
         if not enabled:
             return
+        from pi_sandbox.supervisor.mcp.connection import import_client
+
+        # The SDK takes a second or more to import: in a thread, while servers start.
+        nursery.start_soon(import_client)
         needs_bwrap = any(s.kind == "stdio" for s in enabled) and self.sandbox_mode != "off"
-        if needs_bwrap:
+        if needs_bwrap and self._bwrap is None:
             problem = await self._prepare_bwrap()
             if problem is not None:
                 for server in enabled:
@@ -202,6 +221,11 @@ class McpManager:
                 "pass --no-sandbox to run them as plain processes"
             )
         self._bwrap = bwrap
+        if getattr(self.pool, "cgroups", None) is None:
+            from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter
+
+            # Servers may start before the pool prepared its own (issue 19 §4).
+            self._cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
         return None
 
     async def _register_when_ready(self, connection: McpConnection) -> None:
@@ -280,19 +304,23 @@ class McpManager:
         filesystem, network, pinned_by = self._grants(server)
         settings = self.pool.config.settings
         proxy = await self._server_proxy(server, network) if network else None
-        profile = program_profile(
-            program=program,
-            args=server.args,
-            workspace=self.cwd,
-            home=self.home,
-            agent_dir=self.agent_dir,
-            env=env,
-            filesystem=filesystem,  # type: ignore[arg-type]
-            cwd=cwd,
-            settings=settings,
-            proxy_socket=proxy,
-            protect=self.pool.config.policy_files,
-            hide=tuple(p for p in (self.pool.config.audit_log,) if p is not None),
+        # Building a profile reads the file system (git configuration, symlinks): in a
+        # thread, so that servers starting together do not wait for each other.
+        profile = await trio.to_thread.run_sync(
+            lambda: program_profile(
+                program=program,
+                args=server.args,
+                workspace=self.cwd,
+                home=self.home,
+                agent_dir=self.agent_dir,
+                env=env,
+                filesystem=filesystem,  # type: ignore[arg-type]
+                cwd=cwd,
+                settings=settings,
+                proxy_socket=proxy,
+                protect=self.pool.config.policy_files,
+                hide=tuple(p for p in (self.pool.config.audit_log,) if p is not None),
+            )
         )
         self._audit(
             {
@@ -313,7 +341,7 @@ class McpManager:
             log_path,
             sandbox=profile,
             bwrap=self._bwrap,
-            cgroups=getattr(self.pool, "cgroups", None),
+            cgroups=getattr(self.pool, "cgroups", None) or self._cgroups,
         )
 
     async def _server_proxy(self, server: McpServerConfig, hosts: tuple[str, ...]) -> str:
