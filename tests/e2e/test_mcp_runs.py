@@ -232,3 +232,53 @@ def test_an_extension_registers_a_server_that_runs_like_a_configured_one(setup):
     proc = setup.run([[("mcp__ext__echo", {"text": "from an extension"})]], "-e", str(extension))
     assert proc.returncode == 0, proc.stderr
     assert text_of(results(proc.stdout)["mcp__ext__echo"][0]) == "from an extension"
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """The well-behaved server on streamable HTTP at 127.0.0.1:PORT/mcp."""
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "http.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, str(HOSTILE.parent / "well_behaved_server.py"), "--http", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as conn:
+            if conn.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.terminate()
+    process.wait(timeout=10)
+    log.close()
+
+
+def test_a_remote_server_is_reached_through_the_egress_proxy_under_the_policy(setup, http_server):
+    setup.user_servers(
+        {"web": {"url": http_server, "exposure": "direct", "headers": {"X-Token": "${WEB_TOKEN}"}}}
+    )
+    audit = setup.root / "audit.jsonl"
+    env = {**setup.env, "WEB_TOKEN": "t0k"}
+    proc = setup.run([[("mcp__web__add", {"a": 1, "b": 2})]], "--audit-log", str(audit), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert text_of(results(proc.stdout)["mcp__web__add"][0]) == "3"
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    egress = [r for r in records if r.get("event") == "egress" and r.get("mcp_server") == "web"]
+    assert egress and all(r["decision"] == "allow" for r in egress)
+    assert "t0k" not in audit.read_text()
+    # A policy can forbid remote servers.
+    (setup.root / "managed.d").mkdir()
+    (setup.root / "managed.d" / "50-mcp.yaml").write_text("version: 1\nmcp:\n  remote: deny\n")
+    denied = setup.run([[("mcp__web__add", {"a": 1, "b": 2})]], env=env)
+    assert "not found" in text_of(results(denied.stdout)["mcp__web__add"][0])
+    assert any(
+        "remote MCP servers are not allowed" in m for m in messages(denied.stdout, "warning")
+    )
