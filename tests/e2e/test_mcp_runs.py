@@ -282,3 +282,35 @@ def test_a_remote_server_is_reached_through_the_egress_proxy_under_the_policy(se
     assert any(
         "remote MCP servers are not allowed" in m for m in messages(denied.stdout, "warning")
     )
+
+
+def test_slash_mcp_prints_the_servers_status(setup):
+    setup.user_servers({"x": setup.server(exposure="direct"), "off": setup.server(enabled=False)})
+    script = setup.root / "none.yaml"
+    script.write_text("- text: done\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pi_sandbox.cli",
+            "--model",
+            "scripted",
+            "--script",
+            str(script),
+            "-C",
+            str(setup.ws),
+            "--mode",
+            "json",
+            "--no-session",
+            "/mcp",
+        ],
+        env=setup.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    status = "\n".join(messages(proc.stdout, "notice"))
+    assert "off: disabled (config)" in status
+    assert "x: connected (3 tools, direct)" in status

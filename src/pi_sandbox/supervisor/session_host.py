@@ -370,6 +370,12 @@ class SessionHost:
             await self.mcp.wait_for_direct()
         if text.startswith("/"):
             name, _, args = text[1:].partition(" ")
+            if name == "mcp" and self.mcp is not None and "mcp" not in self.pool.commands:
+                # pi mcp.md: outside the TUI, /mcp prints server status (an
+                # extension's /mcp replaces it).
+                await self.mcp.wait_all()
+                await self.emit({"type": "notice", "message": self.mcp.status_text()})
+                return ""
             if name in BUILTIN_COMMANDS:
                 if name == "reload":
                     await self.replace("reload")

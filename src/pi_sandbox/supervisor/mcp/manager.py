@@ -640,6 +640,26 @@ class McpManager:
             )
         return lines
 
+    async def wait_all(self, timeout_s: float = STARTUP_WAIT_S) -> None:
+        """Wait (at most ``timeout_s``) until every server's first attempt ended."""
+        with trio.move_on_after(timeout_s):
+            for connection in list(self.connections.values()):
+                await connection.ready.wait()
+
+    def status_text(self) -> str:
+        """``/mcp`` outside the TUI: one line per server (state, tool count, exposure,
+        error), then configuration errors."""
+        lines = []
+        for line in self.status():
+            text = (
+                f"{line['name']}: {line['state']} ({len(line['tools'])} tools, {line['exposure']})"
+            )
+            if line["error"]:
+                text += f" — {line['error'].splitlines()[0]}"
+            lines.append(text)
+        lines += [f"config error: {error}" for error in self.config.errors]
+        return "\n".join(lines) or "no MCP servers"
+
     async def aclose(self) -> None:
         """Stop every server (stdin closed, SIGTERM, SIGKILL) and remove their logs."""
         with trio.CancelScope(shield=True):
