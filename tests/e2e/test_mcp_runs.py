@@ -314,3 +314,27 @@ def test_slash_mcp_prints_the_servers_status(setup):
     status = "\n".join(messages(proc.stdout, "notice"))
     assert "off: disabled (config)" in status
     assert "x: connected (3 tools, direct)" in status
+
+
+def test_a_slow_server_is_reported_and_not_waited_for_beyond_ten_seconds(setup):
+    import time
+
+    slow = HOSTILE.parent / "slow_server.py"
+    setup.user_servers(
+        {
+            "fast": setup.server(exposure="direct"),
+            "slow": setup.server(slow, "60", exposure="direct"),
+        }
+    )
+    started = time.monotonic()
+    proc = setup.run([[("mcp__fast__echo", {"text": "fast"}), ("mcp__slow__echo", {"text": "x"})]])
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    got = results(proc.stdout)
+    assert text_of(got["mcp__fast__echo"][0]) == "fast"
+    assert "not found" in text_of(got["mcp__slow__echo"][0])
+    assert any(
+        "MCP servers still connecting after 10 s: slow" in m
+        for m in messages(proc.stdout, "notice")
+    )
+    assert elapsed < 50  # the run did not wait for the 60-second server

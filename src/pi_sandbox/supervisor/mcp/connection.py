@@ -89,6 +89,7 @@ class McpConnection:
         self._nursery: trio.Nursery | None = None
         self._lock = trio.Lock()
         self._bad_lines_reported = False
+        self._closing = False
         self.calls = 0
 
     @property
@@ -116,6 +117,8 @@ class McpConnection:
         try:
             await self._nursery.start(self._hold)
         except Exception as exc:  # a failed start is an outcome, not a crash
+            if self._closing:
+                return  # stopped while connecting (the session ends): nothing to report
             await self._failed(_describe(exc, self.process))
             return
         self.state = "connected"
@@ -273,6 +276,7 @@ class McpConnection:
 
     async def aclose(self) -> None:
         """Stop the connection (process: stdin closed, SIGTERM, SIGKILL)."""
+        self._closing = True
         if self._scope is not None:
             self._scope.cancel()
         if self.process is not None:
