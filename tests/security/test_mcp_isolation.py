@@ -158,3 +158,53 @@ def test_without_a_working_bwrap_a_server_is_refused_not_run_unsandboxed(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists()
     assert any("bwrap cannot run here" in w for w in messages(proc.stdout, "warning"))
+
+
+@pytest.fixture
+def web_servers():
+    """Two HTTP servers on the host's 127.0.0.1 answering 200: (allowed, denied) ports."""
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield tuple(server.server_address[1] for server in servers)
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_reaches_only_the_hosts_its_network_grant_names(tmp_path, web_servers):
+    allowed, denied = web_servers
+    setup = McpSetup(tmp_path)
+    setup.user_servers({"h": _hostile(setup, 9, sandbox={"network": [f"127.0.0.1:{allowed}"]})})
+    audit = setup.root / "audit.jsonl"
+    proc = setup.run(
+        [
+            [("mcp__h__fetch", {"url": f"http://127.0.0.1:{allowed}/"})],
+            [("mcp__h__fetch", {"url": f"http://127.0.0.1:{denied}/"})],
+        ],
+        "--audit-log",
+        str(audit),
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = (text_of(e) for e in results(proc.stdout)["mcp__h__fetch"])
+    assert first == "status 200"
+    assert second.startswith("status 403") and "denied" in second
+    egress = [
+        json.loads(line)
+        for line in audit.read_text().splitlines()
+        if '"egress"' in line and '"mcp_server": "h"' in line
+    ]
+    assert [r["decision"] for r in egress] == ["allow", "deny"]

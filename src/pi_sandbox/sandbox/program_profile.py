@@ -26,7 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pi_sandbox.sandbox.profile import SandboxProfile, is_within, worker_profile
+from pi_sandbox.sandbox.profile import (
+    SandboxProfile,
+    _direct_names,
+    is_within,
+    worker_profile,
+)
 from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = ["program_profile"]
@@ -44,6 +49,7 @@ def program_profile(
     cwd: str | None,
     settings: SandboxSettings | None = None,
     proxy_socket: str | None = None,
+    network_allow: Sequence[str] = (),
     protect: Sequence[Path] = (),
     hide: Sequence[Path] = (),
 ) -> SandboxProfile:
@@ -62,6 +68,8 @@ def program_profile(
             mounted, else ``/tmp``. A directory that is not mounted becomes ``/tmp``.
         settings: the policy's sandbox settings (limits, deny lists, git mode).
         proxy_socket: the per-server egress proxy's socket, or None for no network.
+        network_allow: that proxy's allowlist: a loopback name it names goes through
+            the proxy (the host's service), the others stay the sandbox's own.
         protect / hide: as for `worker_profile` (policy files, the audit log).
 
     Returns:
@@ -118,6 +126,7 @@ def program_profile(
         sockets=(),
         network="proxy" if proxy_socket else "none",
         proxy_socket=proxy_socket,
+        proxy_direct=_direct_names(network_allow),
         git_dirs=base.git_dirs if filesystem == "write" else (),
         limits=base.limits,
     )

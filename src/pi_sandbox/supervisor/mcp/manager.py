@@ -318,6 +318,7 @@ class McpManager:
                 cwd=cwd,
                 settings=settings,
                 proxy_socket=proxy,
+                network_allow=network,
                 protect=self.pool.config.policy_files,
                 hide=tuple(p for p in (self.pool.config.audit_log,) if p is not None),
             )
