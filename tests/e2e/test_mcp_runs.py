@@ -172,7 +172,7 @@ def test_pi_mcp_add_list_get_and_remove_work_without_a_session(setup):
     assert listed.returncode == 0, listed.stderr
     server = json.loads(listed.stdout)["servers"][0]
     assert server["state"] == "connected" and server["sandboxed"]
-    assert {t["name"] for t in server["tools"]} == {"echo", "add", "now"}
+    assert {t["name"] for t in server["tools"]} == {"echo", "add", "now", "grow"}
     got = setup.cli("mcp", "get", "x")
     assert got.returncode == 0 and "resource: note://greeting" in got.stdout
     assert "prompt: review" in got.stdout
@@ -313,7 +313,7 @@ def test_slash_mcp_prints_the_servers_status(setup):
     assert proc.returncode == 0, proc.stderr
     status = "\n".join(messages(proc.stdout, "notice"))
     assert "off: disabled (config)" in status
-    assert "x: connected (3 tools, direct)" in status
+    assert "x: connected (4 tools, direct)" in status
 
 
 def test_a_slow_server_is_reported_and_not_waited_for_beyond_ten_seconds(setup):
@@ -338,3 +338,17 @@ def test_a_slow_server_is_reported_and_not_waited_for_beyond_ten_seconds(setup):
         for m in messages(proc.stdout, "notice")
     )
     assert elapsed < 50  # the run did not wait for the 60-second server
+
+
+def test_a_changed_tool_list_adds_new_tools_and_withdraws_old_ones(setup):
+    setup.user_servers({"x": setup.server(exposure="direct")})
+    proc = setup.run(
+        [
+            [("mcp__x__grow", {})],
+            [("mcp__x__shout", {"text": "loud"}), ("mcp__x__add", {"a": 1, "b": 2})],
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = results(proc.stdout)
+    assert text_of(got["mcp__x__shout"][0]) == "LOUD"
+    assert "not found" in text_of(got["mcp__x__add"][0])

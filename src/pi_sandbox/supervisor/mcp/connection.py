@@ -90,6 +90,11 @@ class McpConnection:
         self._lock = trio.Lock()
         self._bad_lines_reported = False
         self._closing = False
+        self._relisting = False
+        self._relisted = trio.Event()
+        self._relist_again = False
+        # Called (no arguments) after the tool list changed (`notifications/tools/list_changed`).
+        self.on_tools_changed: Callable[[], None] | None = None
         self.calls = 0
 
     @property
@@ -154,7 +159,10 @@ class McpConnection:
                 async with (
                     self._open_http() as (read_stream, write_stream),
                     ClientSession(
-                        read_stream, write_stream, logging_callback=self._on_log
+                        read_stream,
+                        write_stream,
+                        logging_callback=self._on_log,
+                        message_handler=self._on_message,
                     ) as session,
                 ):
                     with trio.fail_after(CONNECT_TIMEOUT_S):
@@ -183,7 +191,10 @@ class McpConnection:
                     pipes.start_soon(self._watch_process, process, scope)
                     try:
                         async with ClientSession(
-                            read_stream, write_stream, logging_callback=self._on_log
+                            read_stream,
+                            write_stream,
+                            logging_callback=self._on_log,
+                            message_handler=self._on_message,
                         ) as session:
                             with trio.fail_after(CONNECT_TIMEOUT_S):
                                 await self._handshake(session)
@@ -214,32 +225,35 @@ class McpConnection:
         self.instructions = init.instructions
         self.server_name = getattr(init.server_info, "name", None)
         capabilities = init.capabilities
-        tools: list[ServerTool] = []
-        if capabilities.tools is not None:
-            cursor = None
-            for _ in range(_MAX_PAGES):
-                from mcp_types import PaginatedRequestParams
-
-                params = PaginatedRequestParams(cursor=cursor) if cursor else None
-                listing = await session.list_tools(params=params)
-                for tool in listing.tools:
-                    annotations = (
-                        tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
-                    )
-                    tools.append(
-                        ServerTool(
-                            tool.name,
-                            (tool.description or "")[:10_000],
-                            dict(tool.input_schema or {}),
-                            annotations,
-                        )
-                    )
-                cursor = listing.next_cursor
-                if not cursor or len(tools) >= _MAX_TOOLS:
-                    break
-        self.tools = tools[:_MAX_TOOLS]
+        self.tools = await self._list_tools(session) if capabilities.tools is not None else []
         self.has_resources = capabilities.resources is not None
         self.has_prompts = capabilities.prompts is not None
+
+    async def _list_tools(self, session: Any) -> list[ServerTool]:
+        """Every page of ``tools/list`` (at most `_MAX_TOOLS` tools, `_MAX_PAGES` pages)."""
+        from mcp_types import PaginatedRequestParams
+
+        tools: list[ServerTool] = []
+        cursor = None
+        for _ in range(_MAX_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            listing = await session.list_tools(params=params)
+            for tool in listing.tools:
+                annotations = (
+                    tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+                )
+                tools.append(
+                    ServerTool(
+                        tool.name,
+                        (tool.description or "")[:10_000],
+                        dict(tool.input_schema or {}),
+                        annotations,
+                    )
+                )
+            cursor = listing.next_cursor
+            if not cursor or len(tools) >= _MAX_TOOLS:
+                break
+        return tools[:_MAX_TOOLS]
 
     async def _failed(self, why: str) -> None:
         self.failures += 1
@@ -270,6 +284,48 @@ class McpConnection:
                 f"MCP server {self.name!r} wrote output that is not MCP; it was dropped: "
                 f"{line[:120]!r}",
             )
+
+    async def _on_message(self, message: Any) -> None:
+        """``notifications/tools/list_changed``: list the tools again (once at a time;
+        announcements meanwhile are folded into the next listing)."""
+        if type(message).__name__ != "ToolListChangedNotification" or self._nursery is None:
+            return
+        if self._relisting:
+            self._relist_again = True
+            return
+        self._relisting = True
+        self._relisted = trio.Event()
+        self._nursery.start_soon(self._relist)
+
+    async def _relist(self) -> None:
+        try:
+            while True:
+                self._relist_again = False
+                session = self._session
+                if session is None or self.state != "connected":
+                    return
+                try:
+                    with trio.fail_after(self.config.timeout_s):
+                        self.tools = await self._list_tools(session)
+                except Exception as exc:
+                    await self._say(
+                        "warning", f"MCP server {self.name!r}: tools/list failed: {exc}"
+                    )
+                    return
+                if self.on_tools_changed is not None:
+                    self.on_tools_changed()
+                if not self._relist_again:
+                    return
+        finally:
+            self._relisting = False
+            self._relisted.set()
+
+    async def tools_settled(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for a tool listing a ``list_changed`` announcement started:
+        a call that changed the tools is answered once the new ones are registered."""
+        if self._relisting:
+            with trio.move_on_after(timeout_s):
+                await self._relisted.wait()
 
     async def _on_log(self, params: Any) -> None:
         return None  # server logs are not shown (pi appends them to mcp.log)

@@ -199,6 +199,7 @@ class McpManager:
                 notify=self._say,
             )
             self.connections[server.name] = connection
+            connection.on_tools_changed = self.refresh_tools
             await connection.start(nursery)
             nursery.start_soon(self._register_when_ready, connection)
 
@@ -428,8 +429,10 @@ class McpManager:
 
         pool = self.pool
         with_resources: list[McpConnection] = []
+        offered: set[str] = set()
         for connection in self.connections.values():
             if connection.state != "connected" and not connection.tools:
+                offered.update(n for n, o in self._tool_owner.items() if o[0] == connection.name)
                 continue
             server = connection.name
             plain = [mcp_tool_name(server, t.name) for t in connection.tools]
@@ -445,6 +448,7 @@ class McpManager:
                     ),
                 )
                 self._tool_owner[name] = owner
+                offered.add(name)
                 exposure = tool_exposure(connection.config, tool.name)
                 if exposure == "hidden":
                     continue
@@ -465,6 +469,13 @@ class McpManager:
                 self._add(registered, exposure)
             if connection.has_resources:
                 with_resources.append(connection)
+        for name in [n for n in self._registered if n in self._tool_owner and n not in offered]:
+            # pi mcp.md: a withdrawn tool becomes unreachable.
+            self._registered.discard(name)
+            pool.external_tools.pop(name, None)
+            if name in pool.tools and pool.tools[name].source.startswith("mcp:"):
+                del pool.tools[name]
+            pool.undeclared_tools.discard(name)
         if with_resources:
             widest = (
                 "direct"
@@ -509,6 +520,7 @@ class McpManager:
                 return _error(str(exc))
             except Exception as exc:  # the server's JSON-RPC error
                 return _error(f"MCP server {server!r}: {tool} failed: {exc}"[:4000])
+            await connection.tools_settled()
             return to_tool_result(result, server=server)
 
         return execute
