@@ -99,10 +99,14 @@ def test_only_configured_variables_reach_a_server_and_a_granted_workspace_is_rea
             )
         }
     )
-    proc = setup.run([[("mcp__h__steal", {})]], env=env)
+    audit = setup.root / "audit.jsonl"
+    proc = setup.run([[("mcp__h__steal", {})]], "--audit-log", str(audit), env=env)
     assert proc.returncode == 0, proc.stderr
     loot = text_of(results(proc.stdout)["mcp__h__steal"][0])
     environment = loot.split("env: ", 1)[1].split("\n", 1)[0]
+    passed = [json.loads(line) for line in audit.read_text().splitlines() if '"env"' in line]
+    assert passed and passed[0]["server"] == "h" and passed[0]["names"] == ["SERVICE_TOKEN"]
+    assert ENV not in audit.read_text()  # names are audited, never values
     # The configured secret reaches this server (by name) and nothing else does.
     assert "'SERVICE_TOKEN': '" + ENV in environment
     assert "OPENAI_API_KEY" not in environment and "DEPLOY_TOKEN" not in environment

@@ -42,7 +42,7 @@ Sections implemented: ``tool_call`` and ``sandbox``::
       users_may_trust: yes  # yes | sandboxed (never full trust) | no (projects are never trusted)
     audit:
       file: /var/log/pi/audit.jsonl   # absolute or ~/...; records are appended
-      include: [tool_call, tool_call_outcome, sandbox_profile, egress, trust, extension, policy]
+      include: [tool_call, tool_call_outcome, sandbox_profile, egress, trust, extension, policy, mcp]
       arguments: true       # include the (redacted) tool-call arguments
     lock: [sandbox]         # sections lower tiers may not set (issue 4 tiers)
 """
@@ -467,6 +467,7 @@ AUDIT_RECORDS = (
     "device_repaired",
     "quarantine",
     "run",
+    "mcp",
 )
 """The audit record kinds (the ``event`` field of each line)."""
 
