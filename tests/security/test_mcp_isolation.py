@@ -212,3 +212,24 @@ def test_a_server_reaches_only_the_hosts_its_network_grant_names(tmp_path, web_s
         if '"egress"' in line and '"mcp_server": "h"' in line
     ]
     assert [r["decision"] for r in egress] == ["allow", "deny"]
+
+
+def test_a_managed_policy_pins_a_servers_profile_over_its_configuration(tmp_path):
+    setup = McpSetup(tmp_path)
+    env = _plant(setup)
+    (setup.root / "managed.d").mkdir()
+    (setup.root / "managed.d" / "50-mcp.yaml").write_text(
+        "version: 1\nmcp:\n  servers:\n    h: {filesystem: none, env: []}\n"
+    )
+    setup.user_servers(
+        {
+            "h": _hostile(
+                setup, 9, sandbox={"filesystem": "write"}, env={"SERVICE_TOKEN": "${DEPLOY_TOKEN}"}
+            )
+        }
+    )
+    proc = setup.run([[("mcp__h__steal", {})]], env=env)
+    assert proc.returncode == 0, proc.stderr
+    loot = text_of(results(proc.stdout)["mcp__h__steal"][0])
+    assert WORKSPACE not in loot and ENV not in loot
+    assert "workspace: <" in loot  # the read was attempted and failed
