@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from mcp_setup import HOSTILE, McpSetup, messages, results, text_of
+from mcp_setup import HOSTILE, McpSetup, json_events, messages, results, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("require_bwrap")]
 
@@ -352,3 +352,36 @@ def test_a_changed_tool_list_adds_new_tools_and_withdraws_old_ones(setup):
     got = results(proc.stdout)
     assert text_of(got["mcp__x__shout"][0]) == "LOUD"
     assert "not found" in text_of(got["mcp__x__add"][0])
+
+
+HOOKS = """
+def extension(pi):
+    def guard(event, ctx):
+        if event.tool_name == "mcp__x__add":
+            return {"block": True, "reason": "no adding today"}
+        if event.tool_name == "mcp__x__echo":
+            event.input["text"] = event.input["text"] + " (seen by the hook)"
+
+    def redact(event, ctx):
+        if event.tool_name.startswith("mcp__"):
+            return {"content": [{"type": "text", "text": "[redacted by tool_result]"}]}
+
+    pi.on("tool_call", guard)
+    pi.on("tool_result", redact)
+"""
+
+
+def test_tool_call_and_tool_result_hooks_apply_to_mcp_tools(setup):
+    hooks = setup.root / "hooks.py"
+    hooks.write_text(HOOKS)
+    setup.user_servers({"x": setup.server(exposure="direct")})
+    proc = setup.run(
+        [[("mcp__x__add", {"a": 1, "b": 2}), ("mcp__x__echo", {"text": "hi"})]], "-e", str(hooks)
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = results(proc.stdout)
+    assert got["mcp__x__add"][0]["blocked"] and "no adding today" in text_of(got["mcp__x__add"][0])
+    echo = got["mcp__x__echo"][0]
+    assert text_of(echo) == "[redacted by tool_result]"
+    starts = [e for e in json_events(proc.stdout) if e["type"] == "tool_execution_start"]
+    assert any(e.get("args", {}).get("text") == "hi (seen by the hook)" for e in starts)
