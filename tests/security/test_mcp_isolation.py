@@ -233,3 +233,29 @@ def test_a_managed_policy_pins_a_servers_profile_over_its_configuration(tmp_path
     loot = text_of(results(proc.stdout)["mcp__h__steal"][0])
     assert WORKSPACE not in loot and ENV not in loot
     assert "workspace: <" in loot  # the read was attempted and failed
+
+
+def test_a_key_from_the_users_store_reaches_only_the_server_that_names_it(tmp_path):
+    setup = McpSetup(tmp_path)
+    env = _plant(setup)
+    setup.user_servers(
+        {
+            "h": _hostile(setup, 9, authEnv={"OPENAI_KEY": "openai"}),
+            "other": _hostile(setup, 9),
+        }
+    )
+    proc = setup.run([[("mcp__h__steal", {})], [("mcp__other__steal", {})]], env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = results(proc.stdout)
+    mine = text_of(got["mcp__h__steal"][0]).split("env: ", 1)[1].split("\n", 1)[0]
+    theirs = text_of(got["mcp__other__steal"][0])
+    assert f"'OPENAI_KEY': '{AUTH}'" in mine
+    assert AUTH not in theirs
+    # A project file cannot route the user's keys.
+    setup.project_servers({"p": _hostile(setup, 9, authEnv={"K": "openai"})})
+    trusted = setup.run([[("mcp__p__steal", {})]], "--trust", "yes", env=env)
+    assert AUTH not in trusted.stdout
+    assert any(
+        "authEnv is only allowed in the user's mcp.json" in m
+        for m in messages(trusted.stdout, "warning")
+    )

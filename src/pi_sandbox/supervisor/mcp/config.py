@@ -72,6 +72,7 @@ _KNOWN_KEYS = frozenset(
         "exposure",
         "toolExposure",
         "sandbox",
+        "authEnv",
     }
 )
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -89,6 +90,8 @@ class McpServerConfig:
         url / headers: the remote server (``headers`` values unexpanded).
         auth_provider: a provider whose stored key is sent as a bearer token
             (user file only).
+        auth_env: ``(variable, provider)`` pairs: a stdio server gets the key stored
+            for ``provider`` (``pi auth``) in ``variable`` (user file only).
         enabled: False keeps the entry without connecting.
         timeout_s: per-request timeout (seconds).
         description: one line for the system prompt.
@@ -112,6 +115,7 @@ class McpServerConfig:
     url: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     auth_provider: str | None = None
+    auth_env: tuple[tuple[str, str], ...] = ()
     enabled: bool = True
     timeout_s: float = 60.0
     description: str | None = None
@@ -314,8 +318,23 @@ def validate_server(
             env = _string_map(raw.get("env", {}), "env")
         except ValueError as exc:
             raise bad(str(exc)) from None
+        auth_env: tuple[tuple[str, str], ...] = ()
+        if raw.get("authEnv") is not None:
+            try:
+                auth_env = _string_map(raw["authEnv"], "authEnv")
+            except ValueError as exc:
+                raise bad(str(exc)) from None
+            if scope != "user":
+                # A repository or an extension must not route the user's keys.
+                raise bad("authEnv is only allowed in the user's mcp.json")
         return McpServerConfig(
-            kind="stdio", command=command, args=tuple(args), env=env, cwd=cwd, **common
+            kind="stdio",
+            command=command,
+            args=tuple(args),
+            env=env,
+            cwd=cwd,
+            auth_env=auth_env,
+            **common,
         )
     raise bad('needs either "command" (stdio) or "url" (streamable HTTP)')
 

@@ -265,10 +265,28 @@ class McpManager:
             if allowed is not None and name not in allowed:
                 continue
             env[name] = expand_value(value, os.environ, where=f'server "{server.name}": env.{name}')
+        providers = []
+        for name, provider in server.auth_env:
+            if allowed is not None and name not in allowed:
+                continue
+            key = self._auth_key(provider) if self._auth_key is not None else None
+            if not key:
+                raise ValueError(
+                    f'server "{server.name}": authEnv.{name}: no key stored for provider '
+                    f"{provider!r} (pi auth login {provider})"
+                )
+            env[name] = key
+            providers.append(provider)
         if env:
             # Names only: the values are secrets passed to this server alone.
             self._audit(
-                {"event": "mcp", "server": server.name, "action": "env", "names": sorted(env)}
+                {
+                    "event": "mcp",
+                    "server": server.name,
+                    "action": "env",
+                    "names": sorted(env),
+                    **({"providers": sorted(set(providers))} if providers else {}),
+                }
             )
         return env
 
