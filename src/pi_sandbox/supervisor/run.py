@@ -720,7 +720,11 @@ async def _run(
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
-                if mcp is not None:
+                if options.mcp and pool.mcp_servers:
+                    if mcp is None:
+                        mcp = await _start_mcp(
+                            options, start, pool, output, audit.record, nursery, empty_ok=True
+                        )
                     await _add_registered_mcp(mcp, pool)
                 if pool.guard_warning is not None:
                     await output({"type": "warning", "message": pool.guard_warning})
@@ -1071,16 +1075,26 @@ async def _run(
 
 
 async def _start_mcp(
-    options: RunOptions, start: _Start, pool: Any, output: Any, audit: Any, nursery: Any
+    options: RunOptions,
+    start: _Start,
+    pool: Any,
+    output: Any,
+    audit: Any,
+    nursery: Any,
+    *,
+    empty_ok: bool = False,
 ) -> Any:
     """Load ``mcp.json`` (the project's only with trust ``yes``) and connect its servers
     in the background (issue 19); servers extensions register are added once the
-    workers loaded (`_add_registered_mcp`)."""
+    workers loaded (`_add_registered_mcp`). None when there is nothing to connect or
+    report (unless ``empty_ok``)."""
     from pi_sandbox.supervisor.mcp.config import load_mcp_config
     from pi_sandbox.supervisor.mcp.manager import McpManager
     from pi_sandbox.supervisor.providers.auth_store import read_auth
 
     config = load_mcp_config(options.agent_dir, options.cwd, project_trusted=start.trust == "yes")
+    if not (empty_ok or config.servers or config.errors or config.ignored_project_file):
+        return None  # nothing to connect or say: no manager, no cost
 
     def auth_key(provider: str) -> str | None:
         entry = read_auth(options.agent_dir).get(provider)

@@ -122,10 +122,17 @@ class McpManager:
         self._nursery: trio.Nursery | None = None
         self._bwrap: str | None = None
         self._cgroups: Any = None
-        self._log_dir = Path(tempfile.mkdtemp(prefix=f"pi-mcp-{os.getpid()}-"))
+        self._log_dir_path: Path | None = None
         self._tool_owner: dict[str, tuple[str, str]] = {}  # pi name -> (server, tool)
         self._registered: set[str] = set()
         self._waited = False
+
+    @property
+    def _log_dir(self) -> Path:
+        """Server logs and proxy sockets (made at the first server's start, 0700)."""
+        if self._log_dir_path is None:
+            self._log_dir_path = Path(tempfile.mkdtemp(prefix=f"pi-mcp-{os.getpid()}-"))
+        return self._log_dir_path
 
     # --- start-up ------------------------------------------------------------------
 
@@ -697,7 +704,8 @@ class McpManager:
             async with trio.open_nursery() as nursery:
                 for connection in self.connections.values():
                     nursery.start_soon(connection.aclose)
-        shutil.rmtree(self._log_dir, ignore_errors=True)
+        if self._log_dir_path is not None:
+            shutil.rmtree(self._log_dir_path, ignore_errors=True)
 
 
 def _error(text: str) -> dict[str, Any]:
