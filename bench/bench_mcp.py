@@ -5,10 +5,11 @@
     SDK client (``stdio_client`` + ``ClientSession.call_tool``) to the same server
     script, unsandboxed, in the same run, alternating blocks. Target ≤ 1.5×.
 (2) Start-up to ready with 5 stdio servers (the well-behaved fixture, ``direct``
-    exposure, so the first prompt waits for all of them): wall time of
-    ``pi -p go`` (scripted model answering ``done``) against pi 1.6.0 with the same
-    5 servers in its ``mcp.json`` (faux provider answering ``done``), same run,
-    alternating; also both without servers. Target ≤ 1.0×.
+    exposure, so the first prompt waits for all of them): seconds from spawning
+    ``pi --mode json go`` (scripted model answering ``done``) to its ``agent_end``
+    event, against pi 1.6.0 with the same 5 servers in its ``mcp.json`` (faux provider
+    answering ``done``), same run, alternating; also both without servers (shutdown is
+    not counted). Target ≤ 1.0×.
 
 Usage: ``python bench/bench_mcp.py [--calls 200] [--runs 5] [--no-pi]``.
 pi 1.6.0 is looked up in ``$PI16_DIR`` or ``~/.cache/pi-sandbox-tests/pi-1.6.0``
@@ -142,6 +143,24 @@ def _startup(runs: int, root: Path, with_pi: bool) -> dict[str, float | str]:
             target.unlink()
         return path
 
+    def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
+        """Seconds from spawn to the ``agent_end`` event of ``--mode json`` (the answer
+        to the first prompt: start-up and the wait for ``direct`` servers included,
+        shutdown excluded); the process is then waited for."""
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        ready = None
+        assert process.stdout is not None
+        for line in process.stdout:
+            if ready is None and '"agent_end"' in line:
+                ready = time.perf_counter() - start
+        process.wait(timeout=120)
+        if process.returncode != 0 or ready is None:
+            raise RuntimeError(f"run failed: {argv[:3]} {process.stderr.read()[-800:]}")
+        return ready
+
     def ours(with_servers: bool) -> float:
         agent = agent_dir("agent-ours" + ("-mcp" if with_servers else ""), with_servers)
         env = {**os.environ, "HOME": str(root), "PI_CODING_AGENT_DIR": str(agent)}
@@ -156,15 +175,11 @@ def _startup(runs: int, root: Path, with_pi: bool) -> dict[str, float | str]:
             "-C",
             str(ws),
             "--no-session",
-            "-p",
+            "--mode",
+            "json",
             "go",
         ]
-        start = time.perf_counter()
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-        elapsed = time.perf_counter() - start
-        if proc.returncode != 0 or "done" not in proc.stdout:
-            raise RuntimeError(f"our run failed: {proc.stderr[-800:]}")
-        return elapsed
+        return timed(argv, env)
 
     def theirs(with_servers: bool) -> float:
         assert pi16 is not None
@@ -187,15 +202,11 @@ def _startup(runs: int, root: Path, with_pi: bool) -> dict[str, float | str]:
             "--model",
             "faux-1",
             "--no-session",
-            "-p",
+            "--mode",
+            "json",
             "go",
         ]
-        start = time.perf_counter()
-        proc = subprocess.run(argv, env=env, cwd=ws, capture_output=True, text=True, timeout=120)
-        elapsed = time.perf_counter() - start
-        if proc.returncode != 0 or "done" not in proc.stdout:
-            raise RuntimeError(f"pi 1.6.0 run failed: {proc.stdout[-400:]} {proc.stderr[-800:]}")
-        return elapsed
+        return timed(argv, env, ws)
 
     rows: dict[str, list[float]] = {"ours_mcp": [], "ours_none": [], "pi_mcp": [], "pi_none": []}
     ours(True)  # warm caches (pyc, page cache)

@@ -411,11 +411,29 @@ class McpConnection:
 
 
 _importing: list[trio.Event] = []
+_preloading: list[Any] = []
+
+
+def preload_client() -> None:
+    """Start importing the ``mcp`` SDK in a daemon thread (before the event loop runs);
+    `import_client` then finds it imported, or waits for the import lock."""
+    import threading
+
+    if "mcp.client.session" in sys.modules or _preloading:
+        return
+    thread = threading.Thread(
+        target=lambda: importlib.import_module("mcp"), name="pi-mcp-import", daemon=True
+    )
+    _preloading.append(thread)
+    thread.start()
 
 
 async def import_client() -> None:
     """Import the ``mcp`` SDK's client in a thread, once (it takes a second or more:
     the event loop and the servers' own start-up go on meanwhile)."""
+    if _preloading and _preloading[0].is_alive():
+        # Joined from a thread: the event loop must not block on the import lock.
+        await trio.to_thread.run_sync(_preloading[0].join)
     if "mcp.client.session" in sys.modules and not _importing:
         return
     if _importing:
