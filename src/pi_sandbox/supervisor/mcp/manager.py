@@ -63,20 +63,6 @@ _MAX_SUMMARY_CHARS = 250
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def _expose(manager: McpManager, definition: ToolDefinitionWire, exposure: str) -> None:
-    """The one place an MCP tool's exposure takes effect (issue 19 contract with
-    ``tool_exposure.ToolExposure``: wire ``register(definition, exposure, source)``
-    here at merge). ``direct``: declared; ``deferred``/``codemode``: registered,
-    never declared on this branch; ``hidden``: absent."""
-    pool = manager.pool
-    if exposure == "hidden":
-        return
-    if exposure == "direct":
-        pool.undeclared_tools.discard(definition.name)
-    else:
-        pool.undeclared_tools.add(definition.name)
-
-
 class McpManager:
     """All MCP servers of a session.
 
@@ -530,7 +516,20 @@ class McpManager:
         pool.external_tools[name] = registered
         pool.tools[name] = registered
         self._registered.add(name)
-        _expose(self, registered.definition, exposure)
+        self._expose(registered.definition, exposure)
+
+    def _expose(self, definition: ToolDefinitionWire, exposure: str) -> None:
+        """The one place an MCP tool's exposure takes effect (issue 19 contract with
+        ``supervisor/tool_exposure.py``: at merge, call ``ToolExposure.register(
+        definition, exposure, source)`` here). On this branch: ``direct`` is declared;
+        ``deferred``/``codemode`` stay registered (callable by the pipeline for
+        tool_search and codemode) but are never declared; ``hidden`` never gets here.
+        """
+        pool = self.pool
+        if exposure == "direct":
+            pool.undeclared_tools.discard(definition.name)
+        else:
+            pool.undeclared_tools.add(definition.name)
 
     def _executor(self, server: str, tool: str) -> Callable[..., Awaitable[dict[str, Any]]]:
         async def execute(tool_call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
