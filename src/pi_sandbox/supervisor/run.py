@@ -149,12 +149,6 @@ def run_print_session(options: RunOptions) -> int:
         print(printable(f"pi: {text}"), file=sys.stderr, flush=True)
         return code
 
-    if options.mcp and (options.agent_dir / "mcp.json").is_file():
-        # issue 19 §4: the MCP SDK takes a second or more to import; begin now, in a
-        # thread, while the policy, trust and workers are set up.
-        from pi_sandbox.supervisor.mcp.connection import preload_client
-
-        preload_client()
     try:
         start = _load_policy(options)
     except PolicyError as exc:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +82,11 @@ class McpConnection:
         self.has_prompts = False
         self.server_name: str | None = None
         self.ready = trio.Event()  # the first attempt ended (either way)
+        # Set once this connection's server was spawned (or could not be): the manager
+        # imports the SDK only then, so that every server starts during the import.
+        self.spawned = trio.Event()
+        # Set by the manager once the SDK is imported; None: import it here.
+        self.client_ready: trio.Event | None = None
         self.process: StdioServerProcess | None = None
         self._session: Any = None
         self._scope: trio.CancelScope | None = None
@@ -142,18 +146,22 @@ class McpConnection:
         try:
             await self._hold_inner(mark)
         except Exception as exc:
+            self.spawned.set()  # never leave the manager's import barrier waiting
             if not started:
                 raise
             if self.state == "connected":
                 self.state = "disconnected"
                 await self._failed(f"the connection was lost: {_describe(exc, None)[16:]}")
+        finally:
+            self.spawned.set()
 
     async def _hold_inner(self, started: Callable[[], None]) -> None:
 
         with trio.CancelScope() as scope:
             self._scope = scope
             if self._open_http is not None:
-                await import_client()
+                self.spawned.set()
+                await self._client_imported()
                 from mcp import ClientSession
 
                 async with (
@@ -174,22 +182,31 @@ class McpConnection:
             assert self._launch is not None
             process = StdioServerProcess(await self._launch())
             self.process = process
-            process.spawn()
-            # The server starts while the SDK is imported (by then, usually, it is).
-            await import_client()
-            from mcp import ClientSession
-
             # A few messages of slack each way save a task switch per message; a
             # flooding server still blocks on its own pipe (bounded: 4 x 8 MiB lines).
             read_writer, read_stream = anyio.create_memory_object_stream[Any](4)
             write_stream, write_reader = anyio.create_memory_object_stream[Any](4)
             try:
+                process.spawn()
+            finally:
+                self.spawned.set()
+            try:
+                # From here on the process is watched and always stopped and reaped.
                 async with trio.open_nursery() as pipes:
                     pipes.start_soon(
-                        lambda: process.serve(read_writer, write_reader, on_bad_line=self._bad_line)
+                        lambda: process.serve(
+                            read_writer,
+                            write_reader,
+                            on_bad_line=self._bad_line,
+                            before_read=self._client_imported,
+                        )
                     )
                     pipes.start_soon(self._watch_process, process, scope)
                     try:
+                        # The server starts while the SDK is imported (usually it is).
+                        await self._client_imported()
+                        from mcp import ClientSession
+
                         async with ClientSession(
                             read_stream,
                             write_stream,
@@ -211,6 +228,12 @@ class McpConnection:
                 self._session = None
                 if process.exited.is_set() and self.state == "connected":
                     self.state = "disconnected"
+
+    async def _client_imported(self) -> None:
+        if self.client_ready is not None:
+            await self.client_ready.wait()
+        else:
+            import_client_now()
 
     async def _watch_process(self, process: StdioServerProcess, scope: trio.CancelScope) -> None:
         await process.exited.wait()
@@ -410,42 +433,14 @@ class McpConnection:
             ) from exc
 
 
-_importing: list[trio.Event] = []
-_preloading: list[Any] = []
+def import_client_now() -> None:
+    """Import the ``mcp`` SDK (a second or more of CPU) in this thread.
 
-
-def preload_client() -> None:
-    """Start importing the ``mcp`` SDK in a daemon thread (before the event loop runs);
-    `import_client` then finds it imported, or waits for the import lock."""
-    import threading
-
-    if "mcp.client.session" in sys.modules or _preloading:
-        return
-    thread = threading.Thread(
-        target=lambda: importlib.import_module("mcp"), name="pi-mcp-import", daemon=True
-    )
-    _preloading.append(thread)
-    thread.start()
-
-
-async def import_client() -> None:
-    """Import the ``mcp`` SDK's client in a thread, once (it takes a second or more:
-    the event loop and the servers' own start-up go on meanwhile)."""
-    if _preloading and _preloading[0].is_alive():
-        # Joined from a thread: the event loop must not block on the import lock.
-        await trio.to_thread.run_sync(_preloading[0].join)
-    if "mcp.client.session" in sys.modules and not _importing:
-        return
-    if _importing:
-        await _importing[0].wait()
-        return
-    done = trio.Event()
-    _importing.append(done)
-    try:
-        await trio.to_thread.run_sync(importlib.import_module, "mcp")
-    finally:
-        done.set()
-        _importing.clear()
+    Never in a worker thread: the event loop's thread goes on importing modules
+    lazily, and two threads importing packages with import cycles deadlock
+    (``_DeadlockError``, seen with a thread that imported ``mcp``).
+    """
+    importlib.import_module("mcp")
 
 
 class McpUnavailable(Exception):

@@ -108,6 +108,7 @@ class McpManager:
         self._nursery: trio.Nursery | None = None
         self._bwrap: str | None = None
         self._cgroups: Any = None
+        self._client_ready = trio.Event()
         self._log_dir_path: Path | None = None
         self._tool_owner: dict[str, tuple[str, str]] = {}  # pi name -> (server, tool)
         self._registered: set[str] = set()
@@ -151,10 +152,6 @@ class McpManager:
         assert nursery is not None
         if not enabled:
             return
-        from pi_sandbox.supervisor.mcp.connection import import_client
-
-        # The SDK takes a second or more to import: in a thread, while servers start.
-        nursery.start_soon(import_client)
         needs_bwrap = any(s.kind == "stdio" for s in enabled) and self.sandbox_mode != "off"
         if needs_bwrap and self._bwrap is None:
             problem = await self._prepare_bwrap()
@@ -165,6 +162,7 @@ class McpManager:
                         await self._say(
                             "warning", f"MCP server {server.name!r} not started: {problem}"
                         )
+        started: list[McpConnection] = []
         for server in enabled:
             if server.name in self.refused:
                 continue
@@ -193,8 +191,25 @@ class McpManager:
             )
             self.connections[server.name] = connection
             connection.on_tools_changed = self.refresh_tools
+            connection.client_ready = self._client_ready
+            started.append(connection)
             await connection.start(nursery)
             nursery.start_soon(self._register_when_ready, connection)
+        if started:
+            nursery.start_soon(self._import_after_spawn, started)
+
+    async def _import_after_spawn(self, connections: list[McpConnection]) -> None:
+        """Import the SDK once every server of ``connections`` was spawned (at most
+        10 s): the import holds the event loop for a second or more (it cannot go to
+        a thread, see `connection.import_client_now`), and the servers' own start-up
+        runs meanwhile on the other cores."""
+        from pi_sandbox.supervisor.mcp.connection import import_client_now
+
+        with trio.move_on_after(STARTUP_WAIT_S):
+            for connection in connections:
+                await connection.spawned.wait()
+        import_client_now()
+        self._client_ready.set()
 
     async def _prepare_bwrap(self) -> str | None:
         from pi_sandbox.errors import SandboxUnavailableError

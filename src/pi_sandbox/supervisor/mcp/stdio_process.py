@@ -204,6 +204,7 @@ class StdioServerProcess:
         write_reader: Any,
         *,
         on_bad_line: Any = None,
+        before_read: Any = None,
     ) -> None:
         """Bridge the process to the SDK's streams until it exits or is cancelled.
 
@@ -212,6 +213,8 @@ class StdioServerProcess:
                 (``SessionMessage | Exception``).
             write_reader: the receive end of the stream the ClientSession writes.
             on_bad_line: called with a short description of each dropped line.
+            before_read: awaited before the first read (the SDK's import: its
+                modules are imported only after it, in this thread).
         """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_exit)
@@ -219,10 +222,22 @@ class StdioServerProcess:
             if self._status is not None:
                 nursery.start_soon(self._drain_status)
             nursery.start_soon(self._write_stdin, write_reader)
+            if before_read is not None:
+                await before_read()
             await self._read_stdout(read_writer, on_bad_line)
+            # Its stdout is closed: it is ending (or a hostile one lingers). Reap it
+            # before the watcher goes, so that its exit status is known.
+            with trio.move_on_after(2):
+                await self.exited.wait()
+            if not self.exited.is_set():
+                self.kill()
+                with trio.move_on_after(5):
+                    await self.exited.wait()
             nursery.cancel_scope.cancel()
 
     async def _read_stdout(self, read_writer: Any, on_bad_line: Any) -> None:
+        # Imported here, once the SDK is (see connection.import_client_now): the
+        # caller sends nothing to read before its client exists.
         from mcp.shared.message import SessionMessage
         from mcp_types import jsonrpc_message_adapter
 
@@ -329,6 +344,13 @@ class StdioServerProcess:
             _, status = os.waitpid(self.pid, 0)
             self.returncode = os.waitstatus_to_exitcode(status)
         finally:
+            if self.returncode is None:
+                # Cancelled before it exited (the session ends): never leave it
+                # running or unreaped; a SIGKILLed process is reaped at once.
+                self.kill()
+                with contextlib.suppress(ChildProcessError):
+                    _, status = os.waitpid(self.pid, 0)
+                    self.returncode = os.waitstatus_to_exitcode(status)
             if self._cgroup is not None:
                 self._cgroup.remove()
                 self._cgroup = None
