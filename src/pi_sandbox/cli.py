@@ -2,7 +2,7 @@
 
 ``pi [options] [message…]``, ``pi sandbox doctor [--json]``,
 ``pi policy check|show|explain``, ``pi trust [yes|no|sandboxed|forget|show] [PATH]``,
-``pi resources [--json]`` and ``pi auth login|logout|status``. Exit status: 0 success; 1 the agent or provider
+``pi resources [--json]``, ``pi sessions [--json] [-C DIR] [--all]`` and ``pi auth login|logout|status``. Exit status: 0 success; 1 the agent or provider
 failed; 2 bad usage or configuration (names the argument or file); 3 a sandbox was
 required (``--sandbox``, or ``--trust sandboxed`` with project extensions) and
 bubblewrap cannot run here — in ``--ci`` mode that is 2, and 3 means the run
@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="append to the system prompt (repeatable; a file's text when FILE exists)",
     )
     parser.add_argument("--no-session", action="store_true", help="do not write a session file")
+    add_session_options(parser)
     parser.add_argument(
         "--ci",
         action="store_true",
@@ -256,6 +257,81 @@ def _positive_tokens(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of tokens, got {value}")
     return value
+
+
+def add_session_options(parser: argparse.ArgumentParser) -> None:
+    """pi's session options (cli.md "Sessions", issue 15): ``-c/--continue``,
+    ``-r/--resume``, ``--session``, ``--session-id``, ``--fork``, ``--session-dir``,
+    ``-n/--name``; resolved by `pi_sandbox.supervisor.sessions.startup.choose_session`."""
+    parser.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the most recent session of this directory",
+    )
+    parser.add_argument(
+        "-r",
+        "--resume",
+        action="store_true",
+        help="choose a session to resume (interactive; otherwise lists recent sessions)",
+    )
+    parser.add_argument(
+        "--session", metavar="PATH|ID", help="resume a session (file or id prefix) in its directory"
+    )
+    parser.add_argument(
+        "--session-id", metavar="ID", help="continue this directory's session ID, or start it"
+    )
+    parser.add_argument(
+        "--fork", metavar="PATH|ID", help="copy a session into this directory as a new session"
+    )
+    parser.add_argument("--session-dir", metavar="DIR", help="store and look up sessions in DIR")
+    parser.add_argument("-n", "--name", metavar="NAME", help="the session's display name")
+
+
+def sessions_main(argv: Sequence[str]) -> int:
+    """``pi sessions [--json] [-C DIR] [--all] [--session-dir DIR]`` (issue 15): list
+    sessions without starting one, newest first — this directory's, or with
+    ``--all`` every directory's (pi's and ours alike, one layout). ``--json``
+    prints one object ``{"sessions": [row…]}``, each row ``id``, ``name``, ``cwd``,
+    ``path``, ``created``, ``modified``, ``messageCount``, ``firstPrompt``,
+    ``parentSession`` (a public contract). Exit 0, 2 on bad usage.
+    """
+    parser = argparse.ArgumentParser(prog="pi sessions", description="List sessions.")
+    parser.add_argument("-C", dest="directory", metavar="DIR", help="the directory (default: .)")
+    parser.add_argument("--all", action="store_true", help="sessions of every directory")
+    parser.add_argument("--session-dir", metavar="DIR", help="sessions stored in DIR")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    import json
+
+    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.sessions.catalog import list_sessions
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
+
+    workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
+    if not workspace.is_dir():
+        parser.error(f"argument -C: not a directory: {args.directory}")
+    workspace = workspace.resolve()
+    if args.session_dir:
+        session_dir = Path(os.path.abspath(Path(args.session_dir).expanduser()))
+    else:  # $PI_CODING_AGENT_SESSION_DIR, then settings.json's sessionDir (as pi)
+        session_dir = configured_session_dir(agent_dir(), workspace, os.environ)
+    rows = list_sessions(agent_dir(), workspace, session_dir=session_dir, every=args.all)
+    if args.json:
+        print(json.dumps({"sessions": [r.as_dict() for r in rows]}, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    say = _printing(printable)
+    if not rows:
+        say(f"No sessions{'' if args.all else f' of {workspace}'}.")
+    for row in rows:
+        title = row.name or (row.first_prompt or "(no messages)").replace("\n", " ")[:70]
+        say(
+            f"{row.id}  {row.modified[:19].replace('T', ' ')}  {row.message_count:>4} msgs  {title}"
+        )
+        if args.all:
+            say(f"    {row.cwd}")
+    return EXIT_OK
 
 
 def add_resource_options(parser: argparse.ArgumentParser) -> None:
@@ -941,8 +1017,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sandbox"]:
         return sandbox_main(argv[1:])
-    if argv[:1] in (["trust"], ["resources"]):
-        command = trust_main if argv[0] == "trust" else resources_main
+    if argv[:1] in (["trust"], ["resources"], ["sessions"]):
+        command = {"trust": trust_main, "resources": resources_main, "sessions": sessions_main}[
+            argv[0]
+        ]
         try:
             return command(argv[1:])
         except BrokenPipeError:  # `pi resources | head`
@@ -1015,6 +1093,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cwd.is_dir():
         parser.error(f"argument -C: not a directory: {args.directory}")
     cwd = cwd.resolve()
+    from pi_sandbox.errors import UsageError
+    from pi_sandbox.supervisor.sessions.startup import choose_session
+
+    if (
+        args.resume
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    ):
+        # issue 15: -r at a terminal is a picker (pi's session selector); the choice
+        # then resumes like --session PATH (in its recorded directory).
+        picked = _pick_session(cwd, args.session_dir)
+        if picked is None:
+            return EXIT_OK
+        args.resume, args.session = False, str(picked)
+    try:
+        session_choice = choose_session(
+            agent_dir=agent_dir(),
+            cwd=cwd,
+            cwd_given=args.directory is not None,
+            continue_=args.continue_,
+            resume=args.resume,
+            session=args.session,
+            session_id=args.session_id,
+            fork=args.fork,
+            session_dir=args.session_dir,
+            name=args.name,
+            no_session=args.no_session,
+        )
+    except UsageError as exc:
+        from pi_sandbox.supervisor.output_modes import printable
+
+        print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    cwd = session_choice.cwd  # a resumed session runs where it was recorded
     if args.mode == "rpc" and any(w.startswith("@") and len(w) > 1 for w in args.message):
         parser.error("--mode rpc does not take @file arguments (send files in prompts)")
     stdin_text = _piped_stdin() if args.mode != "rpc" else None
@@ -1025,9 +1140,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         prompts = build_prompt_input(args.message, stdin_text, cwd)
     except UsageError as exc:
         parser.error(str(exc))
-    if not prompts.first.strip() and args.mode != "rpc":
+    # pi docs cli.md: a terminal on stdin and stdout, without -p or --mode json|rpc,
+    # is interactive mode (issue 18); the arguments, if any, are its first prompt.
+    interactive = (
+        not args.print
+        and not args.ci  # CI mode is never interactive: its ask stays deny (issue 18)
+        and args.mode == "text"
+        and stdin_text is None
+        and _is_terminal(sys.stdin)
+        and _is_terminal(sys.stdout)
+    )
+    if (
+        not interactive
+        and not args.print
+        and not args.ci
+        and args.mode == "text"
+        and _is_terminal(sys.stdin)
+    ):
+        # Typed at a terminal, but stdout is a pipe or file: no screen to draw on.
+        print(
+            "pi: stdout is not a terminal: running in print mode (-p) instead of the "
+            "interactive mode",
+            file=sys.stderr,
+        )
+    if not prompts.first.strip() and args.mode != "rpc" and not interactive:
         parser.error(
-            "no message: give one as arguments or on stdin (interactive mode is not available yet)"
+            "no message: give one as arguments or on stdin (the interactive mode needs "
+            "a terminal on stdin and stdout)"
         )
     for path in args.extension:
         if not path.exists():
@@ -1079,7 +1218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=args.verbose,
         cwd=cwd,
         agent_dir=agent_dir(),
-        mode={"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
+        mode="interactive"
+        if interactive
+        else {"json": "json", "rpc": "rpc"}.get(args.mode, "print"),
         tools=selection,
         argv=argv if unknown else [],
         message_from_stdin=stdin_text is not None and not args.message,
@@ -1109,8 +1250,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         system_prompt=system_prompt,
         append_system_prompt=appended,
         session=not args.no_session,
+        session_choice=session_choice,
+        notices=list(session_choice.notices),
     )
     return run_print_session(options)
+
+
+def _pick_session(cwd: Path, session_dir: str | None) -> Path | None:
+    """``pi -r`` at a terminal: the sessions of ``cwd`` (``a``: of every directory),
+    newest first, numbered; returns the chosen file, or None when the user quits
+    (``q``, an empty answer, Ctrl-D or Ctrl-C)."""
+    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.sessions.catalog import list_sessions
+    from pi_sandbox.supervisor.sessions.startup import configured_session_dir
+
+    chosen_dir = (
+        Path(os.path.abspath(Path(session_dir).expanduser()))
+        if session_dir
+        else configured_session_dir(agent_dir(), cwd, os.environ)
+    )
+    every = False
+    while True:
+        rows = list_sessions(agent_dir(), cwd, session_dir=chosen_dir, every=every)[:30]
+        where = "every directory" if every else str(cwd)
+        print(printable(f"Sessions of {where} (newest first):"))
+        for number, row in enumerate(rows, 1):
+            title = row.name or (row.first_prompt or "(no messages)").replace("\n", " ")[:60]
+            stamp = row.modified[:16].replace("T", " ")
+            line = f"{number:>3}. {stamp}  {row.message_count:>4} msgs  {title}"
+            print(printable(line + (f"  ({row.cwd})" if every else ""), newlines=False))
+        if not rows:
+            print("  (none)")
+        hint = "" if every else ", a = every directory"
+        try:
+            answer = input(f"Resume which? [number{hint}, q = quit] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return None
+        if answer in ("", "q"):
+            return None
+        if answer == "a" and not every:
+            every = True
+            continue
+        if answer.isdigit() and 1 <= int(answer) <= len(rows):
+            return rows[int(answer) - 1].path
+        print(f"pi: {answer!r} is not one of the numbers shown")
+
+
+def _is_terminal(stream: object) -> bool:
+    """Whether ``stream`` (``sys.stdin``/``sys.stdout``) is a terminal; False when it
+    is closed or missing."""
+    try:
+        return stream is not None and stream.isatty()  # type: ignore[attr-defined]
+    except (OSError, ValueError):
+        return False
 
 
 def _piped_stdin() -> str | None:

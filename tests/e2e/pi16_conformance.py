@@ -1233,7 +1233,12 @@ _UI_METHODS = (
     "input",
     "editor",
 )
-_OUR_UI_EVENTS = {"notify": "ui_notify", "setStatus": "ui_set_status", "setWidget": "ui_set_widget"}
+_OUR_UI_EVENTS = {
+    "notify": "ui_notify",
+    "setStatus": "ui_set_status",
+    "setWidget": "ui_set_widget",
+    "setTitle": "ui_set_title",
+}
 
 
 def compare_wire(pi_obs: Mapping[str, Any], our_obs: Mapping[str, Any]) -> list[str]:

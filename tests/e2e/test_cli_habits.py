@@ -190,3 +190,19 @@ def test_approve_and_no_approve_are_pi_s_spellings_of_trust_yes_and_no(tmp_path,
 
     assert "EXPANDED PROJECT TEMPLATE" in first_user_text("-a")
     assert "EXPANDED PROJECT TEMPLATE" not in first_user_text("-na")
+
+
+def test_a_run_in_a_subdirectory_warns_that_the_repositorys_policy_is_not_in_force(tmp_path, ws):
+    import subprocess as sp
+
+    sp.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / ".pi").mkdir()
+    (ws / ".pi" / "policy.yaml").write_text("version: 1\n")
+    sub = ws / "sub"
+    sub.mkdir()
+    below = pi(tmp_path, sub, [{"text": "ok"}], "-p", "go")
+    assert below.returncode == 0, below.stderr
+    assert f"{ws / '.pi' / 'policy.yaml'} is not in force for this run" in below.stderr
+    # Control: from the repository's root no such warning.
+    at_root = pi(tmp_path, ws, [{"text": "ok"}], "-p", "go")
+    assert "is not in force" not in at_root.stderr

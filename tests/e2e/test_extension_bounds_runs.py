@@ -149,8 +149,8 @@ def extension(pi):
     # The control: the well-formed message reached the model...
     assert expected in json.dumps(request.body)
     # ...and the session file; the refused one is nowhere, and the file loads.
-    messages = [e["message"] for e in run.session() if e["type"] == "message"]
-    customs = [m for m in messages if m["role"] == "custom"]
+    # Extension messages are custom_message entries, as pi 1.6.0 writes them (issue 15).
+    customs = [e for e in run.session() if e["type"] == "custom_message"]
     assert [m["customType"] for m in customs] == ["report"]
     assert customs[0]["content"] == [{"type": "text", "text": expected}]
     assert str(extension) in run.stderr and "send_message refused" in run.stderr
@@ -275,9 +275,7 @@ def extension(pi):
     run = Run(tmp_path, proj, scripted(tmp_path), "--policy", str(policy))
     no_crash(run)
     entries = run.session()
-    [report] = [
-        e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == "custom"
-    ]
+    [report] = [e for e in entries if e["type"] == "custom_message"]
     assert report["content"][0]["text"] == "REPORT ok,ValueError"
     assert [len(e["data"]) for e in entries if e.get("type") == "custom"] == [100]
     [refused] = run.audit("value_refused")
@@ -315,9 +313,7 @@ def extension(pi):
     no_crash(run)
     assert run.returncode == 0, run.stderr
     entries = run.session()
-    [report] = [
-        e["message"] for e in entries if e["type"] == "message" and e["message"]["role"] == "custom"
-    ]
+    [report] = [e for e in entries if e["type"] == "custom_message"]
     assert report["content"][0]["text"] == "REPORT name=ValueError,good-name=ok,label=ValueError"
     assert [e["name"] for e in entries if e.get("type") == "session_info"] == ["short"]
     refused = run.audit("value_refused")

@@ -520,9 +520,10 @@ def test_case_13_new_session_runs_with_session_in_the_new_generation_and_old_obj
     assert [(e["customType"], e["data"]) for e in markers] == [
         ("c13_marker", {"mark": "C13-WITH-ENTRY"})
     ]
-    messages = [e["message"] for e in entries if e.get("type") == "message"]
-    assert [(m["role"], m["content"]) for m in messages] == [
-        ("custom", [{"type": "text", "text": "C13-WITH-MESSAGE"}])
+    # An extension's message is a custom_message entry, as pi 1.6.0 writes it (issue 15).
+    messages = [e for e in entries if e.get("type") in ("message", "custom_message")]
+    assert [(e["type"], e["content"]) for e in messages] == [
+        ("custom_message", [{"type": "text", "text": "C13-WITH-MESSAGE"}])
     ]
     old_text = old_file.read_text()
     assert "C13-WITH" not in old_text and "C13-STALE" not in old_text

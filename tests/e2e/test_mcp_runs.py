@@ -385,3 +385,37 @@ def test_tool_call_and_tool_result_hooks_apply_to_mcp_tools(setup):
     assert text_of(echo) == "[redacted by tool_result]"
     starts = [e for e in json_events(proc.stdout) if e["type"] == "tool_execution_start"]
     assert any(e.get("args", {}).get("text") == "hi (seen by the hook)" for e in starts)
+
+
+def test_tool_search_activates_a_deferred_mcp_tool_and_codemode_calls_mcp_tools(setup):
+    (setup.root / "managed.d").mkdir()
+    (setup.root / "managed.d" / "50-mcp.yaml").write_text(
+        "version: 1\ntool_call:\n  rules:\n    - id: no-add\n      tool: mcp__c__add\n"
+        "      decision: deny\n      reason: Adding is forbidden.\n"
+    )
+    setup.user_servers(
+        {"d": setup.server(exposure="deferred"), "c": setup.server(exposure="codemode")}
+    )
+    script = (
+        "print(tools.mcp__c__echo(text='from a script'))\n"
+        "try:\n    tools.mcp__c__add(a=1, b=2)\n"
+        "except ToolError as exc:\n    print('denied:', exc.text)\n"
+    )
+    proc = setup.run(
+        [
+            [("mcp__d__echo", {"text": "too early"})],
+            [("tool_search", {"query": "echo text unchanged"})],
+            [("mcp__d__echo", {"text": "found"})],
+            [("codemode", {"script": script})],
+        ],
+        "--sandbox",  # codemode runs scripts only sandboxed
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = results(proc.stdout)
+    first, second = got["mcp__d__echo"]
+    assert "not found" in text_of(first)  # deferred: not declared before tool_search
+    assert "mcp__d__echo" in text_of(got["tool_search"][0])
+    assert text_of(second) == "found"
+    output = text_of(got["codemode"][0])
+    assert "from a script" in output
+    assert "denied:" in output and "Adding is forbidden." in output

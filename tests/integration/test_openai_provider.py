@@ -553,6 +553,23 @@ async def test_a_json_answer_instead_of_a_stream_is_reported(server: FakeOpenAIS
     assert "streaming is not supported" in message
 
 
+async def test_an_html_page_instead_of_a_stream_is_reported_and_not_retried(
+    server: FakeOpenAIServer,
+) -> None:
+    # A proxy's login page answered 200: a wrong base URL, not a transient failure.
+    server.replies.append(
+        Reply(
+            headers={"Content-Type": "text/html; charset=utf-8"},
+            chunks=[b"<html><body>Please sign in</body></html>"],
+        )
+    )
+    with pytest.raises(ProviderError) as caught:
+        await server.provider().complete(system_prompt="", messages=[], tools=[])
+    assert "instead of an event stream" in str(caught.value)
+    assert "Please sign in" in str(caught.value)
+    assert not getattr(caught.value, "transient", False)
+
+
 async def test_a_dropped_connection_is_a_provider_error_with_its_cause(
     server: FakeOpenAIServer,
 ) -> None:

@@ -51,9 +51,17 @@ def kill_quietly(pid: int) -> None:
 
 
 def test_tool_definitions_are_closed_draft_2020_12_schemas_keyed_by_name():
-    assert sorted(TOOL_DEFINITIONS) == ["bash", "edit", "ls", "read", "write"]
+    assert sorted(TOOL_DEFINITIONS) == ["bash", "edit", "find", "grep", "ls", "read", "write"]
     for name, definition in TOOL_DEFINITIONS.items():
-        assert set(definition) == {"name", "label", "description", "parameters"}
+        assert {"name", "label", "description", "parameters"} <= set(definition)
+        assert set(definition) <= {
+            "name",
+            "label",
+            "description",
+            "parameters",
+            "prompt_snippet",
+            "prompt_guidelines",
+        }
         assert definition["name"] == name
         assert definition["description"]
         schema = definition["parameters"]
@@ -66,15 +74,19 @@ def test_tool_schemas_use_pi_parameter_names():
     assert props == {
         "read": {"path", "offset", "limit"},
         "write": {"path", "content"},
-        "edit": {"path", "oldText", "newText"},
+        "edit": {"path", "edits"},
         "bash": {"command", "timeout"},
         "ls": {"path", "limit"},
+        "grep": {"pattern", "path", "glob", "ignoreCase", "literal", "context", "limit"},
+        "find": {"pattern", "path", "limit"},
     }
+    edit_item = TOOL_DEFINITIONS["edit"]["parameters"]["properties"]["edits"]["items"]
+    assert set(edit_item["properties"]) == {"oldText", "newText"}
 
 
 def test_unknown_tool_name_raises_value_error(tmp_path):
     with pytest.raises(ValueError, match="grep"):
-        run("grep", {}, tmp_path)
+        run("nosuchtool", {}, tmp_path)
 
 
 def test_odd_parameter_values_give_error_results_not_exceptions(tmp_path):
@@ -146,9 +158,7 @@ def test_read_truncates_at_max_bytes_when_that_comes_first(tmp_path):
     result = run("read", {"path": "wide.txt"}, tmp_path, max_output_bytes=1000)
     text = text_of(result)
     # 10 lines of 99 bytes plus 9 joining newlines is 999 bytes; an 11th would not fit.
-    assert text.endswith(
-        "[Showing lines 1-10 of 1000 (1000-byte limit). Use offset=11 to continue.]"
-    )
+    assert text.endswith("[Showing lines 1-10 of 1000 (1000B limit). Use offset=11 to continue.]")
     assert result["details"]["lines"] == 10
     assert result["details"]["truncated"] is True
 
@@ -276,7 +286,7 @@ def test_edit_replaces_the_unique_text_and_reports_a_diff(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n    return 1\n\nprint(f())\n")
     result = run("edit", {"path": "m.py", "oldText": "return 1", "newText": "return 2"}, tmp_path)
     assert not result["is_error"]
-    assert "Successfully replaced text" in text_of(result)
+    assert text_of(result) == "Successfully replaced 1 block(s) in m.py."
     assert (tmp_path / "m.py").read_text() == "def f():\n    return 2\n\nprint(f())\n"
     assert result["details"]["first_changed_line"] == 2
     assert "-    return 1\n+    return 2" in result["details"]["diff"]
@@ -334,7 +344,7 @@ def test_edit_of_ambiguous_text_is_an_error_naming_the_count(tmp_path):
     result = run("edit", {"path": "f.txt", "oldText": "= 1", "newText": "= 2"}, tmp_path)
     assert result["is_error"]
     assert "Found 3 occurrences" in text_of(result)
-    assert "more surrounding context" in text_of(result)
+    assert "Please provide more context to make it unique." in text_of(result)
     assert (tmp_path / "f.txt").read_text() == "x = 1\ny = 1\nz = 1\n"
 
 
@@ -597,9 +607,7 @@ def test_ls_past_the_limit_says_how_to_see_more(tmp_path):
     for i in range(7):
         (tmp_path / f"f{i}").write_text("")
     result = run("ls", {"path": str(tmp_path), "limit": 3}, tmp_path)
-    assert text_of(result) == (
-        "f0\nf1\nf2\n\n[3 entries limit reached (7 entries in all). Use limit=6 for more]"
-    )
+    assert text_of(result) == ("f0\nf1\nf2\n\n[3 entries limit reached. Use limit=6 for more]")
     assert result["details"]["truncated"] is True
 
 

@@ -393,7 +393,7 @@ def test_store_api_key_writes_0600_atomically_and_keeps_other_entries(tmp_path: 
         "openai": {"type": "api_key", "key": "k1"},
         "anthropic": {"type": "api_key", "key": "k2"},
     }
-    assert sorted(p.name for p in agent.iterdir()) == [".auth.json.lock", "auth.json"]
+    assert sorted(p.name for p in agent.iterdir()) == ["auth.json"]
     assert remove_api_key(agent, "openai") is True
     assert remove_api_key(agent, "openai") is False
     assert set(read_auth(agent)) == {"anthropic"}
@@ -413,7 +413,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(
         store_api_key(agent, "openai", "new")
     monkeypatch.undo()
     assert read_auth(agent)["openai"]["key"] == "old"
-    assert sorted(p.name for p in agent.iterdir()) == [".auth.json.lock", "auth.json"]
+    assert sorted(p.name for p in agent.iterdir()) == ["auth.json"]
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o666])

@@ -67,6 +67,7 @@ def test_the_public_surface_is_the_explicit_all():
             "AUDIT_RECORDS",
             "CAPABILITIES",
             "MANAGED_POLICY_DIR",
+            "READ_LIKE_TOOLS",
             "SUPPORTED_VERSION",
             "AuditSettings",
             "Decision",
@@ -90,6 +91,7 @@ def test_the_public_surface_is_the_explicit_all():
             "evaluate_tool_call",
             "load_policies",
             "load_policy_file",
+            "path_exclusions",
             "strictest",
         ]
     )

@@ -193,6 +193,7 @@ def test_a_missing_script_file_is_a_provider_error(tmp_path: Path) -> None:
 
 def test_the_providers_package_exports_exactly_its_public_names() -> None:
     assert sorted(providers.__all__) == [
+        "AnthropicProvider",
         "AssistantTurn",
         "OpenAIProvider",
         "Provider",

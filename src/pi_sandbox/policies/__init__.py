@@ -38,10 +38,12 @@ from pi_sandbox.policies._schema import (
 )
 from pi_sandbox.policies._store import PolicyStore, ReloadResult
 from pi_sandbox.policies._tool_gate import (
+    READ_LIKE_TOOLS,
     PolicyRule,
     PolicyTier,
     ToolCallDecision,
     evaluate_tool_call,
+    path_exclusions,
     strictest,
 )
 
@@ -49,6 +51,7 @@ __all__ = [
     "AUDIT_RECORDS",
     "CAPABILITIES",
     "MANAGED_POLICY_DIR",
+    "READ_LIKE_TOOLS",
     "SUPPORTED_VERSION",
     "AuditSettings",
     "Decision",
@@ -72,5 +75,6 @@ __all__ = [
     "load_effective_policy",
     "load_policies",
     "load_policy_file",
+    "path_exclusions",
     "strictest",
 ]

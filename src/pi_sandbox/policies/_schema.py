@@ -459,6 +459,7 @@ class TrustSection(_Strict):
 AUDIT_RECORDS = (
     "tool_call",
     "tool_call_outcome",
+    "policy_approval",
     "sandbox_profile",
     "egress",
     "trust",
@@ -467,6 +468,10 @@ AUDIT_RECORDS = (
     "device_repaired",
     "quarantine",
     "run",
+    # issue 19: one per codemode script (its nested calls are tool_call records with
+    # parent_tool_call_id).
+    "codemode_script",
+    # issue 19: MCP server refusals, the environment names a server got.
     "mcp",
 )
 """The audit record kinds (the ``event`` field of each line)."""

@@ -48,10 +48,12 @@ if TYPE_CHECKING:
     from pi_sandbox.policies._effective import Policy
 
 __all__ = [
+    "READ_LIKE_TOOLS",
     "PolicyRule",
     "PolicyTier",
     "ToolCallDecision",
     "evaluate_tool_call",
+    "path_exclusions",
     "strictest",
 ]
 
@@ -1096,10 +1098,19 @@ class PolicyTier:
     )
 
     def rules_for(self, tool_name: str) -> tuple[PolicyRule, ...]:
-        """The rules whose ``tool`` patterns match ``tool_name``, in order (cached)."""
+        """The rules whose ``tool`` patterns match ``tool_name``, in order (cached).
+
+        For ``grep``, ``find`` and ``ls`` (`READ_LIKE_TOOLS`) the rules of ``read``
+        count too: they read what ``read`` reads (issue 17 §6), so a rule written
+        for ``read`` is not sidestepped by searching instead of reading."""
         found = self._by_tool.get(tool_name)
         if found is None:
-            found = tuple(rule for rule in self.rules if rule.applies_to(tool_name))
+            also_read = tool_name in READ_LIKE_TOOLS
+            found = tuple(
+                rule
+                for rule in self.rules
+                if rule.applies_to(tool_name) or (also_read and rule.applies_to("read"))
+            )
             if len(self._by_tool) < 1024:  # tool names come from models: bound the cache
                 self._by_tool[tool_name] = found
         return found
@@ -1346,6 +1357,42 @@ class ToolCallDecision:
     source: str | None = None
     commands: list[dict[str, Any]] = field(default_factory=list)
     unparseable: bool = False
+
+
+# Built-in tools that read files or directory entries the way ``read`` does.
+READ_LIKE_TOOLS = frozenset({"grep", "find", "ls"})
+
+
+def path_exclusions(policy: Policy | None, tool_name: str) -> tuple[str, ...]:
+    """The paths a recursive tool must neither read nor list (issue 17 §6).
+
+    The gate judges a ``grep``/``find``/``ls`` call by its ``path`` argument, like a
+    ``read``; but a search of ``.`` reaches ``secrets/`` below it without naming it.
+    So the ``path`` globs of every ``deny`` and ``ask`` rule that applies to the tool
+    (`PolicyTier.rules_for`, which includes ``read``'s rules for these tools), in
+    every tier, are handed to the tool worker, which skips what they cover
+    (`pi_sandbox.worker.search_tools.PathFilter`). An ``ask`` rule hides too: a
+    search cannot stop to ask about each file. Other matchers of such a rule are
+    ignored, which can only hide more.
+
+    Args:
+        policy: the effective policy (None: nothing is hidden).
+        tool_name: the tool about to run.
+
+    Returns:
+        Regex sources for ``re.fullmatch`` against a path relative to the workspace
+        (or absolute outside it), as `compile_path_glob` builds them; deduplicated,
+        in rule order. Empty when no rule applies.
+    """
+    if policy is None or not policy.tiers:
+        return ()
+    found: dict[str, None] = {}
+    for tier in policy.tiers:
+        for rule in tier.rules_for(tool_name):
+            if rule.decision in ("deny", "ask"):
+                for regex in rule._path_regexes:
+                    found[regex.pattern] = None
+    return tuple(found)
 
 
 def evaluate_tool_call(

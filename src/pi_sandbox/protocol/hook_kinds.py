@@ -165,6 +165,8 @@ EVENT_KINDS: dict[str, str] = {
             "session_compact",
             "session_compact_failed",
             "session_tree",
+            # A session name was set (RPC set_session_name, pi.set_session_name; issue 15).
+            "session_info_changed",
         )
     },
     **{

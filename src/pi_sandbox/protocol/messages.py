@@ -120,6 +120,8 @@ class ToolDefinitionWire(_Strict):
         list[Annotated[str, Field(max_length=2_000)]], Field(max_length=50)
     ] = Field(default_factory=list)
     execution_mode: Literal["parallel", "sequential"] = "parallel"
+    # issue 19 (pi docs extensions.md "Tool Exposure"): how the model reaches the tool.
+    exposure: Literal["direct", "deferred", "codemode", "hidden"] = "direct"
 
 
 _Name = Annotated[str, Field(min_length=1, max_length=128)]

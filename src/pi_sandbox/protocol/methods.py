@@ -22,6 +22,7 @@ __all__ = [
     "BUS_EMIT",
     "CANCEL",
     "CANCELLED",
+    "CODEMODE_RUN",
     "COMMAND_EXECUTE",
     "ERROR_CAPABILITY",
     "ERROR_EXTENSION_LOAD",
@@ -61,6 +62,8 @@ CANCEL = "$/cancel"
 BUS_DELIVER = "bus/deliver"
 GENERATION_END = "generation/end"
 PROVIDER_STREAM = "provider/stream"
+# issue 19: run one codemode script in a ``codemode`` worker (worker/codemode_runner.py).
+CODEMODE_RUN = "codemode/run"
 
 HOST_CALL = "host/call"
 LOG = "log"

@@ -174,6 +174,10 @@ _DENY_IN_AGENT_DIR = (
     "trust.json",
     "trust.json.lock",
     "pi-sandbox-trust.json",  # our trust records beside pi's trust.json (issue 17 §4)
+    # pi 1.6.0's, in the shared agent directory (issue 17 §4): MCP servers' env and
+    # headers may hold literal tokens (pi docs mcp.md); its provider catalogue cache.
+    "mcp.json",
+    "models-store.json",
     "policy.yaml",
     "settings.json",
     "sessions",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,13 @@ from typing import Any
 import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
-from pi_sandbox.supervisor.providers.base import AssistantTurn, Provider, ToolCall, ToolDefinition
+from pi_sandbox.supervisor.providers.base import (
+    AssistantTurn,
+    Provider,
+    ToolCall,
+    ToolDefinition,
+    normalise_usage,
+)
 from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
@@ -110,9 +116,51 @@ def build_system_prompt(
     return "\n".join(lines)
 
 
+COMPACTION_SUMMARY_PREFIX = (
+    "The conversation history before this point was compacted into the following "
+    "summary:\n\n<summary>\n"
+)
+COMPACTION_SUMMARY_SUFFIX = "\n</summary>"
+BRANCH_SUMMARY_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+)
+BRANCH_SUMMARY_SUFFIX = "</summary>"
+# pi 1.6.0's wording, byte for byte (its core/messages.js): a session continued by
+# either program shows the model the same text.
+
+
+def bash_execution_text(message: dict[str, Any]) -> str:
+    """A ``bashExecution`` message as the user text the model sees (pi 1.6.0's
+    ``bashExecutionToText``)."""
+    text = f"Ran `{message.get('command', '')}`\n"
+    output = message.get("output")
+    text += f"```\n{output}\n```" if output else "(no output)"
+    exit_code = message.get("exitCode")
+    if message.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif exit_code is not None and exit_code != 0:
+        text += f"\n\nCommand exited with code {exit_code}"
+    if message.get("truncated") and message.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {message['fullOutputPath']}]"
+    return text
+
+
+def _as_user(text: str, message: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}],
+        "timestamp": message.get("timestamp"),
+    }
+
+
 def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as providers take them: ``custom`` messages (from extensions)
-    become user messages; anything else without a provider role is dropped."""
+    """The messages as providers take them, as pi 1.6.0's ``convertToLlm``:
+    ``custom``, ``bashExecution`` (unless ``excludeFromContext``), ``branchSummary``
+    and ``compactionSummary`` messages become user messages with pi's wording.
+
+    ``system`` messages (pi 1.6.0 records its prompt and tool declarations as such)
+    are left out: each program sends its own system prompt and tools. Unknown roles
+    (an augmented pi's) are left out too."""
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
@@ -126,28 +174,60 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
             )
         elif role == "compactionSummary":
-            text = (
-                "The conversation history before this point was compacted into the "
-                f"following summary:\n<summary>\n{message.get('summary', '')}\n</summary>"
+            text = COMPACTION_SUMMARY_PREFIX + str(message.get("summary", ""))
+            out.append(_as_user(text + COMPACTION_SUMMARY_SUFFIX, message))
+        elif role == "branchSummary":
+            text = BRANCH_SUMMARY_PREFIX + str(message.get("summary", ""))
+            out.append(_as_user(text + BRANCH_SUMMARY_SUFFIX, message))
+        elif role == "bashExecution" and not message.get("excludeFromContext"):
+            out.append(_as_user(bash_execution_text(message), message))
+    return _closed_tool_calls(out)
+
+
+def _closed_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """pi-ai's ``transformMessages`` passes that do not depend on the target model:
+    an assistant turn that ended in ``error`` or ``aborted`` is not replayed, and a
+    tool call left without a result (a run stopped between the call and its result)
+    gets an error result ``"No result provided"`` before the next assistant or user
+    message — APIs reject a tool call with no result."""
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    answered: set[str] = set()
+
+    def close() -> None:
+        for call in pending:
+            if call.get("id") not in answered:
+                out.append(
+                    {
+                        "role": "toolResult",
+                        "toolCallId": call.get("id"),
+                        "toolName": call.get("name"),
+                        "content": [{"type": "text", "text": "No result provided"}],
+                        "isError": True,
+                        "timestamp": now_ms(),
+                    }
+                )
+        pending.clear()
+        answered.clear()
+
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            close()
+            if message.get("stopReason") in ("error", "aborted"):
+                continue
+            content = message.get("content")
+            pending.extend(
+                b for b in content or [] if isinstance(b, dict) and b.get("type") == "toolCall"
             )
-            out.append(
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": text}],
-                    "timestamp": message.get("timestamp"),
-                }
-            )
-        elif role == "bashExecution":
-            text = f"Ran `{message.get('command', '')}`\n```\n{message.get('output', '')}\n```" + (
-                f"\n(exit code {message.get('exitCode')})" if message.get("exitCode") else ""
-            )
-            out.append(
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": text}],
-                    "timestamp": message.get("timestamp"),
-                }
-            )
+            out.append(message)
+        elif role == "toolResult":
+            answered.add(message.get("toolCallId"))
+            out.append(message)
+        else:
+            close()
+            out.append(message)
+    close()
     return out
 
 
@@ -199,6 +279,9 @@ class AgentSession:
     cwd: Path
     writer: SessionWriter
     active_tools: Callable[[], list[ToolDefinition]] | None = None
+    # issue 19: called once a tool batch's results are committed (the session host
+    # records tool_search activations there, before the next request).
+    after_tools: Callable[[], Awaitable[None]] | None = None
     system_prompt: Callable[[], str] | None = None
     max_turns: int = 100
     running: bool = False
@@ -213,13 +296,14 @@ class AgentSession:
     # they caused in the current run (see `_extension_turn`).
     extension_messages: set[int] = field(default_factory=set)
     extension_turns: int = 0
-    # pi's thinking level for the next request (THINKING_LEVELS; clamped to the model).
-    thinking_level: str = "off"
     dropped_extension_turns: bool = False
     _scopes: set[trio.CancelScope] = field(default_factory=set)
     idle: trio.Event = field(default_factory=trio.Event)
     # issue 15: threshold compaction before each request, overflow recovery after one.
     compactor: Compactor = field(default_factory=Compactor)
+    # pi's thinking level of the next request (base.THINKING_LEVELS); recorded on
+    # every assistant message as ``thinkingLevel`` (pi docs session-format.md).
+    thinking_level: str = "off"
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -248,7 +332,17 @@ class AgentSession:
         return build_system_prompt(self.cwd, self.tool_definitions())
 
     def record(self, message: dict[str, Any]) -> str:
-        """Append ``message`` to the session; returns the entry id."""
+        """Append ``message`` to the session; returns the entry id.
+
+        An extension's ``custom`` message becomes a ``custom_message`` entry, as pi
+        1.6.0 writes it (pi docs session-format.md "CustomMessageEntry")."""
+        if message.get("role") == "custom":
+            return self.writer.append_custom_message(
+                str(message.get("customType") or "extension"),
+                message.get("content", []),
+                bool(message.get("display", True)),
+                message.get("details"),
+            )["id"]
         return self.writer.append_message(message).id
 
     async def commit(
@@ -423,6 +517,7 @@ class AgentSession:
                 )
             self.running = False
             self.prompt_override = None
+            self.writer.sync()
             self.idle.set()
 
     async def _turn(self, new_messages: list[dict[str, Any]]) -> tuple[str, bool]:
@@ -441,8 +536,12 @@ class AgentSession:
             outcomes = await self.pipeline.run(turn.tool_calls, session=self)
             for outcome in outcomes:
                 results.append(await self.commit(outcome.message(), new_messages))
+            if self.after_tools is not None:
+                await self.after_tools()
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
+        # A turn boundary: what it appended reaches the disk (issue 15 "Robustness").
+        self.writer.sync()
         await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
         await self.notify(
             "turn_end", {"message": assistant, "tool_results": results}, abortable=False
@@ -506,7 +605,12 @@ class AgentSession:
         if (required := self.pool.required_failure()) is not None:
             # issue 13 §2: no model request without a required guard.
             raise HookFailedError(f"the request was not sent to the model: {required}")
-        messages = copy.deepcopy(self.messages)
+        # A new list each time (`context_messages`) whose messages are the session's
+        # own records: copied only when a hook is handed them, or a 10,000-entry
+        # session pays a deep copy of its whole context on every request.
+        messages = self.messages
+        if self.pool.subscribed("context") or self.pool.subscribed("before_provider_request"):
+            messages = copy.deepcopy(messages)
         state = await self.chain("context", {"messages": messages})
         if state is not None and isinstance(state.get("messages"), list):
             messages = state["messages"]
@@ -533,9 +637,37 @@ class AgentSession:
         # issue 13 §1: a message_end hook may redact the answer; streamed deltas would
         # put the unredacted text on stdout first (the message_end event has it all).
         hold_back = self.pool.subscribed("message_end")
+        # pi json.md "Reconstruct streaming messages": one message_update per content
+        # event, with the latest cumulative usage; text deltas keep our `delta` key.
+        streamed = False
+        usage = normalise_usage(None)
+
+        async def on_event(event: dict[str, Any]) -> None:
+            nonlocal streamed, usage
+            streamed = True
+            if hold_back:
+                return
+            if "usage" in event:
+                event = dict(event)
+                usage = normalise_usage(event.pop("usage"))
+            record: dict[str, Any] = {
+                "type": "message_update",
+                "usage": usage,
+                "assistantMessageEvent": event,
+            }
+            if event.get("type") == "text_delta":
+                record["delta"] = event.get("delta", "")
+                await self.emit(record)
+                await self.notify(
+                    "message_update",
+                    {"delta": record["delta"], "assistant_message_event": event},
+                )
+            else:
+                await self.emit(record)
 
         async def on_delta(delta: str) -> None:
-            if hold_back:
+            # Only for providers that stream no events (every event comes first).
+            if hold_back or streamed:
                 return
             await self.emit({"type": "message_update", "delta": delta})
             await self.notify("message_update", {"delta": delta})
@@ -552,6 +684,7 @@ class AgentSession:
                 messages=llm_messages(payload["messages"]),
                 tools=tools,
                 on_text_delta=on_delta,
+                on_event=on_event,
                 thinking_level=self.thinking_level,
             )
 
@@ -576,23 +709,53 @@ class AgentSession:
         return _with_unique_call_ids(turn)
 
     def _assistant_message(self, turn: AssistantTurn) -> dict[str, Any]:
-        content: list[dict[str, Any]] = []
-        if turn.text:
-            content.append({"type": "text", "text": turn.text})
-        content += [
-            {"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments}
-            for c in turn.tool_calls
-        ]
-        return {
+        """The assistant message of ``turn`` as pi 1.6.0 records it (pi docs
+        message-types.md "AssistantMessage"): content in stream order (the provider's
+        ``content`` when it kept one, else thinking blocks, text, tool calls), ``api``,
+        ``provider``, ``model``, ``responseModel``/``responseId`` when reported, the
+        full ``usage`` (with cost), ``stopReason``, ``errorMessage`` when set, the
+        ``timestamp`` and the ``thinkingLevel`` requested."""
+        if turn.content is not None:
+            content = [dict(block) for block in turn.content]
+            # _with_unique_call_ids may have renamed repeated call ids: keep them in step.
+            calls = iter(turn.tool_calls)
+            for block in content:
+                if block.get("type") == "toolCall" and (call := next(calls, None)):
+                    block.update(id=call.id, name=call.name, arguments=call.arguments)
+        else:
+            content = [dict(block) for block in turn.thinking]
+            if turn.text:
+                content.append({"type": "text", "text": turn.text})
+            content += [
+                {"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in turn.tool_calls
+            ]
+        message: dict[str, Any] = {
             "role": "assistant",
             "content": content,
+            "api": turn.api or _API_OF.get(self.provider.name, self.provider.name),
             "provider": turn.provider or self.provider.name,
             "model": turn.model or self.provider.model,
-            "usage": turn.usage,
-            "stopReason": turn.stop_reason,
-            "timestamp": now_ms(),
         }
+        if turn.response_model is not None:
+            message["responseModel"] = turn.response_model
+        if turn.response_id is not None:
+            message["responseId"] = turn.response_id
+        message["usage"] = normalise_usage(turn.usage)
+        message["stopReason"] = turn.stop_reason
+        if turn.error_message is not None:
+            message["errorMessage"] = turn.error_message
+        message["timestamp"] = now_ms()
+        message["thinkingLevel"] = self.thinking_level
+        return message
 
+
+# pi's ``api`` names, for providers that do not report ``AssistantTurn.api`` yet.
+_API_OF = {
+    "scripted": "scripted",
+    "openai": "openai-completions",
+    "anthropic": "anthropic-messages",
+}
 
 _STOPPED = {
     "input": "the prompt was not sent",

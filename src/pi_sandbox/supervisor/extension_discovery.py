@@ -295,17 +295,43 @@ def settings_paths(
         if not isinstance(raw, str) or not raw.strip():
             notices.append(f"{label}: expected a path string")
             continue
+        if _pi_only_entry(raw):
+            continue  # pi 1.6.0's, in the settings file both programs read (issue 17 §4)
+        if raw[0] in "!+-":
+            notices.append(
+                f"{label}: {raw!r} is one of pi's include/exclude patterns, which pi-sandbox "
+                f"does not apply: what it would exclude or include is loaded as without it"
+            )
+            continue
         path = Path(os.path.expanduser(raw))
         paths.append((label, Path(os.path.abspath(base / path))))
     return paths
 
 
+PI_EXTENSION_SUFFIXES = (".ts", ".js", ".mts", ".cts", ".mjs", ".cjs")
+"""pi 1.6.0's (TypeScript/JavaScript) extension files: skipped without a notice."""
+
+
+def _pi_only_entry(raw: str) -> bool:
+    """Whether a settings list entry is pi 1.6.0's alone: a built-in extension
+    (``builtin:mcp``, ``-builtin:codemode``; settings.md) or an include/exclude
+    pattern naming a TypeScript/JavaScript file. pi-sandbox skips them quietly."""
+    bare = raw[1:] if raw[0] in "!+-" else raw
+    return bare.startswith("builtin:") or (
+        raw[0] in "!+-" and bare.rstrip("/*").endswith(PI_EXTENSION_SUFFIXES)
+    )
+
+
 def _entries_at(path: Path, label: str, notices: list[str]) -> list[Path]:
     """What a settings path names: a ``.py`` file, a package directory, a directory
-    with a ``[tool.pi]`` manifest, or else a directory searched one level deep."""
+    with a ``[tool.pi]`` manifest, or else a directory searched one level deep. A
+    pi 1.6.0 extension file (`PI_EXTENSION_SUFFIXES`) names nothing, quietly: the
+    user's settings file is shared with pi (issue 17 §4)."""
     if path.is_file():
         if path.suffix == ".py":
             return [path]
+        if path.suffix in PI_EXTENSION_SUFFIXES:
+            return []
         notices.append(f"{label}: {path} is not a .py file, a package or a directory")
         return []
     if not path.is_dir():

@@ -195,10 +195,15 @@ class JsonOutput:
         self.failed = False  # a write failed for a reason other than the reader leaving
 
     async def __call__(self, event: dict[str, Any]) -> None:
+        await self.write_line(dumps_line(event))
+
+    async def write_line(self, line: str) -> None:
+        """Write one line of JSON text already serialised (RPC ``get_tree``, whose
+        nesting ``json.dumps`` cannot follow, issue 15)."""
         if self.closed:
             return
         try:
-            self.stdout.write(dumps_line(event) + "\n")
+            self.stdout.write(line + "\n")
             self.stdout.flush()
         except OSError as exc:
             # The reader went away (`pi --mode json | head`) or the disk is full: the

@@ -16,8 +16,12 @@ failed response), ``set_auto_compaction {enabled}`` (this session only), ``bash 
 ``get_state``, ``get_commands``, the model commands of issue 16 (``get_available_models``,
 ``set_model {provider, modelId}``, ``cycle_model``, ``set_thinking_level {level}``,
 ``cycle_thinking_level``, ``get_available_thinking_levels``, ``get_session_stats``;
-``model_commands``), ``extension_ui_response {ui_id, value}`` (answers an ``extension_ui_request``
-event), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
+``model_commands``), ``get_fork_messages``, ``fork``, ``clone``, ``switch_session``,
+``set_session_name``, ``navigate_tree`` and ``set_label``
+(`pi_sandbox.supervisor.sessions.rpc_commands`), ``extension_ui_response {ui_id, value}``
+(answers an ``extension_ui_request`` event), ``policy_approval_response {id, decision,
+scope?, message?}`` (answers a ``policy_approval_request`` event, issue 18; its ``id`` is
+the request's, also echoed in the response), ``quit``. ``prompt``/``reload``/``new_session`` are refused while the agent
 runs (use ``steer``/``follow_up``/``abort``). End of input waits for queued work and
 ends the session.
 """
@@ -32,6 +36,7 @@ import trio
 from pi_sandbox.errors import HostCallError, ProviderError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
 from pi_sandbox.supervisor.model_commands import MODEL_COMMANDS
+from pi_sandbox.supervisor.sessions.rpc_commands import SESSION_COMMANDS, handle_session_command
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
@@ -285,6 +290,31 @@ async def serve_rpc(host: Any, emit: EmitFn, stdin_fd: int = 0) -> None:
             elif kind == "extension_ui_response":
                 found = host.ui_response(str(command.get("ui_id")), command.get("value"))
                 await respond(command, found, **({} if found else {"error": "no such UI request"}))
+            elif kind == "policy_approval_response":
+                # issue 18: our own command (pi has no policy gate), answering a
+                # policy_approval_request event.
+                fields = command.get("scope"), command.get("message")
+                if not isinstance(command.get("id"), str) or not isinstance(
+                    command.get("decision"), str
+                ):
+                    problem = "policy_approval_response needs a string 'id' and 'decision'"
+                elif fields[0] is not None and not isinstance(fields[0], str):
+                    problem = "policy_approval_response: 'scope' must be a string"
+                else:
+                    problem = host.answer_approval(
+                        command["id"], command["decision"], fields[0], fields[1]
+                    )
+                await respond(command, problem is None, **({"error": problem} if problem else {}))
+            elif kind in SESSION_COMMANDS:  # issue 15: sessions/rpc_commands.py
+                await handle_session_command(
+                    host,
+                    command,
+                    emit=emit,
+                    respond=respond,
+                    answer_later=answer_later,
+                    running=running,
+                    busy_reason=busy_reason,
+                )
             elif kind == "quit":
                 await respond(command, True)
                 break

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ class RunOptions:
     message: str
     cwd: Path
     agent_dir: Path
-    mode: str = "print"  # "print" | "json" | "rpc"
+    mode: str = "print"  # "print" | "json" | "rpc" | "interactive" (issue 18)
     model: str = "scripted"
     script: Path | None = None
     base_url: str | None = None
@@ -88,6 +87,9 @@ class RunOptions:
     provider: str | None = None
     thinking: str | None = None
     models: str | None = None
+    # Which session to open (issue 15; sessions.startup.SessionChoice); None: a new
+    # session of ``cwd`` under ``agent_dir/sessions`` (or none with ``session`` False).
+    session_choice: Any = None
 
 
 CI_AUDIT_LOG = Path("pi-output") / "audit.jsonl"
@@ -106,7 +108,7 @@ class _Start:
     trust: str | None
     trust_source: str
     audit_paths: list[Path]
-    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    session_id: str = field(default_factory=lambda: _new_session_id())
     trust_info: Any = None  # resources.resource_set.TrustDecision
     base_policy: Any = None  # the managed and user tiers only (before trust)
     base_locations: Any = None
@@ -169,9 +171,18 @@ def run_print_session(options: RunOptions) -> int:
         return fail(str(exc), 2)
     except ProviderError as exc:
         return fail(f"provider error: {exc}", 2)
-    output = (
-        JsonOutput() if options.mode in ("json", "rpc") else PrintOutput(verbose=options.verbose)
-    )
+    output: Any
+    if options.mode == "interactive":
+        # issue 18: the terminal UI is one more consumer of the event stream.
+        from pi_sandbox.supervisor.tui import TerminalFrontend
+
+        output = TerminalFrontend(options)
+    else:
+        output = (
+            JsonOutput()
+            if options.mode in ("json", "rpc")
+            else PrintOutput(verbose=options.verbose)
+        )
     from pi_sandbox.supervisor.audit_log import AuditLog
 
     policy = start.policy
@@ -184,6 +195,9 @@ def run_print_session(options: RunOptions) -> int:
         )
     except OSError as exc:
         return fail(f"cannot open audit log {exc.filename}: {exc.strerror or exc}", 2)
+    choice = options.session_choice
+    if choice is not None and choice.session_id is not None:
+        start.session_id = choice.session_id  # resumed, or --session-id
     audit.session = start.session_id  # the session file, if any, gets this id too
     try:
         audit.record(
@@ -242,6 +256,36 @@ def run_print_session(options: RunOptions) -> int:
         stop.release()
 
 
+def _outer_project_policy(cwd: Path) -> str | None:
+    """A warning when a directory above ``cwd`` (up to the git root) has a
+    ``.pi/policy.yaml``: as in pi, a project's ``.pi/`` is read from the working
+    directory only, so that policy is not in force for this run (red-team finding:
+    starting in a subdirectory dropped the repository's rules silently)."""
+    from pi_sandbox.resources.project_trust import _git_root
+
+    root = _git_root(cwd)
+    if root is None or root == cwd:
+        return None
+    here = cwd.parent
+    while True:
+        candidate = here / ".pi" / "policy.yaml"
+        if os.path.lexists(candidate):
+            return (
+                f"{candidate} is not in force for this run: a project's .pi/ is read from "
+                f"the working directory only (as pi). Run from {here} (or with -C {here}) "
+                "to apply it, or pass it with --policy"
+            )
+        if here == root or here.parent == here:
+            return None
+        here = here.parent
+
+
+def _new_session_id() -> str:
+    from pi_sandbox.supervisor.sessions.session_file import new_session_id
+
+    return new_session_id()  # a UUIDv7, as pi 1.6.0
+
+
 def _compactor(options: RunOptions, trust: Callable[[], str | None]) -> Any:
     """Compaction for the run: the ``compaction`` settings (the project's only when it
     is trusted; ``trust()`` is the current decision, read again at every reload) and
@@ -297,6 +341,8 @@ def _load_policy(options: RunOptions) -> _Start:
             requested=options.trust,
             rules=policy.trust,
             bind_unbound=True,  # a decision pi saved gets bound to today's content
+            # issue 18: the interactive mode can ask; "ask" is answered at start (_run).
+            has_ui=options.mode == "interactive",
         )
     except ValueError as exc:
         raise UsageError(f"argument --trust: {exc}") from exc
@@ -522,6 +568,10 @@ async def _run(
         # session store is masked from every worker (it may lie inside a workspace).
         with contextlib.suppress(OSError):
             (options.agent_dir / "sessions").mkdir(parents=True, exist_ok=True, mode=0o700)
+        if options.session_choice is not None:
+            # --session-dir: masked like the default store (PoolConfig.session_dir).
+            with contextlib.suppress(OSError):
+                options.session_choice.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def discover(
         refused: list[Any] | None = None, trust: str | None = None, bootstrap: bool = False
@@ -557,8 +607,9 @@ async def _run(
             sandbox=options.sandbox,
             project_trust=start.trust,
             mode=options.mode,
-            # rpc: dialogs go to the client (extension_ui_request / extension_ui_response).
-            has_ui=options.mode == "rpc",
+            # rpc: dialogs go to the client (extension_ui_request / extension_ui_response);
+            # interactive: to the terminal UI, which answers them the same way (issue 18).
+            has_ui=options.mode in ("rpc", "interactive"),
             settings=settings,
             audit=audit.record,
             # Every tier's files stay read-only in every sandbox: a tool must not rewrite
@@ -568,6 +619,7 @@ async def _run(
             extension_rules=policy.extensions,
             hook_timeout_s=policy.extensions.handler_timeout_s,
             extension_settings=extension_settings,
+            session_dir=_custom_session_dir(options),
         )
 
     config = make_config()
@@ -671,17 +723,27 @@ async def _run(
     # created).
     reload_target: dict[str, Any] = {"pipeline": None}
     stop.reload = lambda: _reload_policy(start.store, reload_target, output, audit)
+    frontend = output if options.mode == "interactive" else None
     try:
         async with trio.open_nursery() as nursery:
             mcp: Any = None
             try:
                 trust_notices: list[str] = []
+                if frontend is not None:
+                    # The screen and the editor first: typing starts at once, and the
+                    # trust question below needs them (issue 18).
+                    await frontend.start(nursery)
                 if bootstrap:
                     with stop.guard():
                         await pool.start_bootstrap(
                             nursery, bootstrap, on_tool_update=on_tool_update
                         )
                         await _ask_extensions_for_trust(options, start, pool, trust_notices)
+                    pool.config = make_config()
+                if frontend is not None and start.trust_info.decision == "ask":
+                    # Phase two (seed 000 §2.4): no extension answered; the user does.
+                    with stop.guard():
+                        await _ask_user_for_trust(options, start, frontend, trust_notices)
                     pool.config = make_config()
                 # The decision, before any project resource is read (the bootstrap
                 # extensions above are user-level or -e ones).
@@ -744,11 +806,16 @@ async def _run(
                     )
                     await resource_watch.start()
                 try:
-                    writer = (
-                        SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
-                        if options.session
-                        else SessionWriter.in_memory(options.cwd, start.session_id)
-                    )
+                    if options.session_choice is not None:
+                        from pi_sandbox.supervisor.sessions.startup import open_writer
+
+                        writer = open_writer(options.session_choice, start.session_id)
+                    else:
+                        writer = (
+                            SessionWriter.create(options.agent_dir, options.cwd, start.session_id)
+                            if options.session
+                            else SessionWriter.in_memory(options.cwd, start.session_id)
+                        )
                 except OSError as exc:
                     raise UsageError(
                         f"cannot write the session file under {options.agent_dir / 'sessions'}: "
@@ -815,13 +882,27 @@ async def _run(
                     raise UsageError(load_stop)
                 for warning in inactive_warnings(pool):
                     await output({"type": "warning", "message": warning})
+                if (outer := _outer_project_policy(options.cwd)) is not None:
+                    await output({"type": "warning", "message": outer})
                 pipeline = ToolPipeline(
                     pool=pool,
                     policy=start.store.current,
                     cwd=options.cwd,
                     emit=output,
                     tool_timeout_s=float(pool.config.settings.limits.tool_timeout_s),
+                    # issue 18: the terminal's or RPC client's user answers a policy ``ask``.
+                    has_ui=pool.config.has_ui,
                 )
+                if pool.config.has_ui and not options.ci:
+                    # issue 18: ask is put to the user; --ci keeps ask = deny.
+                    from pi_sandbox.supervisor.approvals import ApprovalBroker
+                    from pi_sandbox.supervisor.approvals.settings import approval_timeout_s
+
+                    pipeline.approvals = ApprovalBroker(
+                        emit=output,
+                        audit=audit.record,
+                        timeout_s=approval_timeout_s(options.agent_dir),
+                    )
                 reload_target["pipeline"] = pipeline
                 session = AgentSession(
                     provider=provider,
@@ -832,7 +913,6 @@ async def _run(
                     writer=writer,
                     retry=await _auto_retry(options, start, provider, output),
                 )
-                writer.append_model_change(provider.name, provider.model)
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "notice", "message": notice})
@@ -841,13 +921,22 @@ async def _run(
                 choice = start.model_choice
                 if choice is not None:
                     session.thinking_level = choice.thinking_level
-                    if choice.thinking_level != "off":
-                        writer.append_thinking_level_change(choice.thinking_level)
+                # pi records the model and thinking level at a session's start, and on a
+                # continued session what differs from its branch.
+                writer.record_settings(provider.name, provider.model, session.thinking_level)
 
                 def new_writer() -> SessionWriter:
-                    if options.session:
-                        return SessionWriter.create(options.agent_dir, options.cwd)
-                    return SessionWriter.in_memory(options.cwd)
+                    if options.session and options.session_choice is not None:
+                        from pi_sandbox.supervisor.sessions.startup import new_session_writer
+
+                        fresh = new_session_writer(options.session_choice.directory, options.cwd)
+                    elif options.session:
+                        fresh = SessionWriter.create(options.agent_dir, options.cwd)
+                    else:
+                        fresh = SessionWriter.in_memory(options.cwd)
+                    # A new session starts with its model and thinking level, as pi's.
+                    fresh.record_settings(provider.name, provider.model, session.thinking_level)
+                    return fresh
 
                 host = SessionHost(
                     pool=pool,
@@ -874,6 +963,8 @@ async def _run(
                     start.provider_factory,
                     choice.scope if choice is not None else None,
                 )
+                if options.session_choice is not None:
+                    host.session_dirs = (options.session_choice.directory,)
                 stop.on_stop.append(host.abort)
                 host.mcp = mcp
                 try:
@@ -884,6 +975,10 @@ async def _run(
                     if options.mode == "rpc":
                         with stop.guard():
                             await serve_rpc(host, output)
+                        final_text = None
+                    elif frontend is not None:
+                        with stop.guard():
+                            await frontend.serve(host, _interactive_context(options, start, pool))
                         final_text = None
                     else:
                         prompts = PromptInput(
@@ -931,6 +1026,8 @@ async def _run(
                         with trio.move_on_after(10):
                             await mcp.aclose()
                     writer = session.writer
+                if frontend is not None:
+                    frontend.close()  # the terminal is restored before anything is printed
                 if final_text is not None and options.mode != "json":
                     try:
                         print(printable(final_text), flush=True)
@@ -970,6 +1067,8 @@ async def _run(
                     await output({"type": "error", "error": f"{exc} (exit {stop.exit_status})"})
                 status = stop.exit_status or 1
             finally:
+                if frontend is not None:
+                    frontend.close()
                 keep_logs = keep_logs or bool(pool.disabled)
                 if mcp is not None:
                     with trio.move_on_after(10):
@@ -1155,6 +1254,18 @@ async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output:
     return AutoRetry(settings)
 
 
+def _custom_session_dir(options: RunOptions) -> Path | None:
+    """The ``--session-dir`` to mask in every sandbox, when it lies outside the
+    agent directory (whose ``sessions`` are masked already)."""
+    choice = options.session_choice
+    if choice is None or (not choice.persist and not choice.directory.is_dir()):
+        return None
+    real = Path(os.path.realpath(choice.directory))
+    if real.is_relative_to(os.path.realpath(options.agent_dir)):
+        return None
+    return choice.directory
+
+
 def _flag_parser() -> Any:
     from pi_sandbox.cli import build_parser
     from pi_sandbox.supervisor.session_host import parse_extension_flags
@@ -1234,6 +1345,79 @@ async def _ask_extensions_for_trust(
     )
     start.apply_trust(options, decided)
     notices.append(f"Project trust: {decided.decision} (from {decided.source})")
+
+
+async def _ask_user_for_trust(
+    options: RunOptions, start: _Start, frontend: Any, notices: list[str]
+) -> None:
+    """Ask the terminal's user about an undecided project (issue 18, seed 000 §2.4):
+    ``yes``/``sandboxed``/``no``, for this run or saved in the trust store. Only the
+    answers the policy allows are offered; no answer leaves the project untrusted.
+
+    Raises:
+        UsageError: the trust store cannot be written when the user asked to save.
+    """
+    import dataclasses as dc
+
+    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
+    from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
+
+    info = start.trust_info
+    rules = start.base_policy.trust
+    allowed = [d for d in ("yes", "sandboxed", "no") if rules is None or not rules.refusal(d)]
+    answer = await frontend.ask_trust(options.cwd, list(info.resources), allowed)
+    if answer is None:
+        start.apply_trust(options, dc.replace(info, decision=None, source="not answered"))
+        return
+    decision, save = answer
+    decided = dc.replace(
+        resolve_trust(
+            options.cwd,
+            agent_dir=options.agent_dir,
+            home=options.home,
+            requested=decision,
+            rules=rules,
+        ),
+        source="the trust prompt",
+    )
+    if save:
+        from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
+
+        path = trust_store_path(options.agent_dir)
+        fingerprint = (
+            await trio.to_thread.run_sync(
+                lambda: decision_fingerprint(options.cwd, home=options.home)
+            )
+            if decision != "no"
+            else None
+        )
+        try:
+            TrustStore.update(
+                path, lambda store: store.set(options.cwd, decision, fingerprint=fingerprint)
+            )
+        except (TrustStoreError, OSError) as exc:
+            raise UsageError(f"cannot save the trust decision in {path}: {exc}") from exc
+        decided = dc.replace(decided, stored=(decision, options.cwd), store_error=None)
+    start.apply_trust(options, decided)
+    notices.append(f"Project trust: {decision} (from the trust prompt{', saved' if save else ''})")
+
+
+def _interactive_context(options: RunOptions, start: _Start, pool: Any) -> dict[str, Any]:
+    """What the terminal UI shows beside the event stream (issue 18): the effective
+    policy's files, the sandbox state and the trust decision, read when asked."""
+
+    def sandboxed() -> bool:
+        tool = pool.tool_worker  # read each time: a reload may replace it
+        return tool is not None and tool.spec.sandbox is not None
+
+    return {
+        "cwd": options.cwd,
+        "agent_dir": options.agent_dir,
+        "policy": lambda: start.store.current,
+        "trust": lambda: start.trust_info,
+        "sandboxed": sandboxed,
+        "sandbox_requested": options.sandbox,
+    }
 
 
 def _untrusted_notice(info: Any, cwd: Path, rules: Any = None) -> list[str]:

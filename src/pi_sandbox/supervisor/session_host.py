@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,14 +60,28 @@ from pi_sandbox.supervisor.boundary import (
     user_message_from,
 )
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.host_tools import (
+    CODEMODE,
+    HOST_TOOL_NAMES,
+    TOOL_SEARCH,
+    CodemodeTool,
+    ToolSearchTool,
+)
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, report_extension_errors
+from pi_sandbox.supervisor.tool_exposure import ToolExposure, activations_on_branch
+from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["BUILTIN_COMMANDS", "SessionHost", "unknown_option_message"]
+__all__ = ["BUILTIN_COMMANDS", "DEFAULT_OFF_BUILTIN_TOOLS", "SessionHost", "unknown_option_message"]
+
+# Built-in tools that are off unless the tool selection or set_active_tools names them:
+# pi 1.6.0 enables read, bash, edit and write by default (cli.md "Tools"), not grep,
+# find and ls. The CLI's `ToolSelection` applies the same default; this covers hosts
+# built without one.
+DEFAULT_OFF_BUILTIN_TOOLS = frozenset({"grep", "find", "ls"})
 
 BUILTIN_COMMANDS = {
     "reload": "Reload extensions, settings and resources",
@@ -153,6 +168,9 @@ class SessionHost:
         self.argv = list(argv)
         self.parse_flags = parse_flags
         self.agent_dir = agent_dir
+        # issue 15: session directories besides <agent_dir>/sessions (--session-dir)
+        # whose files switch_session may open.
+        self.session_dirs: tuple[Path, ...] = ()
         self.active: list[str] | None = None
         self.flags: dict[str, Any] = {}
         # The positional words of the command line once extension flags took their
@@ -197,6 +215,45 @@ class SessionHost:
         session.system_prompt = self.system_prompt
         pool_pipeline = session.pipeline
         pool_pipeline.tool_filter = self.is_active
+        # issue 19: every tool's exposure, tool_search activations (replayed from the
+        # session branch) and the supervisor's own tools.
+        self.exposure = ToolExposure(
+            selected=self._selected,
+            reachable=self._reachable,
+            chosen=lambda name: self.active is not None and name in self.active,
+        )
+        self._synced: tuple[int, int] | None = None
+        self._pool_names: set[str] = set()
+        self._branch_leaf: object = object()
+        self._unrecorded: list[str] = []
+        self._host_exposure: dict[str, str] = {}
+        self._warned_unreachable = False
+        if isinstance(tools_filter, ToolSelection):
+            # Off by default from the first request on (start() adds the tool worker's).
+            tools_filter.builtins |= frozenset(HOST_TOOL_NAMES)
+        pool_pipeline.host_tools = {
+            TOOL_SEARCH: self._after_mcp(
+                ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool()
+            ),
+            CODEMODE: self._after_mcp(
+                CodemodeTool(pool_pipeline, self.exposure, self.codemode_callable).host_tool()
+            ),
+        }
+        pool_pipeline.nested_filter = self.codemode_callable
+        session.after_tools = self.record_activations
+
+    def _after_mcp(self, tool: HostTool) -> HostTool:
+        """``tool_search`` and ``codemode`` reach every MCP server's tools: they wait
+        (bounded) for the servers still connecting first (pi docs mcp.md)."""
+        inner = tool.execute
+
+        async def execute(call: Any, arguments: dict[str, Any], session: Any) -> dict[str, Any]:
+            if self.mcp is not None:
+                await self.mcp.wait_all()
+            self.sync_exposure()
+            return await inner(call, arguments, session)
+
+        return dataclasses.replace(tool, execute=execute)
 
     # --- start and run -----------------------------------------------------------------------
 
@@ -212,12 +269,14 @@ class SessionHost:
         self._parse_flags()
         await self._flush_reports()
         if isinstance(self.tools_filter, ToolSelection):
+            # codemode and tool_search are built-ins that are off by default (pi docs
+            # cli.md "Tools"), like ls, grep and find.
             self.tools_filter.builtins = frozenset(
                 name for name, tool in self.pool.tools.items() if tool.source == "builtin"
-            )
-            unknown = self.tools_filter.unknown(self.pool.tools)
+            ) | frozenset(HOST_TOOL_NAMES)
+            unknown = self.tools_filter.unknown([*self.pool.tools, *HOST_TOOL_NAMES])
         else:
-            unknown = sorted((self.tools_filter or set()) - set(self.pool.tools))
+            unknown = sorted((self.tools_filter or set()) - {*self.pool.tools, *HOST_TOOL_NAMES})
         if unknown:
             await self.emit(
                 {
@@ -228,6 +287,7 @@ class SessionHost:
             )
         await self.session.notify("session_start", {"reason": "startup"})
         await self._discover_resources("startup")
+        await self.warn_unreachable_tools()
         nursery.start_soon(self._runner)
 
     def _parse_flags(self) -> None:
@@ -561,29 +621,170 @@ class SessionHost:
 
     # --- tools and the system prompt -------------------------------------------------------
 
-    def is_active(self, name: str) -> bool:
-        """Whether tool ``name`` is offered to the model (and may be called)."""
-        if name in self.pool.undeclared_tools:
-            return False  # MCP deferred/codemode exposure (issue 19)
+    def _selected(self, name: str) -> bool:
+        """Whether a ``direct`` tool is selected: ``--tools`` & co. and
+        ``set_active_tools``; ``codemode``/``tool_search`` also turn on by themselves
+        while tools of the exposure they serve exist (issue 19, pi docs mcp.md)."""
+        if name in HOST_TOOL_NAMES:
+            if self._auto_enabled(name):
+                return True
+            if self.tools_filter is None:
+                return False  # off by default, also without a command line (SDK)
         if self.tools_filter is not None and name not in self.tools_filter:
             return False
-        return self.active is None or name in self.active
+        if self.active is not None:
+            return name in self.active
+        if self.tools_filter is None and name in DEFAULT_OFF_BUILTIN_TOOLS:
+            tool = self.pool.tools.get(name)
+            return tool is None or tool.source != "builtin"
+        return True
+
+    def _auto_enabled(self, name: str) -> bool:
+        serves = "deferred" if name == TOOL_SEARCH else "codemode"
+        # MCP servers still connecting count by their configuration (pi docs mcp.md:
+        # "Codemode or tool_search is activated from the config").
+        configured = self.mcp is not None and serves in self.mcp.configured_exposures()
+        if not configured and not self.exposure.has_exposure(serves):
+            return False
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.enables(name)
+        return self.tools_filter is None or name in self.tools_filter
+
+    def _reachable(self, name: str) -> bool:
+        if isinstance(self.tools_filter, ToolSelection):
+            return self.tools_filter.reaches(name)
+        return True
+
+    def sync_exposure(self) -> None:
+        """Bring the exposure registry up to date with the worker registry (rebuilt on
+        registration, restart and reload) and the activations with the session branch
+        (resume, ``/reload``, navigation); cheap when nothing changed."""
+        key = (id(self.pool.tools), len(self.pool.tools))
+        if key != self._synced:
+            self._synced = key
+            names = set(self.pool.tools)
+            for name in self._pool_names - names:
+                self.exposure.unregister(name)
+            for tool in self.pool.tools.values():
+                d = tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters), d.exposure, tool.source
+                )
+            for name, host_tool in self.session.pipeline.host_tools.items():
+                d = host_tool.definition
+                self.exposure.register(
+                    ToolDefinition(d.name, d.description, d.parameters),
+                    self._host_exposure.get(name, "direct"),
+                    host_tool.source,
+                )
+            self._pool_names = names
+        writer = self.session.writer
+        leaf = (id(writer), writer.last_id)
+        if leaf != self._branch_leaf:
+            self._branch_leaf = leaf
+            recorded = activations_on_branch(writer.branch())
+            self.exposure.restore([*recorded, *(n for n in self._unrecorded if n not in recorded)])
+
+    def expose(self, tool: HostTool, exposure: str) -> None:
+        """Register a supervisor-executed tool (an MCP server's tool, issue 19) with
+        its exposure: the model, ``tool_search`` and codemode reach it as the
+        exposure says, and every call runs through the tool pipeline like any tool's.
+
+        Raises:
+            ValueError: ``exposure`` is not one of ``direct``, ``deferred``,
+                ``codemode``, ``hidden``; or the name is one of the host's own tools.
+        """
+        name = tool.definition.name
+        if name in HOST_TOOL_NAMES:
+            raise ValueError(f"tool {name!r}: the name is taken by a built-in tool")
+        d = tool.definition
+        self.exposure.register(
+            ToolDefinition(d.name, d.description, d.parameters), exposure, tool.source
+        )
+        self.session.pipeline.host_tools[name] = tool
+        self._host_exposure[name] = exposure
+
+    def withdraw(self, name: str) -> None:
+        """Unregister a tool `expose` registered (its server went away)."""
+        if name in HOST_TOOL_NAMES:
+            return
+        self.session.pipeline.host_tools.pop(name, None)
+        self._host_exposure.pop(name, None)
+        self.exposure.unregister(name)
+
+    async def warn_unreachable_tools(self) -> None:
+        """Warn once when tools with ``deferred`` or ``codemode`` exposure exist but
+        neither ``tool_search`` nor ``codemode`` is on, so the model cannot reach them
+        (pi docs mcp.md). Called at start; call it again when tools register late."""
+        if self._warned_unreachable:
+            return
+        self.sync_exposure()
+        hidden = [
+            t.definition.name
+            for t in self.exposure.all()
+            if t.exposure in ("deferred", "codemode")
+            and self.exposure.callable_from_codemode(t.definition.name)
+        ]
+        if not hidden or any(self.exposure.is_declared(n) for n in HOST_TOOL_NAMES):
+            return
+        self._warned_unreachable = True
+        await self.emit(
+            {
+                "type": "warning",
+                "message": f"{len(hidden)} tool(s) ({', '.join(hidden[:5])}"
+                f"{', …' if len(hidden) > 5 else ''}) can be reached only through codemode "
+                "or tool_search, and neither is on; add --tools +codemode or +tool_search",
+            }
+        )
+
+    async def record_activations(self) -> None:
+        """Write the tools ``tool_search`` loaded in the last tool batch as a
+        ``system`` message with ``toolsAdded`` (pi docs session-format.md), so that
+        they stay declared on this branch after ``/reload`` and resume."""
+        if not self._unrecorded:
+            return
+        added = []
+        for name in dict.fromkeys(self._unrecorded):
+            described = self.exposure.describe(name)
+            if described is not None:
+                added.append(described)
+        self._unrecorded.clear()
+        if added:
+            self.session.writer.append_message(
+                {"role": "system", "content": "", "toolsAdded": added, "timestamp": now_ms()}
+            )
+            await self.emit(
+                {"type": "active_tools", "tools": [t.name for t in self.active_definitions()]}
+            )
+
+    def codemode_callable(self, name: str) -> bool:
+        """Whether a codemode script may call ``name`` (`ToolExposure.callable_from_codemode`;
+        never ``codemode`` or ``tool_search`` themselves)."""
+        self.sync_exposure()
+        return name not in HOST_TOOL_NAMES and self.exposure.callable_from_codemode(name)
+
+    def is_active(self, name: str) -> bool:
+        """Whether tool ``name`` is offered to the model (and may be called)."""
+        self.sync_exposure()
+        return self.exposure.is_declared(name)
 
     def active_definitions(self) -> list[ToolDefinition]:
-        """The active tools in registry order."""
-        return [
-            ToolDefinition(t.definition.name, t.definition.description, t.definition.parameters)
-            for name, t in self.pool.tools.items()
-            if self.is_active(name)
-        ]
+        """The declared tools in registry order (`ToolExposure.declared`)."""
+        self.sync_exposure()
+        return self.exposure.declared()
+
+    def _declared_tools(self) -> list[Any]:
+        """The declared tools the pipeline runs (worker or host tools), in order."""
+        pipeline = self.session.pipeline
+        found = (pipeline.lookup(d.name) for d in self.active_definitions())
+        return [tool for tool in found if tool is not None]
 
     def system_prompt(self) -> str:
         """The system prompt for the active tools (snippets and guidelines included)."""
         snippets: dict[str, str] = {}
         guidelines: list[str] = []
-        for name, tool in self.pool.tools.items():
-            if not self.is_active(name):
-                continue
+        for tool in self._declared_tools():
+            name = tool.definition.name
             if tool.definition.prompt_snippet:
                 snippets[name] = tool.definition.prompt_snippet
             for line in tool.definition.prompt_guidelines:
@@ -603,7 +804,7 @@ class SessionHost:
             return base
         from pi_sandbox.resources.resource_set import compose_system_prompt
 
-        active = [name for name in self.pool.tools if self.is_active(name)]
+        active = [d.name for d in self.active_definitions()]
         return compose_system_prompt(base, self.resource_set, active, cwd=self.session.cwd)
 
     # --- the event bus -----------------------------------------------------------------------
@@ -874,6 +1075,7 @@ class SessionHost:
         check_text("name", name, limits.text_chars)
         self._charge_write(source, json_size(name))
         self.session.writer.append_session_info(name)
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
 
     async def _op_get_session_name(self, *, worker: Any, source: Any) -> str | None:
         return self.session.writer.name
@@ -911,9 +1113,13 @@ class SessionHost:
                 "description": tool.definition.description,
                 "source": tool.source,
                 "active": self.is_active(name),
-                **({"annotations": tool.annotations} if tool.annotations else {}),
+                "exposure": self.exposure.get(name).exposure
+                if self.exposure.get(name)
+                else "direct",
+                # issue 19: an MCP tool's hints (readOnlyHint, destructiveHint…).
+                **({"annotations": tool.annotations} if getattr(tool, "annotations", None) else {}),
             }
-            for name, tool in self.pool.tools.items()
+            for name, tool in [*self.pool.tools.items(), *self.session.pipeline.host_tools.items()]
         ]
 
     async def _op_set_active_tools(
@@ -1025,6 +1231,10 @@ class SessionHost:
                 f"set_thinking_level: unknown level {level!r}", methods.ERROR_INVALID_PARAMS
             )
         self.thinking_level = level
+        if level != self.session.thinking_level:
+            # pi records a level change in the session (pi docs session-format.md).
+            self.session.thinking_level = level
+            self.session.writer.append_thinking_level_change(level)
 
     async def _op_get_flag(self, *, worker: Any, source: Any, name: str) -> Any:
         own = {flag.name: flag for flag in _registrations(worker, "flags")}
@@ -1113,6 +1323,10 @@ class SessionHost:
             return str(writer.path) if writer.path is not None else None
         if what == "session_id":
             return writer.header.id
+        if what == "labels":  # issue 15: ctx.session_manager.get_label(s)
+            from pi_sandbox.supervisor.sessions.tree import labels_of
+
+            return {target: label for target, (label, _) in labels_of(writer.entries).items()}
         raise _refuse(f"session_manager: unknown view {what!r}", methods.ERROR_INVALID_PARAMS)
 
     async def _op_ui(
@@ -1120,7 +1334,7 @@ class SessionHost:
     ) -> Any:
         check_ui_call(kind, args, self.budgets.limits(source.origin))
         self.budgets.take(source.path, source.origin, "ui")
-        if kind in ("notify", "set_status", "set_widget"):
+        if kind in ("notify", "set_status", "set_widget", "set_title"):
             await self.emit({"type": f"ui_{kind}", "extension": str(source.path), **args})
             return None
         if not self.pool.config.has_ui or self.ui_closed:
@@ -1130,16 +1344,19 @@ class SessionHost:
         options = [str(o) for o in args.get("options") or []] if kind == "select" else []
         slot = (trio.Event(), [_UI_DEFAULTS[kind]], kind, options)
         self.ui_pending[request_id] = slot
-        await self.emit(
-            {
-                "type": "extension_ui_request",
-                "ui_id": request_id,
-                "method": kind,
-                "extension": str(source.path),
-                **args,
-            }
-        )
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        request = {
+            "type": "extension_ui_request",
+            "ui_id": request_id,
+            "method": kind,
+            "extension": str(source.path),
+            **args,
+        }
+        if limit is not None:
+            # pi docs rpc-extension-ui.md: the dialog's timeout in milliseconds, so a
+            # client can show a countdown; pi resolves it at the deadline, not the client.
+            request["timeout"] = round(limit * 1000)
+        await self.emit(request)
         try:
             # A dialog ends at its timeout, or when the run it belongs to is aborted.
             with trio.move_on_after(limit if limit is not None else float("inf")):
@@ -1178,10 +1395,42 @@ class SessionHost:
 
     def close_ui(self) -> None:
         """The RPC client's input ended: open dialogs resolve to their defaults and
-        later ones do not wait."""
+        later ones do not wait; open approval requests, and later ones, are denied
+        (issue 18)."""
         self.ui_closed = True
         for answered, _, _, _ in list(self.ui_pending.values()):
             answered.set()
+        if (approvals := self.session.pipeline.approvals) is not None:
+            approvals.close()
+
+    def answer_approval(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> str | None:
+        """Answer a ``policy_approval_request`` (issue 18); None when accepted, else
+        why not (see `ApprovalBroker.answer`). The request stays open when refused."""
+        approvals = self.session.pipeline.approvals
+        if approvals is None:
+            return "this run asks no approvals (no user interface, or --ci)"
+        return approvals.answer(request_id, decision, scope, message)
+
+    def approval_response(
+        self, request_id: str, decision: str, scope: str | None = None, message: Any = None
+    ) -> bool:
+        """A user's answer to a ``policy_approval_request`` event (issue 18): the
+        terminal UI and RPC ``policy_approval_response`` call it.
+
+        Args:
+            request_id: the request's ``id``.
+            decision: ``"allow_once"``, ``"allow_session"`` or ``"deny"``.
+            scope: for ``allow_session``, one of the request's ``scopes[].id``.
+            message: for ``deny``, optional text the model gets with the denial.
+
+        Returns:
+            False when there is no such open request or the answer does not fit it
+            (unknown decision, a scope the request did not offer, a message that is
+            not a string or too long); the request then stays open.
+        """
+        return self.answer_approval(request_id, decision, scope, message) is None
 
     async def _op_wait_for_idle(self, *, worker: Any, source: Any, timeout: Any = None) -> bool:
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float("inf")
@@ -1223,24 +1472,129 @@ class SessionHost:
     async def _op_navigate_tree(
         self, *, worker: Any, source: Any, target_id: str, with_session: str | None = None
     ) -> dict[str, Any]:
+        if target_id not in self.session.writer.by_id:
+            raise _refuse(
+                f"navigate_tree: no entry {target_id!r} in this session",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        result = await self.navigate_tree(target_id, summarize=False)
+        if with_session and not result.get("cancelled"):
+            await self._callback(source, with_session)
+        return {"cancelled": bool(result.get("cancelled"))}
+
+    # --- the session tree (issue 15; sessions/tree.py) -----------------------------------------
+
+    async def navigate_tree(
+        self,
+        target_id: str,
+        *,
+        summarize: bool | None = None,
+        custom_instructions: str | None = None,
+        replace_instructions: bool = False,
+        label: str | None = None,
+    ) -> dict[str, Any]:
+        """Continue the session from ``target_id`` (RPC ``navigate_tree``,
+        ``ctx.navigate_tree``; `sessions.tree.navigate`). ``summarize`` None follows
+        the settings: a ``branch_summary`` of the abandoned branch unless
+        ``branchSummary.skipPrompt`` is true.
+
+        Raises:
+            HostCallError: the agent is running, a session change is in progress, or
+                no entry has that id. ProviderError: the summary request failed.
+        """
+        from pi_sandbox.supervisor.sessions.tree import branch_summary_settings, navigate
+
+        if self.session.running or self.replacing:
+            raise _refuse(
+                "cannot navigate the session tree while the agent is running or the session "
+                "is being replaced; wait until it is idle"
+            )
         writer = self.session.writer
         if target_id not in writer.by_id:
             raise _refuse(
                 f"navigate_tree: no entry {target_id!r} in this session",
                 methods.ERROR_INVALID_PARAMS,
             )
-        outcome = await self.pool.dispatch("session_before_tree", {"target_id": target_id})
-        await self.report(outcome.errors, "session_before_tree")
-        if _cancelled(outcome.state):
-            return {"cancelled": True}
-        previous = writer.last_id
-        writer.move_leaf(target_id)
-        await self.session.notify(
-            "session_tree", {"target_id": target_id, "previous_leaf_id": previous}
+        if summarize is None:
+            trusted = bool(self.trust_info is not None and self.trust_info().trusted)
+            settings = branch_summary_settings(
+                self.agent_dir or Path("/nonexistent"), self.pool.config.cwd, trusted
+            )
+            for problem in settings["problems"]:
+                await self.emit({"type": "warning", "message": problem})
+            summarize = not settings["skipPrompt"]
+        self.replacing = True  # no prompt, reload or second navigation meanwhile
+        try:
+            return await navigate(
+                writer=writer,
+                target_id=target_id,
+                summarize=summarize,
+                custom_instructions=custom_instructions,
+                replace_instructions=replace_instructions,
+                label=label,
+                dispatch=self.pool.dispatch,
+                report=self.report,
+                notify=self.session.notify,
+                summarise=self._summarise_branch,
+                max_supplied_chars=MAX_SUPPLIED_CHARS,
+            )
+        except KeyError as exc:
+            raise _refuse(
+                f"navigate_tree: no entry {target_id!r}", methods.ERROR_INVALID_PARAMS
+            ) from exc
+        finally:
+            self.replacing = False
+
+    async def _summarise_branch(self, transcript: str, ask: str) -> str:
+        """The model's summary of an abandoned branch (like `_summarise` for
+        compaction): one request, no tools."""
+        turn = await self.session.provider.complete(
+            system_prompt="You write summaries of coding sessions.",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"<conversation>\n{transcript}\n</conversation>\n\n{ask}",
+                        }
+                    ],
+                    "timestamp": now_ms(),
+                }
+            ],
+            tools=[],
         )
-        if with_session:
-            await self._callback(source, with_session)
-        return {"cancelled": False}
+        return turn.text.strip() or "(the model returned an empty summary)"
+
+    async def set_session_name(self, name: str) -> None:
+        """RPC ``set_session_name``: a ``session_info`` entry (pi normalises line
+        breaks to spaces and trims), then ``session_info_changed`` (``name``).
+
+        Raises:
+            HostCallError: the name is empty once normalised.
+        """
+        value = " ".join(name.replace("\r", "\n").split("\n")).strip()
+        if not value:
+            raise _refuse(
+                "set_session_name: 'name' must not be empty", methods.ERROR_INVALID_PARAMS
+            )
+        self.session.writer.append_session_info(value[:1000])
+        await self.session.notify("session_info_changed", {"name": self.session.writer.name})
+
+    def set_label(self, entry_id: str, label: str | None) -> dict[str, Any]:
+        """RPC ``set_label`` (our addition; pi has ``/label`` and ``pi.setLabel``):
+        a ``label`` entry for ``entry_id``; None or "" clears it.
+
+        Raises:
+            HostCallError: no entry has that id.
+        """
+        writer = self.session.writer
+        if entry_id not in writer.by_id:
+            raise _refuse(
+                f"set_label: no entry {entry_id!r} in this session", methods.ERROR_INVALID_PARAMS
+            )
+        value = label.strip()[:1000] if isinstance(label, str) and label.strip() else None
+        return writer.append_label(entry_id, value)
 
     # --- generation replacement ----------------------------------------------------------------
 
@@ -1253,9 +1607,15 @@ class SessionHost:
         with_session: str | None = None,
         entry_id: str | None = None,
         session_file: str | None = None,
+        position: str = "at",
     ) -> dict[str, Any]:
         """Reload (``kind="reload"``) or replace the session (``new``, ``fork``,
         ``switch``): see the module docstring. Returns ``{"cancelled": bool}``.
+
+        A fork copies the path from the root to ``entry_id`` (``position="at"``,
+        ``clone``) or to its parent (``"before"``, RPC ``fork`` of a user message)
+        into a new session whose header names the old file as ``parentSession``
+        (pi's ``createBranchedSession``, issue 15).
 
         Raises:
             HostCallError: the agent is running, another replacement is in progress,
@@ -1282,7 +1642,7 @@ class SessionHost:
                 "session_before_switch",
                 {"reason": "resume", "target_session_file": session_file},
             ),
-            "fork": ("session_before_fork", {"entry_id": entry_id}),
+            "fork": ("session_before_fork", {"entry_id": entry_id, "position": position}),
         }.get(kind)
         if before is not None:
             outcome = await self.pool.dispatch(*before)
@@ -1305,15 +1665,14 @@ class SessionHost:
             if kind == "new":
                 new_writer = self.new_writer()
             elif kind == "fork":
-                new_writer = self.new_writer()
-                for record in writer.branch(entry_id):
-                    if record.get("type") == "message":
-                        new_writer.append_message(record["message"])
+                new_writer = self._fork_writer(writer, entry_id, position)
             if new_writer is not None:
                 writer.close()
                 self.session.writer = new_writer
                 self.session.steering.clear()
                 self.session.follow_ups.clear()
+                if (approvals := self.session.pipeline.approvals) is not None:
+                    approvals.clear_grants()  # "for this session" ends with it
             sources, notices = self.discover()
             for notice in notices:
                 await self.emit({"type": "notice", "message": notice})
@@ -1368,6 +1727,26 @@ class SessionHost:
         for notice in notices:
             await self.emit({"type": "notice", "message": notice})
 
+    def _fork_writer(
+        self, writer: SessionWriter, entry_id: str | None, position: str
+    ) -> SessionWriter:
+        """The new session of a fork or clone (see `replace`)."""
+        from pi_sandbox.supervisor.sessions.tree import branch_path_records, write_branch_file
+
+        leaf = entry_id
+        if position == "before" and entry_id is not None:
+            leaf = writer.by_id[entry_id].get("parentId")
+        records = branch_path_records(writer.by_id, leaf)
+        if writer.path is None:
+            new_writer = self.new_writer()
+            for record in records:
+                new_writer._remember(record)  # in memory: nothing to write
+            return new_writer
+        path = write_branch_file(
+            records, writer.path.parent, writer.header.cwd, parent_session=str(writer.path)
+        )
+        return SessionWriter.resume(path)
+
     def _open_session(self, session_file: str | None) -> SessionWriter:
         if not session_file:
             raise _refuse("switch_session: no session file given", methods.ERROR_INVALID_PARAMS)
@@ -1380,15 +1759,31 @@ class SessionHost:
                 f"switch_session: {session_file}: {exc.strerror or exc}",
                 methods.ERROR_INVALID_PARAMS,
             ) from exc
-        if sessions is None or not resolved.is_relative_to(sessions):
+        allowed = [d.resolve() for d in self.session_dirs]
+        if sessions is not None:
+            allowed.append(sessions)
+        if not any(resolved.is_relative_to(d) for d in allowed):
             raise _refuse(
-                f"switch_session: {session_file} is not a session file under {sessions}",
+                f"switch_session: {session_file} is not a session file under "
+                f"{' or '.join(map(str, allowed)) or 'the session directory'}",
                 methods.ERROR_INVALID_PARAMS,
             )
         try:
-            return SessionWriter.resume(resolved)
+            opened = SessionWriter.resume(resolved)
         except (OSError, ValueError) as exc:
             raise _refuse(f"switch_session: {exc}", methods.ERROR_INVALID_PARAMS) from exc
+        # issue 15: this run's workers, sandbox, policy and trust belong to its working
+        # directory; a session recorded elsewhere is resumed by a run started there.
+        recorded = opened.header.cwd
+        if recorded and Path(recorded).resolve() != Path(self.pool.config.cwd).resolve():
+            opened.close()
+            raise _refuse(
+                f"switch_session: {session_file} was recorded in {recorded}, and this run "
+                f"works in {self.pool.config.cwd} (its sandbox, policy and trust are for that "
+                f"directory); resume it with `pi --session {resolved}`, which runs it there",
+                methods.ERROR_INVALID_PARAMS,
+            )
+        return opened
 
     def _retire(self, old: list[WorkerProcess], requester: WorkerProcess | None) -> None:
         """Stop an ended generation's workers: at once, except that the worker whose
@@ -1494,11 +1889,15 @@ class SessionHost:
                 }
             )
 
-    async def user_bash(self, command: str) -> dict[str, Any]:
+    async def user_bash(
+        self, command: str, *, exclude_from_context: bool = False
+    ) -> dict[str, Any]:
         """Run a command the user typed (RPC ``bash``; pi's ``!cmd``): ``user_bash``
         handlers may supply the result instead (first decisive wins); otherwise the
         policy gate decides and the tool worker runs it in the sandbox. The output is
-        added to the session as a ``bashExecution`` message.
+        added to the session as a ``bashExecution`` message (with
+        ``exclude_from_context``, pi's ``!!cmd``: kept in the session, never sent to
+        the model).
 
         ``user_bash`` fails closed (issue 13 §1): a handler that raises, returns a
         malformed result, times out or whose worker crashes (or is disabled) blocks
@@ -1537,6 +1936,7 @@ class SessionHost:
                 "output": supplied["output"][:MAX_SUPPLIED_CHARS],
                 "exit_code": exit_code,
                 "cancelled": supplied.get("cancelled") is True,
+                "truncated": supplied.get("truncated") is True,
                 "by": "extension",
             }
         else:
@@ -1552,7 +1952,18 @@ class SessionHost:
 
             pipeline = self.session.pipeline
             call = ToolCall(f"user_bash_{now_ms()}", "bash", {"command": command})
-            if denial := await pipeline._gate(call, {"command": command}):
+            denial: str | None = None
+            # An abort (Esc, RPC abort) ends an approval prompt of the user's own
+            # command too (issue 18): the command is then denied.
+            with trio.CancelScope() as asking:
+                self._command_scopes.add(asking)
+                try:
+                    denial = await pipeline._gate(call, {"command": command})
+                finally:
+                    self._command_scopes.discard(asking)
+            if asking.cancelled_caught:
+                raise _refuse("Operation aborted")
+            if denial:
                 raise _refuse(denial)
             worker = await self.pool.ensure_tool_worker()
             raw = await worker.request(
@@ -1575,6 +1986,7 @@ class SessionHost:
                 if isinstance(details.get("exit_code"), int)
                 else None,
                 "cancelled": bool(details.get("aborted", False)),
+                "truncated": details.get("truncated") is True,
                 "by": "tool worker",
             }
         message = {
@@ -1583,8 +1995,12 @@ class SessionHost:
             "output": result["output"],
             "exitCode": result["exit_code"],
             "cancelled": result["cancelled"],
+            # pi's BashExecutionMessage.truncated is required (message-types.md).
+            "truncated": result.pop("truncated"),
             "timestamp": now_ms(),
         }
+        if exclude_from_context:
+            message["excludeFromContext"] = True  # pi's ``!!cmd`` (issue 18)
         await self.session.commit(message)
         return result
 

@@ -3,8 +3,9 @@
 For one assistant message's sibling tool calls:
 
 1. Unknown tool or arguments that fail the tool's JSON Schema → error result, no hooks.
-2. Policy gate: ``deny`` → error result with the rule's reason; ``ask`` → denied when
-   there is no UI to ask (print and json modes).
+2. Policy gate: ``deny`` → error result with the rule's reason; ``ask`` → put to the
+   user through the ``approvals`` broker (issue 18), or allowed by a session grant that
+   covers it; denied when there is no UI to ask (print and json modes, ``--ci``).
 3. Extension ``tool_call`` hooks, fail-closed (error, timeout or crash blocks the call).
 4. If a hook changed the input: schema validation and the policy gate again.
 5. Execute in the owning worker. Preflight runs in source order, execution is
@@ -22,6 +23,7 @@ import contextlib
 import copy
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +41,10 @@ from pi_sandbox.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
-from pi_sandbox.policies import Policy, evaluate_tool_call
+from pi_sandbox.policies import READ_LIKE_TOOLS, Policy, evaluate_tool_call, path_exclusions
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
-from pi_sandbox.protocol.messages import ToolResultWire
+from pi_sandbox.protocol.messages import ToolDefinitionWire, ToolResultWire
 from pi_sandbox.supervisor.audit_log import redact_secrets
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
@@ -51,7 +53,7 @@ from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.worker_process import WorkerProcess
 
-__all__ = ["EmitFn", "ToolOutcome", "ToolPipeline", "report_extension_errors"]
+__all__ = ["EmitFn", "HostTool", "ToolOutcome", "ToolPipeline", "report_extension_errors"]
 
 EmitFn = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -111,29 +113,54 @@ class ToolOutcome:
     result: dict[str, Any]
     blocked: bool = False
     terminate: bool = False
+    duration_ms: int | None = None  # from tool_execution_start to the final result
 
     def message(self) -> dict[str, Any]:
-        """The ``toolResult`` message in pi's shape (camelCase)."""
-        return {
+        """The ``toolResult`` message in pi's shape (camelCase; ``durationMs`` as pi
+        1.6.0 records it)."""
+        message = {
             "role": "toolResult",
             "toolCallId": self.call.id,
             "toolName": self.call.name,
             "content": self.result["content"],
             "details": self.result.get("details") or {},
             "isError": bool(self.result.get("is_error")),
-            "timestamp": now_ms(),
         }
+        if self.duration_ms is not None:
+            message["durationMs"] = self.duration_ms
+        message["timestamp"] = now_ms()
+        return message
+
+
+@dataclass(frozen=True)
+class HostTool:
+    """A tool the supervisor itself executes (issue 19: ``tool_search``, ``codemode``):
+    it passes validation, the policy gate and every hook like a worker's tool; only
+    step 5 (execution) differs.
+
+    Attributes:
+        definition: its declaration.
+        execute: ``await execute(call, arguments, session)`` → a tool result dict
+            (``content``, ``details``, ``is_error``); ``session`` is the
+            ``AgentSession`` or None.
+        source: ``"host"``.
+    """
+
+    definition: ToolDefinitionWire
+    execute: Callable[[ToolCall, dict[str, Any], Any], Awaitable[dict[str, Any]]]
+    source: str = "host"
 
 
 @dataclass
 class _Prepared:
     call: ToolCall
     arguments: dict[str, Any]
-    tool: RegisteredTool | None = None
+    tool: RegisteredTool | HostTool | None = None
     early: dict[str, Any] | None = None
     blocked: bool = False
     original: dict[str, Any] | None = None  # the model's input, when a hook changed it
     terminate: bool = False  # a tool_call hook blocked it with terminate: true
+    parent: str | None = None  # the codemode call this nested call belongs to (issue 19)
 
 
 VALIDATION_TIMEOUT_S = 5.0
@@ -157,6 +184,8 @@ class ToolPipeline:
             itself (capping the call's ``timeout``) and gets 30 s grace here.
         denied: how many tool calls the policy denied (``ask`` without a UI
             included); CI mode exits 3 when it is not zero.
+        approvals: the session's ``ApprovalBroker`` (``supervisor.approvals``), which
+            puts ``ask`` decisions to the user; None (``--ci``, no UI): ask = deny.
     """
 
     pool: WorkerPool
@@ -168,6 +197,11 @@ class ToolPipeline:
     denied: int = 0
     # Whether a tool is active (``--tools``, ``set_active_tools``); None: all are.
     tool_filter: Callable[[str], bool] | None = None
+    # issue 19: tools the supervisor executes (``tool_search``, ``codemode``), and
+    # whether a codemode script may call a tool (None: none may).
+    host_tools: dict[str, HostTool] = field(default_factory=dict)
+    nested_filter: Callable[[str], bool] | None = None
+    approvals: Any = None
     _validators: dict[str, Any] = field(default_factory=dict)
     _path_locks: dict[str, trio.Lock] = field(default_factory=dict)
 
@@ -193,11 +227,13 @@ class ToolPipeline:
                     item = await self._preflight(call)
                 if item is None or session.aborted:
                     item = _Prepared(call, copy.deepcopy(call.arguments))
-                    item.tool = self.pool.tools.get(call.name)
-                    item.early, item.blocked = (
-                        _error_result("Aborted by the user or an extension", blocked_by="abort"),
-                        True,
-                    )
+                    item.tool = self.lookup(call.name)
+                    asked = self.approvals is not None and call.id in self.approvals.aborted_calls
+                    if asked:
+                        self.approvals.aborted_calls.discard(call.id)
+                    # issue 18: aborted while its approval was being asked: denied.
+                    text = "Operation aborted" if asked else "Aborted by the user or an extension"
+                    item.early, item.blocked = _error_result(text, blocked_by="abort"), True
                     prepared.append(item)
                     break
             prepared.append(item)
@@ -245,6 +281,24 @@ class ToolPipeline:
                 }
             )
         return [o for o in outcomes if o is not None]
+
+    def lookup(self, name: str) -> RegisteredTool | HostTool | None:
+        """The tool ``name``: a host tool first (an extension cannot shadow
+        ``codemode`` or ``tool_search``), else the worker registry's."""
+        return self.host_tools.get(name) or self.pool.tools.get(name)
+
+    async def run_nested(self, call: ToolCall, parent: str, session: Any = None) -> ToolOutcome:
+        """Run one call a codemode script made (issue 19): the same steps as a model's
+        call — validation, policy gate, ``tool_call`` hooks, execution,
+        ``tool_result`` hooks — with `nested_filter` deciding which tools exist, and
+        ``parent`` (the codemode call's id) in its audit records and events
+        (``parentToolCallId``). Nothing is written to the session file.
+        """
+        item = await self._preflight(call, parent=parent)
+        outcome = await self._execute(item, session)
+        for finding in await self.pool.check_persistence():
+            await self.emit(quarantine_event(finding))
+        return outcome
 
     # --- preflight (steps 1-4) -------------------------------------------------------------
 
@@ -299,58 +353,102 @@ class ToolPipeline:
         ]
         return f"Invalid arguments for tool {name}:\n" + "\n".join(lines)
 
-    async def _gate(self, call: ToolCall, arguments: dict[str, Any]) -> str | None:
+    async def _gate(
+        self, call: ToolCall, arguments: dict[str, Any], parent: str | None = None
+    ) -> str | None:
         """Evaluate the policy; returns the denial text, or None when allowed."""
         decision = evaluate_tool_call(self.policy, call.name, arguments, workspace=self.cwd)
         effective = decision.decision
-        if effective == "ask" and not self.has_ui:
-            effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
-        self.pool.audit(
-            {
-                "event": "tool_call",
-                "tool_call_id": call.id,
-                "tool": call.name,
-                "arguments": redact_secrets(arguments),
-                "decision": decision.decision,
-                "effective": effective,
-                "rule": decision.rule,
-                "tier": decision.tier,
-                "policy_file": str(decision.source) if decision.source else None,
-                "reason": redact_secrets(decision.reason),
-            }
-        )
-        await self.emit(
-            {
-                "type": "policy_decision",
-                "toolCallId": call.id,
-                "toolName": call.name,
-                "decision": decision.decision,
-                "effective": effective,
-                "rule": decision.rule,
-                "reason": redact_secrets(decision.reason),
-                "tier": decision.tier,
-                "source": str(decision.source) if decision.source else None,
-                "commands": decision.commands,
-            }
-        )
+        approvals = self.approvals if self.has_ui else None
+        grant = None
+        if effective == "ask":
+            if approvals is None:
+                effective = "deny"  # no one to ask: ask means deny (DESIGN §5)
+            else:
+                # issue 18: an earlier "allow for this session" of the same rule whose
+                # scope covers every part of this call that asks.
+                grant = approvals.find_grant(
+                    self.policy, call.name, arguments, decision, cwd=self.cwd
+                )
+                if grant is not None:
+                    effective = "allow"
+        record: dict[str, Any] = {
+            "event": "tool_call",
+            "tool_call_id": call.id,
+            **({"parent_tool_call_id": parent} if parent is not None else {}),
+            "tool": call.name,
+            "arguments": redact_secrets(arguments),
+            "decision": decision.decision,
+            "effective": effective,
+            "rule": decision.rule,
+            "tier": decision.tier,
+            "policy_file": str(decision.source) if decision.source else None,
+            "reason": redact_secrets(decision.reason),
+        }
+        event: dict[str, Any] = {
+            "type": "policy_decision",
+            "toolCallId": call.id,
+            **({"parentToolCallId": parent} if parent is not None else {}),
+            "toolName": call.name,
+            "decision": decision.decision,
+            "effective": effective,
+            "rule": decision.rule,
+            "reason": redact_secrets(decision.reason),
+            "tier": decision.tier,
+            "source": str(decision.source) if decision.source else None,
+            "commands": decision.commands,
+        }
+        if grant is not None:
+            record["approval"] = f"granted by session approval {grant.approval_id}"
+            event["grantedBy"] = grant.approval_id
+        self.pool.audit(record)
+        await self.emit(event)
         if effective == "allow":
             return None
-        self.denied += 1
         rule = f" rule {decision.rule}" if decision.rule else ""
+        if effective == "ask":
+            outcome = await approvals.ask(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=arguments,
+                decision=decision,
+                policy=self.policy,
+                cwd=self.cwd,
+            )
+            if outcome.allowed:
+                return None
+            self.denied += 1
+            why = {
+                "user": "denied by the user",
+                "timeout": "no answer to the approval prompt in time",
+                "closed": "the approval prompt was closed without an answer",
+                "abort": "Operation aborted",
+            }[outcome.by]
+            text = f"Blocked by policy{rule}: {decision.reason} ({why})"
+            if outcome.message:
+                text += f"\nMessage from the user: {outcome.message}"
+            return text
+        self.denied += 1
         suffix = " (ask rule in a non-interactive run)" if decision.decision == "ask" else ""
         return f"Blocked by policy{rule}: {decision.reason}{suffix}"
 
-    async def _preflight(self, call: ToolCall) -> _Prepared:
-        item = _Prepared(call, copy.deepcopy(call.arguments))
+    async def _preflight(self, call: ToolCall, parent: str | None = None) -> _Prepared:
+        item = _Prepared(call, copy.deepcopy(call.arguments), parent=parent)
         if required := self.pool.required_failure():
             # issue 13 §2: without a required guard no tool call runs, and the run
             # ends after this batch (the caller turns it into exit status 1).
-            item.tool = self.pool.tools.get(call.name)
+            item.tool = self.lookup(call.name)
             item.early = _error_result(f"Blocked: {required}", blocked_by="extension")
             item.blocked = item.terminate = True
             return item
-        item.tool = self.pool.tools.get(call.name)
-        if item.tool is None or (self.tool_filter is not None and not self.tool_filter(call.name)):
+        item.tool = self.lookup(call.name)
+        if parent is not None:
+            # A codemode script reaches what its exposure allows (issue 19), never
+            # more: no filter means no tool at all.
+            present = self.nested_filter is not None and self.nested_filter(call.name)
+        else:
+            present = self.tool_filter is None or self.tool_filter(call.name)
+        if item.tool is None or not present:
             item.tool = None
             item.early = _error_result(f"Tool {call.name} not found")
             return item
@@ -364,10 +462,16 @@ class ToolPipeline:
                 f"Invalid arguments for tool {call.name}: NaN or an infinite number"
             )
             return item
+        if item.tool.source == "builtin" and call.name == "edit":
+            # pi's prepareArguments: the single oldText/newText form (and edits sent as
+            # a JSON string or one object) become edits[] before validation (issue 17 §6).
+            from pi_sandbox.protocol.edit_arguments import prepare_edit_arguments
+
+            item.arguments = prepare_edit_arguments(item.arguments)
         if problem := await self._validate(item.tool, item.arguments):
             item.early = _error_result(problem)
             return item
-        if denial := await self._gate(call, item.arguments):
+        if denial := await self._gate(call, item.arguments, parent):
             item.early, item.blocked = _error_result(denial, blocked_by="policy"), True
             return item
         outcome = await self.pool.dispatch(
@@ -391,7 +495,7 @@ class ToolPipeline:
                 item.early = _error_result(f"{changed}; {problem}", blocked_by="validation")
                 item.blocked = True
                 return item
-            if denial := await self._gate(call, new_input):
+            if denial := await self._gate(call, new_input, parent):
                 item.early = _error_result(
                     f"{changed}; {denial}", blocked_by="policy", changed_input=new_input
                 )
@@ -412,12 +516,15 @@ class ToolPipeline:
 
     async def _execute(self, item: _Prepared, session: Any = None) -> ToolOutcome:
         call = item.call
+        started = time.monotonic()
         start: dict[str, Any] = {
             "type": "tool_execution_start",
             "toolCallId": call.id,
             "toolName": call.name,
             "args": item.arguments,
         }
+        if item.parent is not None:
+            start["parentToolCallId"] = item.parent  # a codemode script's call (issue 19)
         if item.original is not None:
             start["originalArgs"] = item.original  # a tool_call hook changed the input
         await self.emit(start)
@@ -438,10 +545,10 @@ class ToolPipeline:
             scope = session.abortable() if session is not None else contextlib.nullcontext()
             async with scope:
                 if lock is None:
-                    result = await self._call_worker(item)
+                    result = await self._call_worker(item, session)
                 else:
                     async with lock:
-                        result = await self._call_worker(item)
+                        result = await self._call_worker(item, session)
             if result is None:
                 result = _error_result("Aborted by the user or an extension", blocked_by="abort")
             terminate = bool(result.pop("terminate", False))
@@ -451,6 +558,7 @@ class ToolPipeline:
             {
                 "event": "tool_call_outcome",
                 "tool_call_id": call.id,
+                **({"parent_tool_call_id": item.parent} if item.parent is not None else {}),
                 "tool": call.name,
                 "is_error": bool(result.get("is_error")),
                 "blocked_by": (result.get("details") or {}).get("blocked_by")
@@ -458,16 +566,17 @@ class ToolPipeline:
                 else None,
             }
         )
-        await self.emit(
-            {
-                "type": "tool_execution_end",
-                "toolCallId": call.id,
-                "toolName": call.name,
-                "result": {"content": result["content"], "details": result.get("details") or {}},
-                "isError": bool(result.get("is_error")),
-                "blocked": item.blocked,
-            }
-        )
+        end: dict[str, Any] = {
+            "type": "tool_execution_end",
+            "toolCallId": call.id,
+            "toolName": call.name,
+            "result": {"content": result["content"], "details": result.get("details") or {}},
+            "isError": bool(result.get("is_error")),
+            "blocked": item.blocked,
+        }
+        if item.parent is not None:
+            end["parentToolCallId"] = item.parent
+        await self.emit(end)
         await self._notify(
             "tool_execution_end",
             {
@@ -477,7 +586,14 @@ class ToolPipeline:
                 "is_error": bool(result.get("is_error")),
             },
         )
-        return ToolOutcome(call, item.arguments, result, item.blocked, terminate)
+        return ToolOutcome(
+            call,
+            item.arguments,
+            result,
+            item.blocked,
+            terminate,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
 
     def _lock_for(self, name: str, arguments: dict[str, Any]) -> trio.Lock | None:
         if name not in _WRITING_TOOLS or not isinstance(arguments.get("path"), str):
@@ -485,8 +601,10 @@ class ToolPipeline:
         key = os.path.normpath(os.path.join(self.cwd, os.path.expanduser(arguments["path"])))
         return self._path_locks.setdefault(key, trio.Lock())
 
-    async def _call_worker(self, item: _Prepared) -> dict[str, Any]:
+    async def _call_worker(self, item: _Prepared, session: Any = None) -> dict[str, Any]:
         assert item.tool is not None
+        if isinstance(item.tool, HostTool):
+            return await self._call_host(item, session)
         if item.tool.executor is not None:
             return await self._call_executor(item)
         timeout = self.tool_timeout_s
@@ -503,6 +621,10 @@ class ToolPipeline:
             "params": item.arguments,
             "ctx": {"cwd": str(self.cwd), "has_ui": self.has_ui, "mode": self.pool.config.mode},
         }
+        if item.tool.source == "builtin" and item.call.name in READ_LIKE_TOOLS:
+            # The gate saw only the search root; what a policy path rule covers below
+            # it is skipped by the tool itself (issue 17 §6).
+            params["exclusions"] = list(path_exclusions(self.policy, item.call.name))
         worker = item.tool.worker
         before: dict[str, int] = {}
         try:
@@ -551,6 +673,24 @@ class ToolPipeline:
             tail = worker.log_tail(1500).strip()
             detail = f"\n--- worker log ---\n{tail}" if tail else ""
             return _error_result(f"Tool {item.call.name} failed: {exc}{detail}")
+        except pydantic.ValidationError as exc:
+            return _error_result(
+                f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
+            )
+
+    async def _call_host(self, item: _Prepared, session: Any) -> dict[str, Any]:
+        """Step 5 for a `HostTool`: its own ``execute``, which may run nested calls
+        (`run_nested`); a bug in it is the call's error, never the session's."""
+        assert isinstance(item.tool, HostTool)
+        try:
+            raw = await item.tool.execute(item.call, item.arguments, session)
+            result = ToolResultWire.model_validate(raw).model_dump()
+            if problem := _forwarding_problem(result):
+                # The same bound as a worker's result: hooks and scripts receive it.
+                return _error_result(f"Tool {item.call.name} returned {problem}")
+            return result
+        except PiSandboxError as exc:
+            return _error_result(f"Tool {item.call.name} failed: {exc}")
         except pydantic.ValidationError as exc:
             return _error_result(
                 f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"

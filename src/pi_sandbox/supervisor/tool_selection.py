@@ -20,10 +20,27 @@ from fnmatch import fnmatchcase
 
 from pi_sandbox.errors import UsageError
 
-__all__ = ["DEFAULT_BUILTIN_TOOLS", "ToolSelection", "parse_tool_list"]
+__all__ = [
+    "DEFAULT_BUILTIN_TOOLS",
+    "MCP_RESOURCE_TOOLS",
+    "ToolSelection",
+    "is_mcp_tool",
+    "parse_tool_list",
+]
 
 DEFAULT_BUILTIN_TOOLS = ("read", "bash", "edit", "write")
 """pi 1.6.0's default built-in tools (settings.md ``defaultTools``)."""
+
+
+MCP_RESOURCE_TOOLS = frozenset(
+    {"list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"}
+)
+"""pi's MCP resource tools, which count as MCP tools for ``--tools`` (cli.md)."""
+
+
+def is_mcp_tool(name: str) -> bool:
+    """Whether ``name`` is an MCP tool for ``--tools``/``--exclude-tools`` purposes."""
+    return name.startswith("mcp__") or name in MCP_RESOURCE_TOOLS
 
 
 def parse_tool_list(text: str, *, option: str) -> list[str]:
@@ -113,8 +130,6 @@ class ToolSelection:
         if any(fnmatchcase(name, pattern) for pattern in self.exclude):
             return False
         if self.allow is not None:
-            if _is_mcp_tool(name) and not any(p.startswith("mcp__") for p in self.allow):
-                return True  # pi cli.md: --tools keeps MCP tools unless it names mcp__…
             return any(fnmatchcase(name, pattern) for pattern in self.allow)
         if name in self.remove:
             return False
@@ -122,6 +137,31 @@ class ToolSelection:
             return True
         if name in self.builtins:
             return not self.no_builtin and name in self.builtin_default
+        return True
+
+    def reaches(self, name: str) -> bool:
+        """Whether tool ``name`` may be reached at all (declared, loaded by
+        ``tool_search`` or called from codemode), issue 19 / pi docs cli.md "MCP
+        tools": ``--exclude-tools`` patterns remove it; ``--tools`` removes MCP tools
+        only once one of its entries starts with ``mcp__``, and then keeps the MCP
+        tools it names or matches. Other tools are always reachable (whether they
+        are *declared* is ``name in selection``)."""
+        if any(fnmatchcase(name, pattern) for pattern in self.exclude):
+            return False
+        filters_mcp = self.allow is not None and any(e.startswith("mcp__") for e in self.allow)
+        if filters_mcp and is_mcp_tool(name):
+            return any(fnmatchcase(name, pattern) for pattern in self.allow or [])
+        return True
+
+    def enables(self, name: str) -> bool:
+        """Whether the selection leaves an off-by-default tool free to turn on by
+        itself (``tool_search`` with deferred tools, ``codemode`` with codemode
+        tools, issue 19): not removed (``-name``), excluded, or left out of a plain
+        ``--tools`` list, and not ``--no-tools``."""
+        if self.no_tools or name in self.remove or not self.reaches(name):
+            return False
+        if self.allow is not None:
+            return any(fnmatchcase(name, pattern) for pattern in self.allow)
         return True
 
     def unknown(self, registered: Iterable[str]) -> list[str]:
@@ -133,13 +173,3 @@ class ToolSelection:
 
     def __bool__(self) -> bool:  # a selection always filters (defaults included)
         return True
-
-
-_MCP_RESOURCE_TOOLS = frozenset(
-    {"list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"}
-)
-
-
-def _is_mcp_tool(name: str) -> bool:
-    """A server tool (``mcp__…``) or an MCP resource tool (pi core/mcp-servers.js)."""
-    return name.startswith("mcp__") or name in _MCP_RESOURCE_TOOLS

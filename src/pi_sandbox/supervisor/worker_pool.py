@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from pi_sandbox.errors import (
     PiSandboxError,
     RemoteError,
     SandboxError,
+    SandboxUnavailableError,
     WorkerError,
     WorkerTimeoutError,
 )
@@ -178,6 +179,9 @@ class PoolConfig:
         extension_settings: the sandbox settings of managed, user and command-line
             extensions' workers (`Policy.higher_tier_sandbox`: without the project
             tier, issue 13 §3); None: ``settings``.
+        session_dir: a session directory outside ``agent_dir`` (``--session-dir``,
+            issue 15); kept read-only and masked in every sandbox like the default
+            store ``<agent_dir>/sessions``.
     """
 
     cwd: Path
@@ -196,6 +200,7 @@ class PoolConfig:
     audit_logs: tuple[Path, ...] = ()
     extension_rules: ExtensionRules | None = None
     extension_settings: SandboxSettings | None = None
+    session_dir: Path | None = None
 
 
 class WorkerPool:
@@ -215,8 +220,6 @@ class WorkerPool:
         # Tools that do not come from a worker (MCP servers, issue 19): kept across
         # registry rebuilds; a worker's tool of the same name wins.
         self.external_tools: dict[str, RegisteredTool] = {}
-        # Registered tools never declared to the model (MCP deferred/codemode exposure).
-        self.undeclared_tools: set[str] = set()
         self.load_errors: list[dict[str, str]] = []
         self._bwrap: str | None = None
         _remove_stale_log_dirs()
@@ -449,6 +452,7 @@ class WorkerPool:
         extra_ro: Sequence[Path] = (),
         network: bool = True,
         settings: SandboxSettings | None = None,
+        workspace: Path | None = None,
     ) -> WorkerSpec:
         self._counter += 1
         slug = "".join(c if c.isalnum() else "-" for c in name)[-60:]
@@ -457,7 +461,7 @@ class WorkerPool:
         if sandboxed:
             profile = worker_profile(
                 role,
-                workspace=self.config.cwd,
+                workspace=self.config.cwd if workspace is None else workspace,
                 home=self.config.home,
                 agent_dir=self.config.agent_dir,
                 extra_ro=extra_ro,
@@ -503,6 +507,46 @@ class WorkerPool:
             userns=self._userns if sandboxed else None,
         )
 
+    @contextlib.asynccontextmanager
+    async def open_codemode_worker(self, name: str) -> AsyncIterator[WorkerProcess]:
+        """A fresh ``codemode`` worker for one script (issue 19), stopped and reaped on
+        exit whatever happens.
+
+        Its sandbox is the ``sandboxed-extension`` role's with an empty directory as
+        its working directory instead of the workspace: no workspace at all (a
+        script reads files only through tools, under the policy), no network, no
+        environment pass-through, the policy's rlimits and cgroup limits.
+
+        Raises:
+            SandboxUnavailableError: the session runs without ``--sandbox`` (a script
+                never runs unsandboxed; fail closed).
+            WorkerStartError / SandboxError: the worker could not start.
+        """
+        if not self.config.sandbox or self._bwrap is None or self._nursery is None:
+            raise SandboxUnavailableError(
+                "codemode runs scripts only in the sandbox; start pi with --sandbox"
+            )
+        empty = self._log_dir / "codemode-cwd"
+        empty.mkdir(mode=0o755, exist_ok=True)
+        spec = self._spec(
+            name,
+            {"kind": "codemode", "ctx": {}},
+            role="sandboxed-extension",
+            sandboxed=True,
+            network=False,
+            workspace=empty,
+        )
+        worker = WorkerProcess(spec, generation=1)
+        self._spawned.append(worker)
+        try:
+            await worker.start(self._nursery, timeout_s=self.config.handshake_timeout_s)
+            yield worker
+        finally:
+            worker.kill()
+            await worker.aclose(grace_s=0.2)
+            with contextlib.suppress(ValueError):
+                self._spawned.remove(worker)
+
     def _check_reachable(self, paths: Sequence[str]) -> None:
         """Refuse (one line, exit 2) when the workspace owner's uid, which the
         sandboxes run as, cannot reach a path bwrap must bind (issue 14 §3).
@@ -520,7 +564,10 @@ class WorkerPool:
 
     def _audit_paths(self) -> tuple[Path, ...]:
         single = (self.config.audit_log,) if self.config.audit_log is not None else ()
-        return (*single, *self.config.audit_logs)
+        # The session store (--session-dir) is masked the same way: sessions hold
+        # every prompt and tool output of earlier runs.
+        sessions = (self.config.session_dir,) if self.config.session_dir is not None else ()
+        return (*single, *self.config.audit_logs, *sessions)
 
     def capabilities(self, source: ExtensionSource) -> dict[str, bool]:
         """The policy's capabilities for one extension (`ExtensionRules.capabilities_for`)."""

@@ -65,6 +65,7 @@ __all__ = [
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _COMMAND_CHARS = _NAME_CHARS | set(".:")
 EXECUTION_MODES = ("parallel", "sequential")
+EXPOSURES = ("direct", "deferred", "codemode", "hidden")
 DELIVERY_MODES = ("steer", "follow_up", "next_turn")
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
@@ -249,6 +250,7 @@ class ToolRegistration:
         prompt_snippet: str | None = None,
         prompt_guidelines: list[str] | None = None,
         execution_mode: str = "parallel",
+        exposure: str = "direct",
     ) -> None:
         self.name = name
         self.label = label
@@ -258,6 +260,7 @@ class ToolRegistration:
         self.prompt_snippet = prompt_snippet
         self.prompt_guidelines = prompt_guidelines or []
         self.execution_mode = execution_mode
+        self.exposure = exposure
 
     def definition(self) -> dict[str, Any]:
         """The wire shape sent to the supervisor."""
@@ -269,6 +272,7 @@ class ToolRegistration:
             "prompt_snippet": self.prompt_snippet,
             "prompt_guidelines": list(self.prompt_guidelines),
             "execution_mode": self.execution_mode,
+            "exposure": self.exposure,
         }
 
 
@@ -364,6 +368,7 @@ class ExtensionAPI:
         prompt_snippet: str | None = None,
         prompt_guidelines: list[str] | None = None,
         execution_mode: str = "parallel",
+        exposure: str = "direct",
     ) -> None:
         """Register a tool the model can call.
 
@@ -379,6 +384,11 @@ class ExtensionAPI:
             prompt_guidelines: lines added to the system prompt's guidelines while active.
             execution_mode: ``"parallel"`` (default) or ``"sequential"``: a batch of tool
                 calls that contains a sequential tool runs one call at a time.
+            exposure: how the model reaches it (issue 19; pi docs extensions.md "Tool
+                Exposure"): ``"direct"`` (default: declared while active),
+                ``"deferred"`` (found and declared by ``tool_search``), ``"codemode"``
+                (callable from codemode scripts only, until ``tool_search`` loads it)
+                or ``"hidden"`` (registered but unreachable).
 
         Raises:
             ValueError / TypeError: an argument is missing or malformed (message names it).
@@ -414,6 +424,10 @@ class ExtensionAPI:
             raise ValueError(
                 f"register_tool({name!r}): execution_mode must be 'parallel' or 'sequential'"
             )
+        if exposure not in EXPOSURES:
+            raise ValueError(
+                f"register_tool({name!r}): exposure must be one of {', '.join(EXPOSURES)}"
+            )
         if name in self._tools and not self._bound:
             raise ValueError(
                 f"register_tool: tool {name!r} is already registered by this extension"
@@ -439,6 +453,7 @@ class ExtensionAPI:
             prompt_snippet=prompt_snippet,
             prompt_guidelines=list(prompt_guidelines or []),
             execution_mode=execution_mode,
+            exposure=exposure,
         )
         self._changed()
 
@@ -750,7 +765,8 @@ class ExtensionAPI:
         return self._call("pi.get_active_tools", "get_active_tools")
 
     def get_all_tools(self) -> list[dict[str, Any]]:
-        """Every registered tool: ``{"name", "description", "source", "active"}``."""
+        """Every registered tool: ``{"name", "description", "source", "active", "exposure"}``
+        (``exposure``: issue 19, docs/mcp.md "Exposure")."""
         return self._call("pi.get_all_tools", "get_all_tools")
 
     def set_active_tools(self, names: list[str] | None) -> None:
@@ -826,8 +842,8 @@ class UserInterface:
     """``ctx.ui``: dialogs and status through the supervisor's user interface.
 
     Without a UI (``ctx.has_ui`` False: print and json modes) dialogs return their
-    default (``None``, ``False``) at once and ``notify``/``set_status``/``set_widget``
-    become events on the output. Every dialog takes ``timeout`` (seconds) and returns
+    default (``None``, ``False``) at once and ``notify``/``set_status``/``set_widget``/
+    ``set_title`` become events on the output. Every dialog takes ``timeout`` (seconds) and returns
     the default when it passes; ``ctx.signal`` aborts it. Needs the ``ui`` capability.
     """
 
@@ -876,6 +892,11 @@ class UserInterface:
         """Set (or clear with None) a widget's lines."""
         self._ui("set_widget", None, key=str(key), lines=lines)
 
+    def set_title(self, title: str) -> None:
+        """Set the terminal window's title (pi docs extensions.md ``ctx.ui.setTitle``);
+        a ``ui_set_title`` event."""
+        self._ui("set_title", None, title=str(title))
+
 
 class SessionManagerView:
     """``ctx.session_manager``: read-only views of the current session (fetched on use)."""
@@ -905,6 +926,15 @@ class SessionManagerView:
     def get_session_id(self) -> str:
         """The session's id."""
         return self._get("session_id")
+
+    def get_labels(self) -> dict[str, str]:
+        """``{entry id: label}`` for every labelled entry (the latest ``label``
+        entry of each wins; issue 15)."""
+        return self._get("labels")
+
+    def get_label(self, entry_id: str) -> str | None:
+        """The label of one entry, or None (pi's ``sessionManager.getLabel``)."""
+        return self.get_labels().get(str(entry_id))
 
 
 class Context:

@@ -1,4 +1,5 @@
-"""Built-in tools run by the tool worker: ``read``, ``write``, ``edit``, ``bash``, ``ls``.
+"""Built-in tools run by the tool worker: ``read``, ``write``, ``edit``, ``bash``, ``ls``,
+``grep``, ``find`` (the last two in `pi_sandbox.worker.search_tools`).
 
 This module runs inside the worker, so it imports only the standard library, and
 modules that only one tool needs (``subprocess``, ``selectors``, ``signal``,
@@ -13,7 +14,8 @@ exceptions.
 
 A tool result is a dict::
 
-    {"content": [{"type": "text", "text": str}], "details": dict, "is_error": bool}
+    {"content": [{"type": "text", "text": str} | {"type": "image", "data": base64,
+                 "mimeType": str}], "details": dict, "is_error": bool}
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import math
 import os
 import stat
 import time
+
+from pi_sandbox.protocol.edit_arguments import is_single_edit, prepare_edit_arguments
+from pi_sandbox.worker.search_tools import FIND_DEFINITION, GREP_DEFINITION, format_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,9 +54,16 @@ def kill_running_commands() -> None:
             pass
 
 
-_DEFAULT_MAX_BYTES = 50_000
+# pi 1.6.0 truncate.js: 50 KiB and 2000 lines; ls.js: 500 entries.
+_DEFAULT_MAX_BYTES = 50 * 1024
 _DEFAULT_MAX_LINES = 2000
 _DEFAULT_LS_LIMIT = 500
+# Images inline in a tool result: the base64 must fit the supervisor's 2 MiB cap on a
+# result (tool_pipeline.MAX_RESULT_BYTES) with room for the rest; pi's own cap is
+# 4.5 MiB after resizing, which we do not do.
+IMAGE_MAX_BASE64_BYTES = 1536 * 1024
+# pi utils/mime.js reads this much to recognise an image by its magic bytes.
+_IMAGE_SNIFF_BYTES = 4100
 
 # A NUL byte in the first 8 KiB is git's heuristic for "binary"; UTF-8 text has none.
 _BINARY_SNIFF_BYTES = 8192
@@ -70,10 +82,12 @@ TOOL_DEFINITIONS: dict[str, dict] = {
         "name": "read",
         "label": "read",
         "description": (
-            "Read the contents of a text file. Output is truncated to "
-            f"{_DEFAULT_MAX_LINES} lines or {_DEFAULT_MAX_BYTES // 1000}KB (whichever is "
-            "hit first). Use offset/limit for large files; when you need the full file, "
-            "continue with offset until complete."
+            # pi's text lists bmp too, which pi converts to PNG; we do not convert.
+            "Read the contents of a file. Supports text files and images (jpg, png, gif, "
+            "webp). Images are sent as attachments. For text files, output is "
+            f"truncated to {_DEFAULT_MAX_LINES} lines or {_DEFAULT_MAX_BYTES // 1024}KB "
+            "(whichever is hit first). Use offset/limit for large files. When you need the "
+            "full file, continue with offset until complete."
         ),
         "parameters": {
             "type": "object",
@@ -120,11 +134,26 @@ TOOL_DEFINITIONS: dict[str, dict] = {
     "edit": {
         "name": "edit",
         "label": "edit",
+        # pi 1.6.0 edit.js; the single oldText/newText form is still accepted
+        # (`prepare_edit_arguments`), as pi's prepareArguments accepts it.
         "description": (
-            "Edit a file by replacing exact text. The oldText must match exactly "
-            "(including whitespace) and occur exactly once. Use this for precise, "
-            "surgical edits."
+            "Edit a single file using exact text replacement. Every edits[].oldText must "
+            "match a unique, non-overlapping region of the original file. If two changes "
+            "affect the same block or nearby lines, merge them into one edit instead of "
+            "emitting overlapping edits. Do not include large unchanged regions just to "
+            "connect distant changes."
         ),
+        # pi's editToolSystemPromptContribution: the system prompt teaches edits[].
+        "prompt_snippet": (
+            "Make precise file edits with exact text replacement, including multiple "
+            "disjoint edits in one call"
+        ),
+        "prompt_guidelines": [
+            "Use edit for targeted changes. Batch changes to one file in a single call.",
+            "Each edits[].oldText must exactly and uniquely match the original file. Keep "
+            "matches short and non-overlapping; merge nearby changes without including "
+            "large unchanged regions.",
+        ],
         "parameters": {
             "type": "object",
             "properties": {
@@ -132,17 +161,36 @@ TOOL_DEFINITIONS: dict[str, dict] = {
                     "type": "string",
                     "description": "Path to the file to edit (relative or absolute)",
                 },
-                "oldText": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "Exact text to find and replace (must match exactly)",
-                },
-                "newText": {
-                    "type": "string",
-                    "description": "New text to replace the old text with",
+                "edits": {
+                    "type": "array",
+                    "description": (
+                        "One or more targeted replacements. Each edit is matched against "
+                        "the original file, not incrementally. Do not include overlapping "
+                        "or nested edits. If two changes touch the same block or nearby "
+                        "lines, merge them into one edit instead."
+                    ),
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "oldText": {
+                                "type": "string",
+                                "description": (
+                                    "Exact text for one targeted replacement. It must be "
+                                    "unique in the original file and must not overlap with "
+                                    "any other edits[].oldText in the same call."
+                                ),
+                            },
+                            "newText": {
+                                "type": "string",
+                                "description": "Replacement text for this targeted edit.",
+                            },
+                        },
+                        "required": ["oldText", "newText"],
+                        "additionalProperties": False,
+                    },
                 },
             },
-            "required": ["path", "oldText", "newText"],
+            "required": ["path", "edits"],
             "additionalProperties": False,
         },
     },
@@ -152,7 +200,7 @@ TOOL_DEFINITIONS: dict[str, dict] = {
         "description": (
             "Execute a bash command in the current working directory. Returns stdout and "
             "stderr merged. Output is truncated to the last "
-            f"{_DEFAULT_MAX_LINES} lines or {_DEFAULT_MAX_BYTES // 1000}KB (whichever is "
+            f"{_DEFAULT_MAX_LINES} lines or {_DEFAULT_MAX_BYTES // 1024}KB (whichever is "
             "hit first). Optionally provide a timeout in seconds."
         ),
         "parameters": {
@@ -175,7 +223,7 @@ TOOL_DEFINITIONS: dict[str, dict] = {
         "description": (
             "List directory contents. Returns entries sorted alphabetically, with '/' "
             "suffix for directories. Includes dotfiles. Output is truncated to "
-            f"{_DEFAULT_LS_LIMIT} entries or {_DEFAULT_MAX_BYTES // 1000}KB (whichever is "
+            f"{_DEFAULT_LS_LIMIT} entries or {_DEFAULT_MAX_BYTES // 1024}KB (whichever is "
             "hit first)."
         ),
         "parameters": {
@@ -196,6 +244,8 @@ TOOL_DEFINITIONS: dict[str, dict] = {
             "additionalProperties": False,
         },
     },
+    "grep": GREP_DEFINITION,
+    "find": FIND_DEFINITION,
 }
 
 
@@ -209,6 +259,7 @@ def execute_tool(
     default_timeout_s: float = 300.0,
     max_output_bytes: int = _DEFAULT_MAX_BYTES,
     max_output_lines: int = _DEFAULT_MAX_LINES,
+    exclusions: list[str] | tuple[str, ...] = (),
 ) -> dict:
     """Run one built-in tool to completion in the calling thread.
 
@@ -227,10 +278,15 @@ def execute_tool(
         max_output_bytes: Cap on the UTF-8 bytes of text returned (``read`` keeps the
             head, ``bash`` the tail).
         max_output_lines: Cap on the lines of text returned.
+        exclusions: for ``grep``, ``find`` and ``ls``: regex sources (fullmatch) of
+            the paths a policy ``path`` rule covers, from the supervisor
+            (`pi_sandbox.policies.path_exclusions`); such paths are neither read nor
+            listed (issue 17 §6), and ``details["hiddenByPolicy"]`` counts them.
 
     Returns:
-        ``{"content": [{"type": "text", "text": str}], "details": dict,
-        "is_error": bool}``. Tool-level failures (missing file, permission denied,
+        ``{"content": [{"type": "text", "text": str}, ...], "details": dict,
+        "is_error": bool}``; ``read`` of an image adds an
+        ``{"type": "image", "data": base64, "mimeType": str}`` block. Tool-level failures (missing file, permission denied,
         non-zero exit, timeout, abort) are results with ``is_error`` True and a message
         naming the path or command outcome. ``details`` per tool is documented on the
         tool's implementation function below.
@@ -251,6 +307,7 @@ def execute_tool(
         default_timeout_s=default_timeout_s,
         max_bytes=max(1, int(max_output_bytes)),
         max_lines=max(1, int(max_output_lines)),
+        exclusions=tuple(exclusions or ()),
     )
     if not isinstance(params, dict):
         return _error(f"{name}: parameters must be an object, got {type(params).__name__}")
@@ -267,9 +324,20 @@ def execute_tool(
 class _Context:
     """Per-call settings handed to each tool implementation."""
 
-    __slots__ = ("cancel", "cwd", "default_timeout_s", "max_bytes", "max_lines", "on_update")
+    __slots__ = (
+        "cancel",
+        "cwd",
+        "default_timeout_s",
+        "exclusions",
+        "max_bytes",
+        "max_lines",
+        "on_update",
+    )
 
-    def __init__(self, *, cwd, cancel, on_update, default_timeout_s, max_bytes, max_lines):
+    def __init__(
+        self, *, cwd, cancel, on_update, default_timeout_s, max_bytes, max_lines, exclusions=()
+    ):
+        self.exclusions = exclusions
         self.cwd = cwd
         self.cancel = cancel
         self.on_update = on_update
@@ -396,7 +464,11 @@ def _read(params: dict, ctx: _Context) -> dict:
     _require_regular_file(path, _stat_existing(path), " Use ls to list its entries.")
     try:
         with open(path, "rb") as f:
-            head = f.read(_BINARY_SNIFF_BYTES)
+            head = f.read(max(_BINARY_SNIFF_BYTES, _IMAGE_SNIFF_BYTES))
+            mime = image_mime_type(head[:_IMAGE_SNIFF_BYTES])
+            if mime is not None:
+                return _read_image(f, path, mime)
+            head = head[:_BINARY_SNIFF_BYTES]
             if b"\0" in head:
                 size = os.fstat(f.fileno()).st_size
                 raise _ToolError(
@@ -436,7 +508,7 @@ def _read(params: dict, ctx: _Context) -> dict:
             f"it, e.g. sed -n '{offset}p' {_shell_quote(path)} | cut -b {ctx.max_bytes + 1}-]"
         )
     elif truncated:
-        why = f" ({ctx.max_bytes}-byte limit)" if window.stop == "bytes" else ""
+        why = f" ({format_size(ctx.max_bytes)} limit)" if window.stop == "bytes" else ""
         text += (
             f"\n\n[Showing lines {first}-{last} of {total}{why}. "
             f"Use offset={last + 1} to continue.]"
@@ -446,6 +518,82 @@ def _read(params: dict, ctx: _Context) -> dict:
     return _result(
         text, {"path": path, "lines": shown, "total_lines": total, "truncated": truncated}
     )
+
+
+def image_mime_type(head: bytes) -> str | None:
+    """The image type ``read`` recognises by magic bytes, as pi 1.6.0's utils/mime.js:
+    ``image/png`` (not animated), ``image/jpeg``, ``image/gif``, ``image/webp``,
+    ``image/bmp``; None for anything else. ``head``: the file's first 4100 bytes."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return None if head[3:4] == b"\xf7" else "image/jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        if len(head) < 16 or head[8:12] != b"\x00\x00\x00\x0d" or head[12:16] != b"IHDR":
+            return None
+        offset = 8
+        while offset + 8 <= len(head):  # an acTL chunk before IDAT: an animated PNG
+            kind = head[offset + 4 : offset + 8]
+            if kind == b"acTL":
+                return None
+            if kind == b"IDAT":
+                break
+            following = offset + 12 + int.from_bytes(head[offset : offset + 4], "big")
+            if following <= offset or following > len(head):
+                break
+            offset = following
+        return "image/png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[:2] == b"BM" and len(head) >= 26:
+        size = int.from_bytes(head[2:6], "little")
+        data_offset = int.from_bytes(head[10:14], "little")
+        dib = int.from_bytes(head[14:18], "little")
+        if (
+            (size == 0 or size >= 26)
+            and data_offset >= 14 + dib
+            and dib in (12, 40, 52, 56, 64, 108, 124)
+        ):
+            return "image/bmp"
+    return None
+
+
+def _read_image(f, path: str, mime: str) -> dict:
+    """``read`` of an image: pi's note ``Read image file [mime]`` and the image block.
+
+    We do not resize or convert (pi does, with a WASM image library): a BMP, which pi
+    converts to PNG, and an image whose base64 would exceed ``IMAGE_MAX_BASE64_BYTES``
+    get pi's "Image omitted" note instead of the image. details: ``{"path", "mimeType",
+    "bytes", "omitted"}``.
+    """
+    import base64
+
+    size = os.fstat(f.fileno()).st_size
+    details = {"path": path, "mimeType": mime, "bytes": size, "omitted": True}
+    if mime == "image/bmp":
+        note = "[Image omitted: could not be converted to a supported inline image format.]"
+        return _result(f"Read image file [{mime}]\n{note}", details)
+    if (size + 2) // 3 * 4 > IMAGE_MAX_BASE64_BYTES:
+        note = (
+            "[Image omitted: could not be resized below the inline image size limit.] "
+            f"(pi-sandbox does not resize images; this one is {format_size(size)}, "
+            f"the limit is {format_size(IMAGE_MAX_BASE64_BYTES // 4 * 3)})"
+        )
+        return _result(f"Read image file [{mime}]\n{note}", details)
+    f.seek(0)
+    data = f.read(size + 1)
+    if (len(data) + 2) // 3 * 4 > IMAGE_MAX_BASE64_BYTES:  # it grew while we looked
+        note = "[Image omitted: could not be resized below the inline image size limit.]"
+        return _result(f"Read image file [{mime}]\n{note}", details)
+    details.update(bytes=len(data), omitted=False)
+    return {
+        "content": [
+            {"type": "text", "text": f"Read image file [{mime}]"},
+            {"type": "image", "data": base64.b64encode(data).decode("ascii"), "mimeType": mime},
+        ],
+        "details": details,
+        "is_error": False,
+    }
 
 
 class _Window:
@@ -584,25 +732,47 @@ def _write(params: dict, ctx: _Context) -> dict:
 
 
 def _edit(params: dict, ctx: _Context) -> dict:
-    """``edit``: replace the one occurrence of ``oldText`` with ``newText``.
+    """``edit``: replace each ``edits[i].oldText`` with its ``newText`` (pi 1.6.0).
 
-    A ``\\n`` in ``oldText`` also matches ``\\r\\n`` in the file, and ``newText``
-    takes the line ending of the text it replaces, so CRLF and mixed files keep
-    their endings on every line. A UTF-8 BOM is kept. The new content is computed
-    in full before the file is opened, and the file is rewritten in place (same
-    inode, permissions and hard links); if that write fails the original bytes are
-    written back.
+    Semantics (pi's edit-diff.js ``applyEditsToNormalizedContent``): every oldText is
+    matched against the ORIGINAL file, not incrementally; each must occur exactly once;
+    no two may overlap. All-or-nothing: any failing edit fails the call, naming it
+    (``edits[1]``), and the file is not written. The single ``oldText``/``newText`` form
+    is one edit. Unlike pi there is no fuzzy matching (smart quotes, trailing spaces):
+    the text must match exactly.
 
-    details: ``{"path": abs, "diff": unified diff str, "first_changed_line": int}``
-    (1-based, in the new file).
+    Line endings: a ``\\n`` in ``oldText`` also matches ``\\r\\n`` in the file, and
+    ``newText`` takes the line ending of the text it replaces, so CRLF and mixed files
+    keep their endings on every line. A UTF-8 BOM is kept. The new content is computed
+    in full before the file is opened, and the file is rewritten in place (same inode,
+    permissions and hard links); if that write fails the original bytes are written back.
+
+    details: ``{"path": abs, "diff": unified diff str, "patch": the same (pi's name),
+    "first_changed_line": int, "firstChangedLine": int, "edits": n}`` (lines 1-based,
+    in the new file).
     """
+    import itertools
     import re
 
-    path = _path_param(params, "path", ctx)
-    old_text = _str_param(params, "oldText")
-    new_text = _str_param(params, "newText")
-    if not old_text:
-        raise _ToolError(f"oldText must not be empty; give the exact text to replace in {path}")
+    args = prepare_edit_arguments(params)
+    path = _path_param(args, "path", ctx)
+    shown_path = args.get("path") if isinstance(args.get("path"), str) else path
+    edits = args.get("edits")
+    if not isinstance(edits, list) or not edits:
+        raise _ToolError(
+            "Edit tool input is invalid. edits must contain at least one replacement "
+            "(or give oldText and newText)."
+        )
+    total = len(edits)
+    for index, edit in enumerate(edits):
+        if not is_single_edit(edit):
+            raise _ToolError(
+                f"edits[{index}] must be an object with string oldText and newText, "
+                f"got {_short_repr(edit)}"
+            )
+        if not edit["oldText"]:
+            where = "oldText" if total == 1 else f"edits[{index}].oldText"
+            raise _ToolError(f"{where} must not be empty in {path}.")
     _check_not_cancelled(ctx)
     _require_regular_file(path, _stat_existing(path))
     try:
@@ -620,32 +790,68 @@ def _edit(params: dict, ctx: _Context) -> dict:
             {"path": path},
         )
 
-    old_lf = old_text.replace("\r\n", "\n")
-    pattern = re.compile(r"\r?\n".join(re.escape(part) for part in old_lf.split("\n")))
-    matches = pattern.finditer(text)
-    match = next(matches, None)
-    if match is None:
-        raise _ToolError(
-            f"Could not find the exact text in {path}. The old text must match exactly, "
-            "including all whitespace and newlines.",
-            {"path": path},
-        )
-    extra = sum(1 for _ in matches)
-    if extra:
-        raise _ToolError(
-            f"Found {extra + 1} occurrences of the text in {path}. The text must be unique; "
-            "provide more surrounding context in oldText to make it unique.",
-            {"path": path, "occurrences": extra + 1},
-        )
-
-    newline = _newline_of(match.group(), text)
-    replacement = new_text.replace("\r\n", "\n").replace("\n", newline)
-    new_content = text[: match.start()] + replacement + text[match.end() :]
+    spans: list[tuple[int, int, int, str]] = []  # (start, end, edit index, replacement)
+    for index, edit in enumerate(edits):
+        old_lf = edit["oldText"].replace("\r\n", "\n")
+        pattern = re.compile(r"\r?\n".join(re.escape(part) for part in old_lf.split("\n")))
+        matches = pattern.finditer(text)
+        match = next(matches, None)
+        if match is None:
+            if total == 1:
+                message = (
+                    f"Could not find the exact text in {path}. The old text must match "
+                    "exactly including all whitespace and newlines."
+                )
+            else:
+                message = (
+                    f"Could not find edits[{index}] in {path}. The oldText must match "
+                    "exactly including all whitespace and newlines."
+                )
+            raise _ToolError(message, {"path": path, "failed_edit": index})
+        extra = sum(1 for _ in matches)
+        if extra:
+            if total == 1:
+                message = (
+                    f"Found {extra + 1} occurrences of the text in {path}. The text must be "
+                    "unique. Please provide more context to make it unique."
+                )
+            else:
+                message = (
+                    f"Found {extra + 1} occurrences of edits[{index}] in {path}. Each oldText "
+                    "must be unique. Please provide more context to make it unique."
+                )
+            raise _ToolError(
+                message, {"path": path, "failed_edit": index, "occurrences": extra + 1}
+            )
+        newline = _newline_of(match.group(), text)
+        replacement = edit["newText"].replace("\r\n", "\n").replace("\n", newline)
+        spans.append((match.start(), match.end(), index, replacement))
+    spans.sort()
+    for previous, current in itertools.pairwise(spans):
+        if previous[1] > current[0]:
+            raise _ToolError(
+                f"edits[{previous[2]}] and edits[{current[2]}] overlap in {path}. Merge them "
+                "into one edit or target disjoint regions.",
+                {"path": path, "failed_edit": current[2]},
+            )
+    pieces: list[str] = []
+    position = 0
+    for start, end, _, replacement in spans:
+        pieces.append(text[position:start])
+        pieces.append(replacement)
+        position = end
+    pieces.append(text[position:])
+    new_content = "".join(pieces)
     if new_content == text:
-        raise _ToolError(
-            f"No changes made to {path}: newText is identical to the text it replaces.",
-            {"path": path},
-        )
+        if total == 1:
+            message = (
+                f"No changes made to {path}. The replacement produced identical content. "
+                "This might indicate an issue with special characters or the text not "
+                "existing as expected."
+            )
+        else:
+            message = f"No changes made to {path}. The replacements produced identical content."
+        raise _ToolError(message, {"path": path})
     _check_not_cancelled(ctx)
     try:
         _rewrite_in_place(path, bom + new_content.encode("utf-8"), raw)
@@ -654,8 +860,15 @@ def _edit(params: dict, ctx: _Context) -> dict:
 
     first_changed, diff = _unified_diff(path, text, new_content)
     return _result(
-        f"Successfully replaced text in {path} (first changed line {first_changed}).",
-        {"path": path, "diff": diff, "first_changed_line": first_changed},
+        f"Successfully replaced {total} block(s) in {shown_path}.",
+        {
+            "path": path,
+            "diff": diff,
+            "patch": diff,
+            "first_changed_line": first_changed,
+            "firstChangedLine": first_changed,
+            "edits": total,
+        },
     )
 
 
@@ -1076,15 +1289,24 @@ class _OutputTail:
 def _ls(params: dict, ctx: _Context) -> dict:
     """``ls``: directory entries sorted case-insensitively, directories suffixed ``/``.
 
-    Symlinks to directories count as directories. details: ``{"path": abs,
-    "entries": shown, "total_entries": n, "truncated": bool}``.
+    Symlinks to directories count as directories. Dotfiles are listed. Notices are
+    pi 1.6.0's (ls.js): ``[N entries limit reached. Use limit=2N for more]`` and
+    ``[50.0KB limit reached]``. Entries a policy ``path`` rule covers are left out
+    (``ctx.exclusions``). details: ``{"path": abs, "entries": shown,
+    "total_entries": n, "truncated": bool}`` plus pi's ``entryLimitReached`` and our
+    ``hiddenByPolicy`` when they apply.
     """
     path = _path_param(params, "path", ctx, default=".")
     limit = _positive_int_param(params, "limit", _DEFAULT_LS_LIMIT)
     _check_not_cancelled(ctx)
+    hidden = _path_filter(ctx)
+    if hidden and hidden.hides(path):
+        raise _ToolError(f"Path not found: {path}", {"path": path})
     try:
         with os.scandir(path) as it:
             entries = sorted(it, key=lambda e: (e.name.casefold(), e.name))
+        if hidden:
+            entries = [e for e in entries if not hidden.hides(e.path)]
     except FileNotFoundError:
         raise _ToolError(f"Path not found: {path}", {"path": path})
     except NotADirectoryError:
@@ -1111,26 +1333,79 @@ def _ls(params: dict, ctx: _Context) -> dict:
         used += cost
     text = "\n".join(shown) if entries else "(empty directory)"
     notices = []
-    if total > limit and not byte_limited:
-        notices.append(
-            f"{limit} entries limit reached ({total} entries in all). "
-            f"Use limit={limit * 2} for more"
-        )
+    details = {
+        "path": path,
+        "entries": len(shown),
+        "total_entries": total,
+        "truncated": len(shown) < total,
+    }
+    if total > limit:
+        notices.append(f"{limit} entries limit reached. Use limit={limit * 2} for more")
+        details["entryLimitReached"] = limit
     if byte_limited:
-        notices.append(
-            f"{ctx.max_bytes}-byte limit reached: showing {len(shown)} of {total} entries"
-        )
+        notices.append(f"{format_size(ctx.max_bytes)} limit reached")
+    if hidden is not None and hidden.hidden:
+        details["hiddenByPolicy"] = hidden.hidden
     if notices:
         text += "\n\n[" + ". ".join(notices) + "]"
-    return _result(
-        text,
-        {
-            "path": path,
-            "entries": len(shown),
-            "total_entries": total,
-            "truncated": len(shown) < total,
-        },
-    )
+    return _result(text, details)
 
 
-_TOOLS = {"read": _read, "write": _write, "edit": _edit, "bash": _bash, "ls": _ls}
+def _path_filter(ctx: _Context):
+    """The policy's hidden paths for this call (`search_tools.PathFilter`), or None."""
+    if not ctx.exclusions:
+        return None
+    from pi_sandbox.worker.search_tools import PathFilter
+
+    try:
+        return PathFilter(ctx.exclusions, ctx.cwd)
+    except Exception as exc:  # a pattern the supervisor sent that does not compile
+        # Fail closed: without the filter the search could show what the policy hides.
+        raise _ToolError(f"Cannot apply the policy's path rules: {exc}") from None
+
+
+# ---------------------------------------------------------------------------
+# grep and find (pi_sandbox.worker.search_tools)
+
+
+def _search(kind: str, params: dict, ctx: _Context) -> dict:
+    """``grep`` / ``find``: see `search_tools.grep_files` and `search_tools.find_files`
+    for parameters, output and details."""
+    from pi_sandbox.worker import search_tools
+
+    pattern = params.get("pattern")
+    if not isinstance(pattern, str):
+        raise _ToolError(f"Parameter 'pattern' must be a string, got {_short_repr(pattern)}")
+    path = _path_param(params, "path", ctx, default=".")
+    _check_not_cancelled(ctx)
+
+    def cancel() -> None:
+        _check_not_cancelled(ctx)
+
+    run = search_tools.grep_files if kind == "grep" else search_tools.find_files
+    try:
+        text, details = run(
+            params, path, cancel=cancel, hidden=_path_filter(ctx), max_bytes=ctx.max_bytes
+        )
+    except search_tools.SearchError as exc:
+        raise _ToolError(str(exc), {"path": path}) from None
+    return _result(text, details)
+
+
+def _grep(params: dict, ctx: _Context) -> dict:
+    return _search("grep", params, ctx)
+
+
+def _find(params: dict, ctx: _Context) -> dict:
+    return _search("find", params, ctx)
+
+
+_TOOLS = {
+    "read": _read,
+    "write": _write,
+    "edit": _edit,
+    "bash": _bash,
+    "ls": _ls,
+    "grep": _grep,
+    "find": _find,
+}

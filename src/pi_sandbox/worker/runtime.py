@@ -449,6 +449,10 @@ class WorkerRuntime:
             return self._session_callback(params, cancel)
         if method == methods.PROVIDER_STREAM:
             return self._provider_stream(params, cancel, request_id)
+        if method == methods.CODEMODE_RUN and self._kind == "codemode":
+            from pi_sandbox.worker.codemode_runner import run_script
+
+            return run_script(self._host, params, cancel)
         raise _RequestError(methods.ERROR_METHOD_NOT_FOUND, f"unknown method {method!r}")
 
     # --- requests ------------------------------------------------------------------------
@@ -474,6 +478,18 @@ class WorkerRuntime:
                 "generation": params.get("generation"),
                 "pid": os.getpid(),
                 "tools": [dict(d) for d in TOOL_DEFINITIONS.values()],
+                "events": [],
+            }
+        if kind == "codemode":
+            # issue 19: a fresh worker per codemode script; it registers nothing and
+            # reaches tools only through host/call (worker/codemode_runner.py).
+            self._kind = "codemode"
+            self._host.generation.number = int(params.get("generation") or 1)
+            return {
+                "protocol_version": methods.PROTOCOL_VERSION,
+                "generation": params.get("generation"),
+                "pid": os.getpid(),
+                "tools": [],
                 "events": [],
             }
         if kind != "extension":
@@ -725,6 +741,7 @@ class WorkerRuntime:
                 cwd=ctx.cwd,
                 cancel=cancel,
                 on_update=on_update,
+                exclusions=[str(p) for p in params.get("exclusions") or ()],
                 **{
                     k: v
                     for k, v in limits.items()

@@ -57,6 +57,7 @@ _UI_FIELDS: dict[str, dict[str, str]] = {
     "notify": {"message": "text", "level": "level"},
     "set_status": {"key": "key", "text": "text?"},
     "set_widget": {"key": "key", "lines": "lines?"},
+    "set_title": {"title": "text"},
     "select": {"title": "text", "options": "lines"},
     "confirm": {"title": "text", "message": "long"},
     "input": {"title": "text", "placeholder": "text"},

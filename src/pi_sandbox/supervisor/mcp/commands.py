@@ -204,7 +204,6 @@ async def _connect_and_show(args: Any, agent_dir: Path, cwd: Path) -> int:
         ),
         tools={},
         external_tools={},
-        undeclared_tools=set(),
         cgroups=None,
     )
     manager = McpManager(

@@ -24,6 +24,7 @@ the servers that have resources (pi mcp.md "Use resources").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -495,13 +496,17 @@ class McpManager:
                 self._add(registered, exposure)
             if connection.has_resources:
                 with_resources.append(connection)
-        for name in [n for n in self._registered if n in self._tool_owner and n not in offered]:
+        withdrawn = [n for n in self._registered if n in self._tool_owner and n not in offered]
+        for name in withdrawn:
             # pi mcp.md: a withdrawn tool becomes unreachable.
             self._registered.discard(name)
             pool.external_tools.pop(name, None)
-            if name in pool.tools and pool.tools[name].source.startswith("mcp:"):
-                del pool.tools[name]
-            pool.undeclared_tools.discard(name)
+        if withdrawn:
+            pool.tools = {
+                n: t
+                for n, t in pool.tools.items()
+                if n not in withdrawn or not t.source.startswith("mcp:")
+            }
         if with_resources:
             widest = (
                 "direct"
@@ -528,23 +533,22 @@ class McpManager:
         existing = pool.tools.get(name)
         if existing is not None and name not in self._registered:
             return  # a built-in or extension tool keeps its name
+        registered = self._expose(registered, exposure)
         pool.external_tools[name] = registered
-        pool.tools[name] = registered
+        # A new dict, not an update in place: the session host resynchronises its
+        # exposure registry when the registry object changes (`sync_exposure`).
+        pool.tools = {**pool.tools, name: registered}
         self._registered.add(name)
-        self._expose(registered.definition, exposure)
 
-    def _expose(self, definition: ToolDefinitionWire, exposure: str) -> None:
+    def _expose(self, registered: Any, exposure: str) -> Any:
         """The one place an MCP tool's exposure takes effect (issue 19 contract with
-        ``supervisor/tool_exposure.py``: at merge, call ``ToolExposure.register(
-        definition, exposure, source)`` here). On this branch: ``direct`` is declared;
-        ``deferred``/``codemode`` stay registered (callable by the pipeline for
-        tool_search and codemode) but are never declared; ``hidden`` never gets here.
-        """
-        pool = self.pool
-        if exposure == "direct":
-            pool.undeclared_tools.discard(definition.name)
-        else:
-            pool.undeclared_tools.add(definition.name)
+        ``supervisor/tool_exposure.py``): the definition carries it
+        (``ToolDefinitionWire.exposure``) and the session host's `ToolExposure`
+        registry takes it from the pool's registry like any tool's — ``direct``
+        declared, ``deferred`` after ``tool_search``, ``codemode`` for scripts.
+        ``hidden`` tools never get here (not registered)."""
+        definition = registered.definition.model_copy(update={"exposure": exposure})
+        return dataclasses.replace(registered, definition=definition)
 
     def _executor(self, server: str, tool: str) -> Callable[..., Awaitable[dict[str, Any]]]:
         async def execute(tool_call_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -691,6 +695,16 @@ class McpManager:
                 }
             )
         return lines
+
+    def configured_exposures(self) -> set[str]:
+        """Exposures the enabled, started servers' configurations give their tools
+        (known before they connect: ``tool_search`` and ``codemode`` turn on from it)."""
+        found: set[str] = set()
+        for connection in self.connections.values():
+            config = connection.config
+            found.add(config.exposure)
+            found.update(e for _, e in config.tool_exposure)
+        return found
 
     async def wait_all(self, timeout_s: float = STARTUP_WAIT_S) -> None:
         """Wait (at most ``timeout_s``) until every server's first attempt ended."""

@@ -14,6 +14,7 @@ from .openai import OpenAIProvider
 from .scripted import ScriptedProvider
 
 __all__ = [
+    "AnthropicProvider",
     "AssistantTurn",
     "OpenAIProvider",
     "Provider",
@@ -24,6 +25,16 @@ __all__ = [
 ]
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def __getattr__(name: str) -> object:
+    # The Anthropic provider is imported only when used: CLI start-up must not pay
+    # for it (issue 16, "CLI start-up unchanged"; tests/unit/test_provider_imports.py).
+    if name == "AnthropicProvider":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_provider(

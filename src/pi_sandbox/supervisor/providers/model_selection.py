@@ -411,7 +411,7 @@ def _anthropic_provider(
     import inspect
 
     try:
-        from .anthropic import AnthropicProvider  # type: ignore[import-not-found]
+        from .anthropic import AnthropicProvider
     except ImportError:
         raise UsageError(
             f"--model {model.ref!r}: the anthropic-messages API is not available in this build"

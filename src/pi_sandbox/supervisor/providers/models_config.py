@@ -69,6 +69,17 @@ def _where(path: Any) -> str:
     return out or "(top level)"
 
 
+_JSON_STRING_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*')
+_JSON_STRING_OR_TRAILING_COMMA = re.compile(r'"(?:\\.|[^"\\])*"|,(\s*[}\]])')
+
+
+def strip_json_comments(text: str) -> str:
+    """``text`` without ``//`` line comments and trailing commas, string literals
+    untouched: what pi 1.6.0 accepts in models.json (its ``stripJsonComments``)."""
+    text = _JSON_STRING_OR_COMMENT.sub(lambda m: m[0] if m[0][0] == '"' else "", text)
+    return _JSON_STRING_OR_TRAILING_COMMA.sub(lambda m: m[1] if m[1] is not None else m[0], text)
+
+
 def read_models_file(path: Path) -> dict[str, Any] | None:
     """The validated content of one models.json, or None when it does not exist.
 
@@ -93,7 +104,13 @@ def read_models_file(path: Path) -> dict[str, Any] | None:
     if len(raw) > MAX_MODELS_FILE_BYTES:
         raise ModelsConfigError(f"{path}: larger than {MAX_MODELS_FILE_BYTES} bytes")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8-sig")  # pi strips a byte-order mark
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            # pi 1.6.0 reads models.json with `//` comments and trailing commas
+            # (model-config.js stripJsonComments); a file written for pi reads here too.
+            data = json.loads(strip_json_comments(text))
     except UnicodeDecodeError:
         raise ModelsConfigError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ from .base import (
     TextDeltaCallback,
     ToolCall,
     ToolDefinition,
+    normalise_usage,
 )
 from .http_stream import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -41,7 +42,7 @@ from .http_stream import (
     shared_ssl_context,
 )
 from .retry import TRANSIENT_STATUSES, parse_retry_after
-from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge
+from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 
 __all__ = ["OpenAICompat", "OpenAIProvider"]
 
@@ -305,6 +306,9 @@ class OpenAIProvider:
             thinking_level: one of ``base.THINKING_LEVELS``; for a reasoning model
                 (``reasoning``) whose server takes it, anything but ``"off"`` is sent
                 as ``reasoning_effort`` (or OpenRouter's ``reasoning.effort``).
+            on_event: awaited with pi's ``assistantMessageEvent`` dicts (``text_*``,
+                ``toolcall_*`` with ``contentIndex``); the last event of a request may
+                carry ``usage`` (pi's cumulative ``Usage``) when the server sent it.
 
         Returns:
             The turn; ``stop_reason`` is ``"toolUse"`` when it has tool calls, else
@@ -337,7 +341,7 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         # models.json ``headers`` (issue 16), resolved by the supervisor's model selection.
         headers.update(getattr(self, "extra_headers", None) or {})
-        stream = _StreamAccumulator(self._error, self.compat)
+        stream = _StreamAccumulator(self._error, self.compat, on_event)
         try:
             if self._client is not None:
                 return await self._send(self._client, body, headers, on_text_delta, stream)
@@ -409,29 +413,33 @@ class OpenAIProvider:
             if not response.is_success:
                 raise self._http_error(response, await _read_bounded(response))
             content_type = response.headers.get("content-type", "")
-            if "json" in content_type and "event-stream" not in content_type:
+            if "event-stream" not in content_type and (
+                "json" in content_type or "html" in content_type or "xml" in content_type
+            ):
+                # A login page or an API error page, not an answer (red-team finding:
+                # it was retried as "stream ended early"): never retried.
                 text = await _read_bounded(response)
                 raise self._error(
-                    f"{self._url} answered with {content_type} instead of an event stream: "
-                    f"{_server_message(text)}"
+                    f"{self._url} answered with {content_type} instead of an event stream "
+                    f"(is the base URL an OpenAI-compatible API?): {_server_message(text)}"
                 )
             decoder = SSEDecoder()
             with IdleDeadline(self.idle_timeout_s) as idle:
-                async for chunk in response.aiter_text():
+                async for chunk in response.aiter_bytes():
                     try:
-                        events = decoder.feed(chunk)
+                        events = decoder.feed_bytes(chunk)
                     except SSEEventTooLarge as exc:
                         raise self._error(f"{self._url}: {exc}; the stream was abandoned") from exc
                     for event in events:
                         await stream.apply(event, on_text_delta)
                         if stream.done:
-                            return stream.finish(self.model)
+                            return await stream.end(self.model)
                     idle.touch()
             for event in decoder.flush():
                 await stream.apply(event, on_text_delta)
                 if stream.done:
                     break
-            return stream.finish(self.model)
+            return await stream.end(self.model)
 
     def _http_error(self, response: httpx.Response, text: str) -> ProviderError:
         status = response.status_code
@@ -637,9 +645,22 @@ class _PartialToolCall:
 class _StreamAccumulator:
     """Folds ``chat.completion.chunk`` events into one turn."""
 
-    def __init__(self, error: _ErrorFactory, compat: OpenAICompat | None = None) -> None:
+    def __init__(
+        self,
+        error: _ErrorFactory,
+        compat: OpenAICompat | None = None,
+        on_event: AssistantEventCallback | None = None,
+    ) -> None:
         self._error = error
         self._compat = compat if compat is not None else OpenAICompat()
+        self._on_event = on_event
+        # pi's content blocks as they open (issue 16 streaming events): the position
+        # of the open text block, and of each tool call by its stream index.
+        self._blocks = 0
+        self._open_text: int | None = None
+        self._text_parts: list[str] = []
+        self._open_thinking: int | None = None
+        self._call_position: dict[int, int] = {}
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, _PartialToolCall] = {}
@@ -670,7 +691,7 @@ class _StreamAccumulator:
             self.done = True
             return
         try:
-            chunk = json.loads(data)
+            chunk = loads_json(data)
         except (ValueError, RecursionError) as exc:
             raise self._error(f"malformed stream chunk (not JSON): {_excerpt(data)}") from exc
         if not isinstance(chunk, dict):
@@ -705,19 +726,62 @@ class _StreamAccumulator:
             if isinstance(thought, str) and thought:
                 self._mark("thinking")
                 self.reasoning.append(thought)
+                if self._on_event is not None:
+                    await self._thinking_event(thought)
             for call_delta in delta.get("tool_calls") or []:
                 self._mark("toolCall")
-                self._apply_tool_call(call_delta)
+                await self._apply_tool_call(call_delta)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._mark("text")
                 self.text.append(content)
+                if self._on_event is not None:
+                    await self._text_event(content)
                 if on_text_delta is not None:
                     await on_text_delta(content)
 
-    def _apply_tool_call(self, delta: dict[str, Any]) -> None:
+    async def _emit(self, event: dict[str, Any]) -> None:
+        if self._on_event is not None:
+            await self._on_event(event)
+
+    async def _thinking_event(self, thought: str) -> None:
+        if self._open_thinking is None:
+            await self._close_text()
+            self._open_thinking, self._blocks = self._blocks, self._blocks + 1
+            await self._emit({"type": "thinking_start", "contentIndex": self._open_thinking})
+        await self._emit(
+            {"type": "thinking_delta", "contentIndex": self._open_thinking, "delta": thought}
+        )
+
+    async def _close_thinking(self) -> None:
+        if self._open_thinking is not None:
+            index, self._open_thinking = self._open_thinking, None
+            await self._emit(
+                {"type": "thinking_end", "contentIndex": index, "content": "".join(self.reasoning)}
+            )
+
+    async def _text_event(self, content: str) -> None:
+        # A text after a tool call opens a new text block, as pi's openai-completions.
+        await self._close_thinking()
+        if self._open_text is None:
+            self._open_text, self._blocks = self._blocks, self._blocks + 1
+            self._text_parts = []
+            await self._emit({"type": "text_start", "contentIndex": self._open_text})
+        self._text_parts.append(content)
+        await self._on_event(  # type: ignore[misc]  # only called with on_event set
+            {"type": "text_delta", "contentIndex": self._open_text, "delta": content}
+        )
+
+    async def _close_text(self) -> None:
+        if self._open_text is not None:
+            index, self._open_text = self._open_text, None
+            await self._emit(
+                {"type": "text_end", "contentIndex": index, "content": "".join(self._text_parts)}
+            )
+
+    async def _apply_tool_call(self, delta: dict[str, Any]) -> None:
         index = delta.get("index")
         if not isinstance(index, int):
             # Some servers omit ``index``: a fresh id starts a new call, otherwise the
@@ -732,10 +796,80 @@ class _StreamAccumulator:
         if isinstance(function.get("name"), str) and function["name"] and not call.name:
             call.name = function["name"]
         arguments = function.get("arguments")
+        fragment = ""
         if isinstance(arguments, str):
-            call.arguments.append(arguments)
+            fragment = arguments
         elif isinstance(arguments, dict):  # a few servers send the decoded object
-            call.arguments.append(json.dumps(arguments))
+            fragment = json.dumps(arguments)
+        if fragment or isinstance(arguments, str):
+            call.arguments.append(fragment)
+        if self._on_event is None:
+            return
+        if index not in self._call_position:
+            await self._close_thinking()
+            await self._close_text()
+            self._call_position[index] = self._blocks
+            self._blocks += 1
+            await self._emit(
+                {
+                    "type": "toolcall_start",
+                    "contentIndex": self._call_position[index],
+                    "id": call.id,
+                    "toolName": call.name,
+                }
+            )
+        if fragment:
+            await self._emit(
+                {
+                    "type": "toolcall_delta",
+                    "contentIndex": self._call_position[index],
+                    "delta": fragment,
+                }
+            )
+
+    async def end(self, model: str) -> AssistantTurn:
+        """``finish``, then the closing ``text_end`` / ``toolcall_end`` events."""
+        turn = self.finish(model)
+        if self._on_event is None:
+            return turn
+        ends: list[dict[str, Any]] = []
+        if self._open_thinking is not None:
+            ends.append(
+                {
+                    "type": "thinking_end",
+                    "contentIndex": self._open_thinking,
+                    "content": "".join(self.reasoning),
+                }
+            )
+        if self._open_text is not None:
+            ends.append(
+                {
+                    "type": "text_end",
+                    "contentIndex": self._open_text,
+                    "content": "".join(self._text_parts),
+                }
+            )
+        # ``finish`` orders the calls by stream index, as ``self.calls``.
+        for index, call in zip(sorted(self.calls), turn.tool_calls, strict=True):
+            ends.append(
+                {
+                    "type": "toolcall_end",
+                    "contentIndex": self._call_position[index],
+                    "toolCall": {
+                        "type": "toolCall",
+                        "id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    },
+                }
+            )
+        ends.sort(key=lambda event: event["contentIndex"])
+        if ends and self.usage:
+            # The session lifts this to the record's top-level ``usage`` (pi json.md).
+            ends[0]["usage"] = normalise_usage(self.usage)
+        for event in ends:
+            await self._emit(event)
+        return turn
 
     def finish(self, model: str) -> AssistantTurn:
         if not self.done and self.finish_reason is None and self._compat.supports_finish_reason:

@@ -263,6 +263,35 @@ class ScriptedProvider:
             )
         self.requests_made = request
         turn = self._turns[request - 1]
+        if on_event is not None:
+            await _replay_events(turn, on_event)
         if turn.text and on_text_delta is not None:
             await on_text_delta(turn.text)
         return turn
+
+
+async def _replay_events(turn: AssistantTurn, on_event: AssistantEventCallback) -> None:
+    """pi's ``assistantMessageEvent`` sequence of a scripted turn: its text in one
+    delta, then each tool call whole (start, one argument delta, end)."""
+    index = 0
+    if turn.text:
+        await on_event({"type": "text_start", "contentIndex": index})
+        await on_event({"type": "text_delta", "contentIndex": index, "delta": turn.text})
+        await on_event({"type": "text_end", "contentIndex": index, "content": turn.text})
+        index += 1
+    for call in turn.tool_calls:
+        await on_event(
+            {"type": "toolcall_start", "contentIndex": index, "id": call.id, "toolName": call.name}
+        )
+        await on_event(
+            {"type": "toolcall_delta", "contentIndex": index, "delta": json.dumps(call.arguments)}
+        )
+        tool_call = {"type": "toolCall", "id": call.id, "name": call.name}
+        await on_event(
+            {
+                "type": "toolcall_end",
+                "contentIndex": index,
+                "toolCall": {**tool_call, "arguments": call.arguments},
+            }
+        )
+        index += 1
