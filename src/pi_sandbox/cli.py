@@ -46,10 +46,11 @@ SUBCOMMANDS_HELP = """commands (pi COMMAND --help for each):
   pi trust [yes|no|sandboxed|forget|show] [PATH]
                                         the project trust decision
   pi resources [--json]                 skills, prompts, context files, extensions a run loads
+  pi mcp list|get|add|remove [--json]   MCP servers (docs/mcp.md)
 
-not available in pi-sandbox yet: install, remove, uninstall, update, list, config, mcp"""
+not available in pi-sandbox yet: install, remove, uninstall, update, list, config"""
 
-NOT_YET_SUBCOMMANDS = ("install", "remove", "uninstall", "update", "list", "config", "mcp")
+NOT_YET_SUBCOMMANDS = ("install", "remove", "uninstall", "update", "list", "config")
 """pi 1.6.0 subcommands pi-sandbox does not have yet: refused with exit 2 instead of
 being sent to the model as a prompt (issue 17 §5)."""
 
@@ -175,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument(
         "--no-sandbox", dest="sandbox", action="store_false", help="run workers without bwrap"
+    )
+    parser.add_argument(
+        "--no-mcp", action="store_true", help="connect no MCP server for this run (pi cli.md)"
     )
     parser.add_argument(
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="policy YAML file"
@@ -1032,6 +1036,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # `pi policy explain … | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
+    if argv[:1] == ["mcp"]:
+        from pi_sandbox.supervisor.mcp.commands import mcp_main
+
+        try:
+            return mcp_main(argv[1:], agent_dir())
+        except BrokenPipeError:  # `pi mcp list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
     if argv[:1] and argv[0] in NOT_YET_SUBCOMMANDS:
         print(
             f"pi: `pi {argv[0]}` is not available in pi-sandbox yet (see `pi --help` for "
@@ -1223,6 +1235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extensions=[p.resolve() for p in args.extension],
         no_extensions=args.no_extensions,
         sandbox=bool(args.sandbox) or args.ci,
+        explicit_no_sandbox=args.sandbox is False,
+        mcp=not args.no_mcp,
         ci=args.ci,
         managed_policy_dirs=managed_policy_dirs()[:1],
         extra_managed_policy_dirs=managed_policy_dirs()[1:],

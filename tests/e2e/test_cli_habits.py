@@ -106,7 +106,7 @@ def test_a_mistyped_option_is_refused_with_the_option_it_is_close_to(tmp_path, w
     assert other.returncode == 2 and "--frobnicate" in other.stderr
 
 
-@pytest.mark.parametrize("command", ["install", "remove", "update", "list", "config", "mcp"])
+@pytest.mark.parametrize("command", ["install", "remove", "update", "list", "config"])
 def test_pi_subcommands_we_lack_exit_2_instead_of_reaching_the_model(tmp_path, ws, command):
     proc = pi(tmp_path, ws, [{"text": "never"}], "npm:foo", command=(command,))
     assert proc.returncode == 2

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_sandbox.policies._extension_limits import LimitRules, combine_limits
+from pi_sandbox.policies._mcp import McpRules, combine_mcp
 from pi_sandbox.policies._schema import (
     AUDIT_RECORDS,
     CAPABILITIES,
@@ -375,6 +376,8 @@ class Policy:
     sandbox_required_by: str | None = None
     has_sandbox_section: bool = False
     higher_tier_sandbox: SandboxSettings | None = None
+    # issue 19: the combined ``mcp`` sections (policies/_mcp.py).
+    mcp: McpRules = field(default_factory=McpRules)
 
     @property
     def rules(self) -> tuple[PolicyRule, ...]:
@@ -462,6 +465,14 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
     extensions = _extensions(usable, origins, diagnostics)
     trust = _trust(usable, origins, diagnostics)
     audit = _audit(usable, origins, diagnostics)
+    mcp, mcp_notes = combine_mcp(
+        [
+            (f.tier, str(f.path), f.file.mcp)
+            for f, allowed in usable
+            if f.file.mcp is not None and "mcp" in allowed
+        ]
+    )
+    diagnostics.extend(mcp_notes)
     required = [
         f
         for f, allowed in usable
@@ -484,6 +495,7 @@ def build_policy(files: Sequence[LoadedPolicyFile]) -> Policy:
         diagnostics=tuple(diagnostics),
         workspace_write_granted=workspace_write_granted,
         higher_tier_sandbox=higher_tier_sandbox,
+        mcp=mcp,
     )
 
 

@@ -42,7 +42,7 @@ Sections implemented: ``tool_call`` and ``sandbox``::
       users_may_trust: yes  # yes | sandboxed (never full trust) | no (projects are never trusted)
     audit:
       file: /var/log/pi/audit.jsonl   # absolute or ~/...; records are appended
-      include: [tool_call, tool_call_outcome, sandbox_profile, egress, trust, extension, policy]
+      include: [tool_call, tool_call_outcome, sandbox_profile, egress, trust, extension, policy, mcp]
       arguments: true       # include the (redacted) tool-call arguments
     lock: [sandbox]         # sections lower tiers may not set (issue 4 tiers)
 """
@@ -68,6 +68,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pi_sandbox.policies._extension_limits import ExtensionLimitsSection
+from pi_sandbox.policies._mcp import McpSection
 
 __all__ = [
     "SUPPORTED_VERSION",
@@ -470,6 +471,8 @@ AUDIT_RECORDS = (
     # issue 19: one per codemode script (its nested calls are tool_call records with
     # parent_tool_call_id).
     "codemode_script",
+    # issue 19: MCP server refusals, the environment names a server got.
+    "mcp",
 )
 """The audit record kinds (the ``event`` field of each line)."""
 
@@ -489,7 +492,7 @@ class AuditSection(_Strict):
     arguments: StrictBool = True
 
 
-SECTIONS = ("tool_call", "sandbox", "extensions", "trust", "audit")
+SECTIONS = ("tool_call", "sandbox", "extensions", "trust", "audit", "mcp")
 """The sections a higher tier can ``lock``."""
 
 
@@ -509,6 +512,8 @@ class PolicyFile(_Strict):
     extensions: Annotated[ExtensionsSection | None, BeforeValidator(_not_null)] = None
     trust: Annotated[TrustSection | None, BeforeValidator(_not_null)] = None
     audit: Annotated[AuditSection | None, BeforeValidator(_not_null)] = None
+    # issue 19: MCP servers (policies/_mcp.py).
+    mcp: Annotated[McpSection | None, BeforeValidator(_not_null)] = None
     lock: Annotated[
         tuple[Literal[SECTIONS], ...], BeforeValidator(_one_or_many)  # type: ignore[valid-type]
     ] = ()

@@ -24,6 +24,7 @@ __all__ = [
     "ImageContent",
     "InitializeResult",
     "LogParams",
+    "McpServerWire",
     "NotificationMessage",
     "ProviderWire",
     "Registrations",
@@ -160,6 +161,14 @@ class ProviderWire(_Strict):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class McpServerWire(_Strict):
+    """An MCP server an extension registered (``pi.register_mcp_server``, issue 19):
+    an ``mcpServers`` entry, validated by the supervisor."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
 class Registrations(_Strict):
     """Everything an extension registered; a bound extension re-sends all of it
     (``registrations/update``) whenever it changes."""
@@ -172,6 +181,7 @@ class Registrations(_Strict):
     renderers: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
     providers: Annotated[list[ProviderWire], Field(max_length=50)] = Field(default_factory=list)
     channels: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
+    mcp_servers: Annotated[list[McpServerWire], Field(max_length=50)] = Field(default_factory=list)
 
 
 class HostCallParams(_Strict):

@@ -77,6 +77,8 @@ class RunOptions:
     ci: bool = False
     notices: list[str] = field(default_factory=list)  # shown once the run starts
     tools: Any = None  # a ToolSelection (or a set of names); None: every tool
+    mcp: bool = True  # --no-mcp: no MCP server connects (issue 19)
+    explicit_no_sandbox: bool = False  # --no-sandbox given: MCP servers run unsandboxed
     argv: list[str] = field(default_factory=list)  # re-parsed with extension flags
     message_from_stdin: bool = False  # the prompt was read from stdin, not arguments
     images: list[dict[str, Any]] = field(default_factory=list)  # @image files: first prompt
@@ -757,6 +759,7 @@ async def _run(
     frontend = output if options.mode == "interactive" else None
     try:
         async with trio.open_nursery() as nursery:
+            mcp: Any = None
             try:
                 trust_notices: list[str] = []
                 if frontend is not None:
@@ -806,9 +809,18 @@ async def _run(
                     *_untrusted_notice(start.trust_info, options.cwd, start.base_policy.trust),
                     *notices,
                 ]
+                if options.mcp:
+                    # issue 19 §4: servers connect in parallel with the workers' start.
+                    mcp = await _start_mcp(options, start, pool, output, audit.record, nursery)
                 # Workers first: a run that cannot start its sandbox leaves no session file.
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                if options.mcp and pool.mcp_servers:
+                    if mcp is None:
+                        mcp = await _start_mcp(
+                            options, start, pool, output, audit.record, nursery, empty_ok=True
+                        )
+                    await _add_registered_mcp(mcp, pool)
                 if pool.guard_warning is not None:
                     await output({"type": "pisandbox_warning", "message": pool.guard_warning})
                 tool_profile = pool.tool_worker.spec.sandbox if pool.tool_worker else None
@@ -991,6 +1003,7 @@ async def _run(
                 if options.session_choice is not None:
                     host.session_dirs = (options.session_choice.directory,)
                 stop.on_stop.append(host.abort)
+                host.mcp = mcp
                 try:
                     with stop.guard():
                         await host.start(nursery)
@@ -1046,6 +1059,9 @@ async def _run(
                         await session.notify(
                             "session_shutdown", {"reason": "quit"}, abortable=False
                         )
+                    if mcp is not None:
+                        with trio.move_on_after(10):
+                            await mcp.aclose()
                     writer = session.writer
                 if frontend is not None:
                     frontend.close()  # the terminal is restored before anything is printed
@@ -1093,6 +1109,9 @@ async def _run(
                 if frontend is not None:
                     frontend.close()
                 keep_logs = keep_logs or bool(pool.disabled)
+                if mcp is not None:
+                    with trio.move_on_after(10):
+                        await mcp.aclose()
                 await pool.aclose(keep_logs=keep_logs)
                 # Every sandbox is gone: the last look, for what a background process
                 # made after the last call (issue 14 §1).
@@ -1191,6 +1210,72 @@ async def _run(
         )
         status = EXIT_DENIED
     return status
+
+
+async def _start_mcp(
+    options: RunOptions,
+    start: _Start,
+    pool: Any,
+    output: Any,
+    audit: Any,
+    nursery: Any,
+    *,
+    empty_ok: bool = False,
+) -> Any:
+    """Load ``mcp.json`` (the project's only with trust ``yes``) and connect its servers
+    in the background (issue 19); servers extensions register are added once the
+    workers loaded (`_add_registered_mcp`). None when there is nothing to connect or
+    report (unless ``empty_ok``)."""
+    from pi_sandbox.supervisor.mcp.config import load_mcp_config
+    from pi_sandbox.supervisor.mcp.manager import McpManager
+    from pi_sandbox.supervisor.providers.auth_store import read_auth
+
+    config = load_mcp_config(options.agent_dir, options.cwd, project_trusted=start.trust == "yes")
+    if not (empty_ok or config.servers or config.errors or config.ignored_project_file):
+        return None  # nothing to connect or say: no manager, no cost
+
+    def auth_key(provider: str) -> str | None:
+        entry = read_auth(options.agent_dir).get(provider)
+        if isinstance(entry, dict):
+            key = entry.get("key") or entry.get("access")
+            return key if isinstance(key, str) else None
+        return None
+
+    manager = McpManager(
+        config,
+        pool=pool,
+        rules=start.store.current.mcp if start.store.current is not None else None,
+        cwd=options.cwd,
+        home=options.home,
+        agent_dir=options.agent_dir,
+        sandbox_mode="required"
+        if pool.config.sandbox
+        else "off"
+        if options.explicit_no_sandbox
+        else "default",
+        emit=output,
+        audit=audit,
+        auth_key=auth_key,
+    )
+    await manager.start(nursery)
+    return manager
+
+
+async def _add_registered_mcp(manager: Any, pool: Any) -> None:
+    """Connect the servers extensions registered (``pi.register_mcp_server``)."""
+    from pi_sandbox.supervisor.mcp.config import validate_server
+
+    registered = []
+    errors = []
+    for name, (path, entry) in pool.mcp_servers.items():
+        try:
+            registered.append(
+                validate_server(name, entry, source=f"extension:{path}", scope="extension")
+            )
+        except ValueError as exc:
+            errors.append(f"extension {path}: {exc}")
+    if registered or errors:
+        await manager.add_servers(registered, errors)
 
 
 async def _auto_retry(options: RunOptions, start: _Start, provider: Any, output: Any) -> Any:

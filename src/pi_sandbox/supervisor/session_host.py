@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 from collections.abc import Awaitable, Callable, Sequence
@@ -178,6 +179,8 @@ class SessionHost:
         # issue 16: RPC model/thinking commands (`model_commands.ModelControl`), set by
         # the run; the thinking level itself lives on the session (`thinking_level`).
         self.models: Any = None
+        # issue 19: the session's MCP servers (`mcp.McpManager`), set by the run.
+        self.mcp: Any = None
         self.reload_requested = False
         self.replacing = False
         self.keep_going = False  # rpc mode: a failed prompt does not end the session
@@ -231,13 +234,28 @@ class SessionHost:
             # Off by default from the first request on (start() adds the tool worker's).
             tools_filter.builtins |= frozenset(HOST_TOOL_NAMES)
         pool_pipeline.host_tools = {
-            TOOL_SEARCH: ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool(),
-            CODEMODE: CodemodeTool(
-                pool_pipeline, self.exposure, self.codemode_callable
-            ).host_tool(),
+            TOOL_SEARCH: self._after_mcp(
+                ToolSearchTool(self.exposure, self._unrecorded.extend).host_tool()
+            ),
+            CODEMODE: self._after_mcp(
+                CodemodeTool(pool_pipeline, self.exposure, self.codemode_callable).host_tool()
+            ),
         }
         pool_pipeline.nested_filter = self.codemode_callable
         session.after_tools = self.record_activations
+
+    def _after_mcp(self, tool: HostTool) -> HostTool:
+        """``tool_search`` and ``codemode`` reach every MCP server's tools: they wait
+        (bounded) for the servers still connecting first (pi docs mcp.md)."""
+        inner = tool.execute
+
+        async def execute(call: Any, arguments: dict[str, Any], session: Any) -> dict[str, Any]:
+            if self.mcp is not None:
+                await self.mcp.wait_all()
+            self.sync_exposure()
+            return await inner(call, arguments, session)
+
+        return dataclasses.replace(tool, execute=execute)
 
     # --- start and run -----------------------------------------------------------------------
 
@@ -442,8 +460,17 @@ class SessionHost:
             HookFailedError: a fail-closed hook (``input``, ``context`` …) failed and
                 the prompt or request was not sent (issue 13 §1).
         """
+        if self.mcp is not None and not text.startswith("/"):
+            # pi mcp.md: the first prompt waits (≤ 10 s) for servers with direct tools.
+            await self.mcp.wait_for_direct()
         if text.startswith("/"):
             name, _, args = text[1:].partition(" ")
+            if name == "mcp" and self.mcp is not None and "mcp" not in self.pool.commands:
+                # pi mcp.md: outside the TUI, /mcp prints server status (an
+                # extension's /mcp replaces it).
+                await self.mcp.wait_all()
+                await self.emit({"type": "notice", "message": self.mcp.status_text()})
+                return ""
             if name in BUILTIN_COMMANDS:
                 if name == "reload":
                     await self.replace("reload")
@@ -659,7 +686,10 @@ class SessionHost:
 
     def _auto_enabled(self, name: str) -> bool:
         serves = "deferred" if name == TOOL_SEARCH else "codemode"
-        if not self.exposure.has_exposure(serves):
+        # MCP servers still connecting count by their configuration (pi docs mcp.md:
+        # "Codemode or tool_search is activated from the config").
+        configured = self.mcp is not None and serves in self.mcp.configured_exposures()
+        if not configured and not self.exposure.has_exposure(serves):
             return False
         if isinstance(self.tools_filter, ToolSelection):
             return self.tools_filter.enables(name)
@@ -813,6 +843,8 @@ class SessionHost:
             guidelines=guidelines,
             sandboxed=tool_worker is not None and tool_worker.spec.sandbox is not None,
         )
+        if self.mcp is not None and (section := self.mcp.servers_section()):
+            base += f"\n\n<mcp_servers>\n{section}\n</mcp_servers>"
         if self.resource_set is None:
             return base
         from pi_sandbox.resources.resource_set import compose_system_prompt
@@ -1139,6 +1171,8 @@ class SessionHost:
                 "exposure": self.exposure.get(name).exposure
                 if self.exposure.get(name)
                 else "direct",
+                # issue 19: an MCP tool's hints (readOnlyHint, destructiveHint…).
+                **({"annotations": tool.annotations} if getattr(tool, "annotations", None) else {}),
             }
             for name, tool in [*self.pool.tools.items(), *self.session.pipeline.host_tools.items()]
         ]

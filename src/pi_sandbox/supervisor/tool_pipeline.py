@@ -370,8 +370,13 @@ class ToolPipeline:
 
         errors: list[Any] | None = None
         try:
-            with trio.move_on_after(VALIDATION_TIMEOUT_S):
-                errors = await trio.to_thread.run_sync(collect, abandon_on_cancel=True)
+            if _quick_to_validate(tool.definition.parameters, arguments):
+                # No keyword that can run long on crafted input and a small input:
+                # checked here, saving the thread hop (issue 19: MCP round trips).
+                errors = collect()
+            else:
+                with trio.move_on_after(VALIDATION_TIMEOUT_S):
+                    errors = await trio.to_thread.run_sync(collect, abandon_on_cancel=True)
         except RecursionError:
             return f"Tool {name} has an invalid parameter schema: it refers to itself endlessly"
         except Exception as exc:  # a $ref to nowhere surfaces only while validating
@@ -645,6 +650,8 @@ class ToolPipeline:
         assert item.tool is not None
         if isinstance(item.tool, HostTool):
             return await self._call_host(item, session)
+        if item.tool.executor is not None:
+            return await self._call_executor(item)
         timeout = self.tool_timeout_s
         if item.tool.source == "builtin":
             # The tool worker enforces the deadline itself (it kills the command and
@@ -736,6 +743,26 @@ class ToolPipeline:
                 f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
             )
 
+    async def _call_executor(self, item: _Prepared) -> dict[str, Any]:
+        """Run a tool without a worker (an MCP server's, issue 19): the executor
+        answers errors as results; this is the backstop for a deadline or a bug."""
+        assert item.tool is not None and item.tool.executor is not None
+        try:
+            with trio.fail_after(self.tool_timeout_s + 30.0):
+                raw = await item.tool.executor(item.call.id, item.arguments)
+            result = ToolResultWire.model_validate(raw).model_dump()
+        except trio.TooSlowError:
+            return _error_result(f"Tool {item.call.name} timed out")
+        except pydantic.ValidationError as exc:
+            return _error_result(
+                f"Tool {item.call.name} returned an invalid result: {exc.error_count()} error(s)"
+            )
+        except Exception as exc:  # never a reason to end the session
+            return _error_result(f"Tool {item.call.name} failed: {type(exc).__name__}: {exc}")
+        if problem := _forwarding_problem(result):
+            return _error_result(f"Tool {item.call.name} returned {problem}")
+        return result
+
     async def _revive(self, tool: RegisteredTool) -> WorkerProcess:
         """The live worker for ``tool``: respawned if it died (see ``WorkerPool``)."""
         if tool.source == "builtin":
@@ -809,6 +836,46 @@ class ToolPipeline:
             problem = f"the combined tool_result patch is not a valid result: {exc}"
             await self._report([{"message": problem}], "tool_result")
             return _withheld(item.call.name, problem), terminate
+
+
+_SLOW_KEYWORDS = frozenset(
+    {
+        "pattern",
+        "patternProperties",
+        "uniqueItems",
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "format",
+    }
+)
+_QUICK_ARGUMENT_BYTES = 16 * 1024
+_QUICK_SCHEMA_NODES = 200
+
+
+def _quick_to_validate(schema: Any, arguments: Any) -> bool:
+    """Whether validating ``arguments`` against ``schema`` is bounded and small: no
+    regular expressions, ``uniqueItems`` (quadratic) or references (recursion), a
+    schema of at most `_QUICK_SCHEMA_NODES` nodes and arguments of at most
+    `_QUICK_ARGUMENT_BYTES` as JSON. Anything else goes to the thread with a deadline."""
+    try:
+        if len(json.dumps(arguments)) > _QUICK_ARGUMENT_BYTES:
+            return False
+    except (TypeError, ValueError):
+        return False
+    stack, nodes = [schema], 0
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if nodes > _QUICK_SCHEMA_NODES:
+            return False
+        if isinstance(node, dict):
+            if _SLOW_KEYWORDS & node.keys():
+                return False
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
 
 
 def _withheld(tool: str, failure: str) -> dict[str, Any]:

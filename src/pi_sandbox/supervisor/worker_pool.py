@@ -94,11 +94,18 @@ its `KEPT_LOGS_FILE` is older than this (seconds)."""
 
 @dataclass(frozen=True)
 class RegisteredTool:
-    """A tool the model may call, and the worker that executes it."""
+    """A tool the model may call, and the worker that executes it.
+
+    An MCP tool (issue 19) has no worker: ``executor(tool_call_id, arguments)`` runs
+    it (a request to its server) and returns a tool result dict; ``annotations``
+    keeps the server's hints (``readOnlyHint``…).
+    """
 
     definition: ToolDefinitionWire
-    worker: WorkerProcess
-    source: str  # "builtin" or the extension's path
+    worker: WorkerProcess | None
+    source: str  # "builtin", the extension's path, or "mcp:<server>"
+    executor: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    annotations: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,9 @@ class WorkerPool:
         self.tool_worker: WorkerProcess | None = None
         self.extensions: list[tuple[ExtensionSource, WorkerProcess]] = []
         self.tools: dict[str, RegisteredTool] = {}
+        # Tools that do not come from a worker (MCP servers, issue 19): kept across
+        # registry rebuilds; a worker's tool of the same name wins.
+        self.external_tools: dict[str, RegisteredTool] = {}
         self.load_errors: list[dict[str, str]] = []
         self._bwrap: str | None = None
         _remove_stale_log_dirs()
@@ -229,6 +239,8 @@ class WorkerPool:
         self.commands: dict[str, RegisteredCommand] = {}
         # Provider name → (extension path, configuration) registered by extensions.
         self.providers: dict[str, tuple[str, dict[str, Any]]] = {}
+        # MCP server name → (extension path, entry) registered by extensions (issue 19).
+        self.mcp_servers: dict[str, tuple[str, dict[str, Any]]] = {}
         self.ambiguous_commands: dict[str, list[str]] = {}
         self._reported_conflicts: set[tuple[str, str]] = set()
         self._closing = False
@@ -1078,6 +1090,8 @@ class WorkerPool:
                     )
                     continue
                 tools[definition.name] = RegisteredTool(definition, worker, str(source.path))
+        for name, external in self.external_tools.items():
+            tools.setdefault(name, external)
         self.tools = tools
         by_name: dict[str, list[tuple[int, Any]]] = {}
         for index, (_source, worker) in enumerate(self.extensions):
@@ -1150,6 +1164,22 @@ class WorkerPool:
                     continue
                 providers.setdefault(provider.name, (str(source.path), dict(provider.config)))
         self.providers = providers
+        mcp_servers: dict[str, tuple[str, dict[str, Any]]] = {}
+        for source, worker in self.extensions:
+            if worker.registrations is None:
+                continue
+            for server in worker.registrations.mcp_servers:
+                if not self.capabilities(source)["exec"]:
+                    # Starting a program is what `exec` withholds (issue 19).
+                    self._conflict(
+                        ("mcp-refused", f"{source.path}:{server.name}"),
+                        str(source.path),
+                        f"Extension {source.path}: register_mcp_server({server.name!r}) "
+                        "refused: the policy does not grant the 'exec' capability",
+                    )
+                    continue
+                mcp_servers.setdefault(server.name, (str(source.path), dict(server.config)))
+        self.mcp_servers = mcp_servers
 
     def subscribed(self, event: str) -> bool:
         """Whether any current worker has a handler for ``event`` (cheap pre-check)."""

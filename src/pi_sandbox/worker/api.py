@@ -301,6 +301,7 @@ class ExtensionAPI:
         self._shortcuts: dict[str, dict[str, Any]] = {}
         self._renderers: dict[str, Callable[..., Any]] = {}
         self._providers: dict[str, dict[str, Any]] = {}
+        self._mcp_servers: dict[str, dict[str, Any]] = {}
         self._provider_streams: dict[str, Callable[..., Any]] = {}
         self._bound = False
         self.events = EventBus(self)
@@ -573,6 +574,24 @@ class ExtensionAPI:
         self._renderers[custom_type] = renderer
         self._changed()
 
+    def register_mcp_server(self, name: str, config: dict[str, Any]) -> None:
+        """Add an MCP server for this session (pi ``registerMcpServer``, issue 19):
+        ``config`` is an ``mcpServers`` entry (``command``/``args``/``env``/``cwd``
+        or ``url``/``headers``, ``exposure``…). The supervisor validates it, needs
+        the ``exec`` capability, and runs the server in its own sandbox like a
+        configured one; a ``mcp.json`` server of the same name wins. Servers
+        registered after the session started connect at the next reload.
+        """
+        self._generation.check("pi.register_mcp_server")
+        if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARS:
+            raise ValueError(f"register_mcp_server: name {name!r} must be letters, digits, _ and -")
+        if not isinstance(config, dict):
+            raise TypeError(f"register_mcp_server({name!r}): config must be a dict")
+        _check_json(f"register_mcp_server({name!r}): config", config)
+        _check_room(self._mcp_servers, name, MAX_PROVIDERS, "register_mcp_server")
+        self._mcp_servers[name] = dict(config)
+        self._changed()
+
     def register_provider(self, name: str, config: dict[str, Any]) -> None:
         """Register a model provider (``base_url``, ``api``, ``models``); queued until
         the extension is bound, then checked against the ``register_providers``
@@ -814,6 +833,7 @@ class ExtensionAPI:
             ],
             "renderers": sorted(self._renderers),
             "providers": [{"name": n, "config": c} for n, c in self._providers.items()],
+            "mcp_servers": [{"name": n, "config": c} for n, c in self._mcp_servers.items()],
             "channels": self.events.channels(),
         }
 
