@@ -99,5 +99,6 @@ def text_of(event: dict[str, Any]) -> str:
 
 
 def messages(stdout: str, kind: str) -> list[str]:
-    """The ``message`` of every event of type ``kind`` (``warning``, ``notice``)."""
-    return [e.get("message", "") for e in json_events(stdout) if e["type"] == kind]
+    """The ``message`` of every record of ours of kind ``kind`` (``warning``,
+    ``notice``: the ``pisandbox_warning`` / ``pisandbox_notice`` records)."""
+    return [e.get("message", "") for e in json_events(stdout) if e["type"] == f"pisandbox_{kind}"]

@@ -469,7 +469,7 @@ class SessionHost:
                 # pi mcp.md: outside the TUI, /mcp prints server status (an
                 # extension's /mcp replaces it).
                 await self.mcp.wait_all()
-                await self.emit({"type": "notice", "message": self.mcp.status_text()})
+                await self.emit({"type": "pisandbox_notice", "message": self.mcp.status_text()})
                 return ""
             if name in BUILTIN_COMMANDS:
                 if name == "reload":

@@ -75,7 +75,8 @@ class McpManager:
         sandbox_mode: ``"required"`` (``--sandbox``: never unsandboxed),
             ``"default"`` (sandboxed when bwrap works, else refused) or ``"off"``
             (explicit ``--no-sandbox``: plain processes).
-        emit: receives ``{"type": "warning"|"notice", "message": …}`` events.
+        emit: receives ``{"type": "pisandbox_warning"|"pisandbox_notice", "message": …}``
+            events.
         audit: receives audit records (each server's profile, secrets passed).
         auth_key: ``auth_key(provider)`` → the stored key, for ``auth.provider``.
     """
@@ -654,7 +655,8 @@ class McpManager:
 
     async def _say(self, level: str, text: str) -> None:
         if self._emit is not None:
-            await self._emit({"type": level, "message": text})
+            # Our own records carry the pisandbox_ prefix (docs/json.md).
+            await self._emit({"type": f"pisandbox_{level}", "message": text})
 
     def status(self) -> list[dict[str, Any]]:
         """One JSON-ready line per configured server (``pi mcp list``, ``/mcp``)."""
