@@ -47,6 +47,8 @@ SUBCOMMANDS_HELP = """commands (pi COMMAND --help for each):
                                         the project trust decision
   pi resources [--json]                 skills, prompts, context files, extensions a run loads
   pi mcp list|get|add|remove [--json]   MCP servers (docs/mcp.md)
+  pi sessions [--json] [-C DIR] [--all] the sessions of a directory (docs/sessions.md)
+  pi auth login|logout|status PROVIDER  stored API keys (docs/providers.md)
 
 not available in pi-sandbox yet: install, remove, uninstall, update, list, config"""
 
