@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from pi_sandbox.errors import SandboxError
 from pi_sandbox.sandbox.profile import (
     SandboxProfile,
     _direct_names,
@@ -35,6 +36,19 @@ from pi_sandbox.sandbox.profile import (
 from pi_sandbox.sandbox.settings import SandboxSettings
 
 __all__ = ["program_profile"]
+
+# System files no server argument may bind (they are not mounted for any worker).
+_SYSTEM_SECRETS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/proc",
+    "/sys",
+)
 
 
 def program_profile(
@@ -76,7 +90,10 @@ def program_profile(
         The validated profile.
 
     Raises:
-        SandboxError: as `worker_profile` (e.g. a writable workspace that is a symlink).
+        SandboxError: as `worker_profile` (e.g. a writable workspace that is a symlink),
+            or an argument names a file the sandbox hides (credentials, the agent's
+            auth.json, the policy's ``deny_read``, system secrets such as
+            ``/etc/shadow``).
     """
     settings = settings or SandboxSettings()
     if filesystem == "write" and not settings.workspace_writable:
@@ -88,6 +105,33 @@ def program_profile(
         if os.path.isfile(candidate):
             extra.append(Path(os.path.realpath(candidate)))
     role = "tool" if filesystem == "write" else "sandboxed-extension"
+    # A file named by an argument is bound read-only — never one the sandbox hides
+    # (credentials under HOME, the agent's auth.json, the policy's deny_read, the
+    # audit log) nor a system secret: otherwise `args: ["~/.ssh/id_rsa"]` in an
+    # mcp.json would hand it to the server (red-team finding of 0.7).
+    hidden = worker_profile(
+        "sandboxed-extension",
+        workspace=workspace,
+        home=home,
+        agent_dir=agent_dir,
+        extra_ro=[],
+        env={},
+        settings=settings,
+        tmp_size_bytes="policy",
+        protect=protect,
+        hide=hide,
+    ).deny_read
+    for index, path in enumerate(extra):
+        real = os.path.realpath(path)
+        # The program (index 0) may live anywhere but under a hidden path; the
+        # arguments' files also not under a system secret.
+        if any(is_within(real, os.path.realpath(masked)) for masked in hidden) or (
+            index > 0 and any(is_within(real, system) for system in _SYSTEM_SECRETS)
+        ):
+            raise SandboxError(
+                f"MCP server argument {str(path)!r} names a file the sandbox hides "
+                "(credentials or system secrets); it is not given to the server"
+            )
     base = worker_profile(
         role,
         workspace=workspace,
