@@ -225,6 +225,18 @@ def validate_server(
     unknown = sorted(set(raw) - _KNOWN_KEYS)
     if unknown:
         raise bad(f"unknown field {unknown[0]!r}")
+    if scope != "user":
+        # A project's (or an extension's) entry cannot read the user's environment:
+        # `"env": {"K": "${ANTHROPIC_API_KEY}"}` or a `headers` value would send a
+        # key to a server the project chose (red-team finding of 0.7; the same rule
+        # as a project's models.json values). The user's own file may.
+        for field_name in ("command", "args", "env", "cwd", "url", "headers"):
+            if "${" in json.dumps(raw.get(field_name, "")):
+                raise bad(
+                    f"{field_name}: a {scope} entry cannot read the environment "
+                    "(${NAME}); its values must be literal (a key a server needs "
+                    "belongs in the user's mcp.json, or authEnv there)"
+                )
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise bad("enabled must be a boolean")
