@@ -778,3 +778,26 @@ def test_resume_picker_quits_without_starting_a_session(tmp_path, ws):
         term.send_keys("Enter")
         assert term.exit_status() == 0
     assert not list((tmp_path / "agent").rglob("*.jsonl"))
+
+
+def test_a_second_label_of_the_current_entry_labels_the_message_not_the_first_label(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "labelled answer"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("hi")
+        term.send_keys("Enter")
+        term.wait_for("labelled answer")
+        for text in ("first", "second"):
+            term.send_text(f"/label {text}")
+            term.send_keys("Enter")
+            term.wait_for(f": {text}")
+    session = next((tmp_path / "agent" / "sessions").rglob("*.jsonl"))
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    answer = next(
+        r for r in records if r.get("type") == "message" and r["message"]["role"] == "assistant"
+    )
+    labels = [r for r in records if r.get("type") == "label"]
+    assert [(r["targetId"], r["label"]) for r in labels] == [
+        (answer["id"], "first"),
+        (answer["id"], "second"),
+    ]

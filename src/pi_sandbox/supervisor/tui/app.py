@@ -527,6 +527,7 @@ class TerminalApp:
         elif kind in ("tui_editor_text", "ui_set_editor_text"):
             # ui_set_editor_text: an extension's ctx.ui.set_editor_text (pi's setEditorText).
             self.editor.text = str(event.get("text", ""))
+            self.editor.cursor_position = len(self.editor.text)  # type on at its end
         elif kind == "tui_bash_result":
             self._bash_result(event)
         elif kind == "tui_trust_request":

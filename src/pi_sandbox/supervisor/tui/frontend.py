@@ -599,7 +599,19 @@ class TerminalFrontend:
         if record is not None:
             target, text = record["id"], rest.strip()
         else:
-            target, text = writer.last_id, args.strip()
+            # The current entry of the conversation, not a label or other metadata
+            # entry appended after it (red-team finding: a second /label labelled
+            # the first label).
+            target = next(
+                (
+                    r["id"]
+                    for r in reversed(writer.branch())
+                    if r.get("type")
+                    in ("message", "custom_message", "branch_summary", "compaction")
+                ),
+                writer.last_id,
+            )
+            text = args.strip()
         if target is None:
             raise UsageError("/label: no entry to label yet")
         self.host.set_label(target, text or None)
