@@ -54,10 +54,14 @@ _SECRET_PATTERNS = [
     r"(?<=://)[^/\s:@]{0,256}:[^/\s]{1,256}(?=@[^@/\s]{0,256}(?:[/\s?#'\"]|$))",
     # NAME=value / NAME: value where the name says secret (DB_PASSWORD=, MY_API_KEY:,
     # "password": "...", client_secret=..., AccountKey=...), quoted or not.
-    r"(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|access[_-]?key"
+    # (Not `PWD`/`OLDPWD` holding a path, and no unquoted value that is code — a
+    # `$(…)` or backquoted command substitution: hiding it would hide what runs;
+    # red-team finding of 0.7, `pwd=\`curl …|sh\`` showed as [REDACTED].)
+    r"(?:password|passwd|(?<![Oo][Ll][Dd])pwd(?![A-Za-z0-9_.-]{0,40}[\"']?\s{0,8}[=:]"
+    r"\s{0,8}[\"']?/)|passphrase|secret|token|api[_-]?key|access[_-]?key"
     r"|private[_-]?key|account[_-]?key|auth[_-]?key|shared[_-]?key|signing[_-]?key"
     r"|master[_-]?key|credentials?)[A-Za-z0-9_.-]{0,40}[\"']?\s{0,8}[=:]\s{0,8}"
-    r"(?:\"[^\"]{0,512}\"|'[^']{0,512}'|[^\s,;}'\"]{3,})",
+    r"(?:\"[^\"]{0,512}\"|'[^']{0,512}'|(?!`|\$\()[^\s,;}'\"]{3,})",
     # Command-line passwords: --password x, --password=x, -pSECRET (mysql), curl -u
     # user:pw / --user user:pw / -uuser:pw, sshpass -p pw, docker login -p pw,
     # redis-cli -a pw, aws configure set aws_secret_access_key VALUE.
