@@ -279,3 +279,20 @@ def test_a_server_profile_mounts_no_workspace_unless_granted(tmp_path):
     write = program_profile(filesystem="write", **common)
     assert real_ws in write.rw_binds
     assert os.path.join(real_ws, ".pi") in write.protected  # persistence paths stay read-only
+
+
+def test_add_refuses_what_the_loader_would_refuse_and_leaves_the_file(tmp_path):
+    """Red-team finding of 0.7: `pi mcp add a-b` beside `a_b`, or an `!command`
+    value, were written and only refused when loading."""
+    from pi_sandbox.supervisor.mcp.config import add_server
+
+    path = tmp_path / "mcp.json"
+    add_server(path, "a_b", {"command": "/bin/true"})
+    before = path.read_text()
+    with pytest.raises(ValueError, match='conflicts with "a_b"'):
+        add_server(path, "a-b", {"command": "/bin/true"})
+    with pytest.raises(ValueError, match="would run unsandboxed"):
+        add_server(path, "bang", {"command": "/bin/true", "env": {"K": "!cat /etc/passwd"}})
+    assert path.read_text() == before
+    add_server(path, "other", {"command": "/bin/true"})  # control: a distinct name is added
+    assert "other" in path.read_text()

@@ -480,8 +480,21 @@ def add_server(path: Path, name: str, entry: dict[str, Any]) -> bool:
             an ``mcpServers`` object.
     """
     validate_server(name, entry, source=str(path), scope="user")
+    for key, value in entry.items():
+        if key in ("env", "headers") and isinstance(value, dict):
+            for field_name, text in value.items():
+                if isinstance(text, str) and text.startswith("!"):
+                    # Refused when the server starts; say so now (red-team finding).
+                    expand_value(text, {}, where=f'server "{name}": {key}.{field_name}')
 
     def edit(servers: dict[str, Any]) -> bool:
+        clash = next(
+            (o for o in servers if o != name and mcp_namespace(o) == mcp_namespace(name)), None
+        )
+        if clash is not None:
+            # The loader would refuse the pair (tool names would collide): refuse the
+            # addition instead of writing a file that no longer loads.
+            raise ValueError(f'server "{name}" conflicts with "{clash}" (tool names mcp__…)')
         replaced = name in servers
         servers[name] = entry
         return replaced
