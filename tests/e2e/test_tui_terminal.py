@@ -801,3 +801,17 @@ def test_a_second_label_of_the_current_entry_labels_the_message_not_the_first_la
         (answer["id"], "first"),
         (answer["id"], "second"),
     ]
+
+
+def test_ctrl_d_on_an_empty_editor_quits_and_deletes_otherwise(tmp_path, ws):
+    script = _script(tmp_path / "s.yaml", [{"text": "unused"}])
+    with TerminalSession(_pi(script), cwd=ws, env=_env(tmp_path)) as term:
+        _ready(term)
+        term.send_text("ab")
+        term.send_keys("Home")
+        term.send_keys("C-d")  # not empty: deletes the character under the cursor
+        term.wait_for(lambda s: any(line.startswith("> b") for line in s.splitlines()))
+        term.send_keys("C-d")
+        term.wait_for(lambda s: any(line.rstrip() == ">" for line in s.splitlines()))
+        term.send_keys("C-d")  # empty: quits
+        assert term.exit_status() == 0
