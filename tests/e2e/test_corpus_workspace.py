@@ -91,6 +91,8 @@ def test_a_sandboxed_session_reads_pages_of_and_edits_real_corpus_files(tmp_path
             "--sandbox",
             "--mode",
             "json",
+            "--tools",
+            "+ls",  # ls is off by default, as in pi
             "--script",
             str(script),
             "-C",
