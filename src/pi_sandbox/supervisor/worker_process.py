@@ -103,6 +103,36 @@ class WorkerSpec:
     userns: UserNamespace | None = None
 
 
+def sandbox_descriptors(
+    profile: Any, userns: Any, passed: dict[int, int], ours: list[int]
+) -> tuple[int | None, int, tuple[int, int, int] | None]:
+    """The descriptors a bwrap launch hands its child, for workers and MCP servers
+    alike: the seccomp program (``SECCOMP_FD``, when the profile asks for one), the
+    ``--json-status-fd`` pipe (``STATUS_FD``) and the user namespace to join
+    (``USERNS_FD``, the pool's descriptor: never closed here).
+
+    Fills ``passed`` (child fd → our fd) and ``ours`` (descriptors to close once the
+    child has them). Returns ``(seccomp fd or None, the status pipe's read end,
+    (USERNS_FD, uid, gid) or None)`` for `build_bwrap_argv`.
+    """
+    seccomp_fd = None
+    if profile.seccomp:
+        from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
+
+        passed[SECCOMP_FD] = seccomp_memfd()
+        ours.append(passed[SECCOMP_FD])
+        seccomp_fd = SECCOMP_FD
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)
+    passed[STATUS_FD] = status_write
+    ours.append(status_write)
+    joined = None
+    if userns is not None:
+        passed[USERNS_FD] = userns.fd
+        identity = userns.identity
+        joined = (USERNS_FD, identity.uid, identity.gid)
+    return seccomp_fd, status_read, joined
+
+
 class WorkerProcess:
     """A running worker: its process, channel and the registrations from its handshake."""
 
@@ -262,21 +292,9 @@ class WorkerProcess:
         if profile is not None:
             if not self.spec.bwrap:
                 raise OSError("a sandbox profile needs a bwrap binary")
-            seccomp_fd = None
-            if profile.seccomp:
-                from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
-
-                passed[SECCOMP_FD] = seccomp_memfd()
-                ours.append(passed[SECCOMP_FD])
-                seccomp_fd = SECCOMP_FD
-            status_read, status_write = os.pipe2(os.O_CLOEXEC)
-            passed[STATUS_FD] = status_write
-            ours.append(status_write)
-            userns = None
-            if self.spec.userns is not None:
-                passed[USERNS_FD] = self.spec.userns.fd  # the pool's: not closed here
-                identity = self.spec.userns.identity
-                userns = (USERNS_FD, identity.uid, identity.gid)
+            seccomp_fd, status_read, userns = sandbox_descriptors(
+                profile, self.spec.userns, passed, ours
+            )
             argv = build_bwrap_argv(
                 profile,
                 argv,

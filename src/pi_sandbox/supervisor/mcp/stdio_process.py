@@ -35,6 +35,7 @@ from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
+from pi_sandbox.supervisor.worker_process import STATUS_FD, sandbox_descriptors
 
 __all__ = ["MAX_BAD_LINES", "MAX_LINE_BYTES", "StdioLaunch", "StdioServerProcess"]
 
@@ -46,9 +47,6 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 MAX_BAD_LINES = 20
 """Lines that are not JSON-RPC tolerated from one server process before it is killed."""
 
-_STATUS_FD = 4
-_SECCOMP_FD = 5
-_USERNS_FD = 6
 _LAUNCHER = str(Path(__file__).resolve().parent.parent.parent / "sandbox" / "exec_launcher.py")
 
 
@@ -123,27 +121,15 @@ class StdioServerProcess:
                 "proxy_direct": list(profile.proxy_direct),
             }
             inner = [sys.executable, "-I", "-B", _LAUNCHER, json.dumps(config), "--", *argv]
-            seccomp_fd = None
-            if profile.seccomp:
-                from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
-
-                passed[_SECCOMP_FD] = seccomp_memfd()
-                ours.append(passed[_SECCOMP_FD])
-                seccomp_fd = _SECCOMP_FD
-            status_read, status_write = os.pipe2(os.O_CLOEXEC)
-            passed[_STATUS_FD] = status_write
-            ours.append(status_write)
-            userns = None
-            if launch.userns is not None:
-                passed[_USERNS_FD] = launch.userns.fd
-                identity = launch.userns.identity
-                userns = (_USERNS_FD, identity.uid, identity.gid)
+            seccomp_fd, status_read, userns = sandbox_descriptors(
+                profile, launch.userns, passed, ours
+            )
             argv = build_bwrap_argv(
                 profile,
                 inner,
                 bwrap=launch.bwrap,
                 seccomp_fd=seccomp_fd,
-                status_fd=_STATUS_FD,
+                status_fd=STATUS_FD,
                 userns=userns,
             )
             env = {}
