@@ -182,6 +182,10 @@ class Registrations(_Strict):
     providers: Annotated[list[ProviderWire], Field(max_length=50)] = Field(default_factory=list)
     channels: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
     mcp_servers: Annotated[list[McpServerWire], Field(max_length=50)] = Field(default_factory=list)
+    observers: Annotated[list[_Name], Field(max_length=200)] = Field(default_factory=list)
+    """Events whose every handler in this extension promised to only look
+    (``pi.on(..., observe_only=True)``); a claim the supervisor checks on each result
+    (issue 20 target 2)."""
 
 
 class HostCallParams(_Strict):

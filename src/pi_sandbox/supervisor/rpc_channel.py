@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +39,10 @@ RequestHandler = Callable[[RequestMessage], None]
 and answer later with `RpcChannel.respond`, never block the reader."""
 
 _ANSWERED_KEPT = 1024
+
+_FAIR_READS = 16
+"""Frames read in a row without waiting before the reader yields to other tasks
+(the direct reads of `RpcChannel.run` skip trio's per-call yield; issue 20)."""
 
 
 class _Pending:
@@ -83,6 +88,10 @@ class RpcChannel:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._closed_reason: BaseException | None = None
+        # A socket stream is written and read on its descriptor directly (non-blocking,
+        # as trio set it): trio's own send/receive yield to the scheduler around each
+        # call, several run-loop passes per hook round trip (issue 20 target 2).
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
     @property
     def closed(self) -> bool:
@@ -97,9 +106,17 @@ class RpcChannel:
         """
         decoder = FrameDecoder(max_frame_bytes=self._max_frame_bytes)
         try:
+            in_a_row = 0
             while True:
                 try:
-                    data = await self._stream.receive_some(65536)
+                    if self._socket is None:
+                        data = await self._stream.receive_some(65536)
+                    else:
+                        data = await self._receive_direct(in_a_row)
+                        if data is None:
+                            in_a_row = 0
+                            continue
+                        in_a_row += 1
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     self._close(WorkerCrashedError(f"{self.name}: channel broke ({exc})"))
                     return
@@ -121,6 +138,25 @@ class RpcChannel:
                 )
             )
             raise
+
+    async def _receive_direct(self, in_a_row: int) -> bytes | None:
+        """Read what the socket has (``b""`` at EOF), or wait until it is readable and
+        return None; yields to other tasks after `_FAIR_READS` reads in a row.
+
+        Raises:
+            trio.BrokenResourceError: the read failed (reset, bad descriptor).
+            trio.ClosedResourceError: the channel was closed while waiting.
+        """
+        assert self._socket is not None
+        if in_a_row >= _FAIR_READS:
+            await trio.lowlevel.checkpoint()
+        try:
+            return os.read(self._socket.fileno(), 65536)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(self._socket)
+            return None
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
 
     async def _dispatch(self, frame: dict[str, Any]) -> None:
         try:
@@ -179,6 +215,24 @@ class RpcChannel:
             frame = encode_frame(message, max_frame_bytes=self._max_frame_bytes)
         except FrameError as exc:
             raise ProtocolError(f"{self.name}: outgoing {exc}") from exc
+        if self._socket is not None and not self._send_lock.locked():
+            # Direct write, no yield: taking the lock without waiting keeps frames whole
+            # (nothing else writes until it is released); what the socket does not take
+            # at once is sent the ordinary way, still under the lock.
+            self._send_lock.acquire_nowait()
+            try:
+                try:
+                    written = os.write(self._socket.fileno(), frame)
+                except BlockingIOError:
+                    written = 0
+                if written < len(frame):
+                    await self._stream.send_all(memoryview(frame)[written:])
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._close(WorkerCrashedError(f"{self.name}: channel broke while sending ({exc})"))
+                raise WorkerCrashedError(f"{self.name}: channel broke while sending") from exc
+            finally:
+                self._send_lock.release()
+            return
         async with self._send_lock:
             try:
                 await self._stream.send_all(frame)

@@ -143,6 +143,49 @@ class DispatchOutcome:
     fatal: str | None = None
 
 
+class _Sent:
+    """One ``event/dispatch`` request `WorkerPool._send_group` sent ahead: the worker,
+    the state it was sent, and its answer once ``done`` (issue 20 target 2)."""
+
+    __slots__ = ("done", "error", "gate", "observer", "raw", "state", "worker")
+
+    def __init__(
+        self,
+        worker: WorkerProcess,
+        state: dict[str, Any],
+        *,
+        observer: bool,
+        gate: trio.Event | None,
+    ) -> None:
+        self.worker = worker
+        self.state = state
+        # Sent on its promise to only look: its result must leave the state as it was.
+        self.observer = observer
+        self.gate = gate
+        self.done = trio.Event()
+        self.raw: Any = None
+        self.error: PiSandboxError | None = None
+
+    async def result(self, state: dict[str, Any]) -> Any:
+        """The worker's raw answer, once every extension before it was applied with
+        ``state`` as the outcome; raises what its request raised.
+
+        Raises:
+            HandlerResultError: ``state`` is not the state it was sent (cannot happen
+                while observers keep their promise, which is checked first: fail-closed).
+        """
+        if self.gate is not None:
+            self.gate.set()  # the observers before it returned: its host calls may go
+        if state != self.state:
+            raise hook_kinds.HandlerResultError(
+                "was sent the call ahead of an extension that changed it (blocked)"
+            )
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.raw
+
+
 WATCH_INTERVAL_S = 0.05
 """Least time between two inotify-driven persistence checks (seconds)."""
 
@@ -287,6 +330,9 @@ class WorkerPool:
         # start was interrupted (a stop signal during its handshake) before it was
         # filed in `extensions`/`tool_worker` (issue 14 §3).
         self._spawned: list[WorkerProcess] = []
+        # Host calls of a worker sent a tool_call ahead of the observe-only extensions
+        # before it wait here until those finished (issue 20 target 2, `_send_group`).
+        self._host_gates: dict[WorkerProcess, trio.Event] = {}
 
     @property
     def guarded(self) -> bool:
@@ -859,6 +905,11 @@ class WorkerPool:
             from pi_sandbox.errors import HostCallError
 
             raise HostCallError("no session is running", code=methods.ERROR_HOST)
+        gate = self._host_gates.get(worker)
+        if gate is not None:
+            # Sent its tool_call while observe-only extensions before it still ran:
+            # its actions wait for them, as they would have in load order.
+            await gate.wait()
         return await self.host.host_call(worker, request)
 
     async def _error_log(self, worker: WorkerProcess, message: str) -> None:
@@ -1198,6 +1249,92 @@ class WorkerPool:
     ) -> DispatchOutcome:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
+        ``tool_call`` goes at once to a run of extensions whose handlers all promised
+        to only look (``Registrations.observers``) and to the one extension after
+        them; their results are applied here in load order exactly as if they had run
+        one after another (issue 20 target 2; docs/architecture.md, "Concurrent
+        tool_call dispatch"). An observer whose result changed the call counts as a
+        failed handler (fail-closed). See `_dispatch` for the rest.
+        """
+        if event == "tool_call" and only is None and self._has_observers(event):
+            async with trio.open_nursery() as nursery:
+                try:
+                    return await self._dispatch(event, payload, None, timeout_s, nursery)
+                finally:
+                    for gate in self._host_gates.values():
+                        gate.set()
+                    self._host_gates.clear()
+        return await self._dispatch(event, payload, only, timeout_s, None)
+
+    def _has_observers(self, event: str) -> bool:
+        return any(
+            worker.registrations is not None and event in worker.registrations.observers
+            for _, worker in self.extensions
+        )
+
+    async def _send_group(
+        self,
+        event: str,
+        first: tuple[int, WorkerProcess],
+        queue: list[int],
+        params: dict[str, Any],
+        timeout_s: float | None,
+        nursery: trio.Nursery,
+    ) -> dict[int, _Sent]:
+        """Send ``params`` at once to ``first`` and, while the last one sent to is an
+        observer of ``event``, to the next subscribed extensions of ``queue`` (issue
+        20 target 2). Each gets the state the load order would give it: observers
+        cannot change it (checked on their results) and a failure does not change a
+        ``tool_call`` state. Returns the requests in flight, by extension index.
+
+        The group ends before a disabled or unsubscribed extension (the load-order
+        loop handles it as before), so no handler is sent a call that load order
+        would not have sent it. A non-observer that ends the group has its host calls
+        held (``_host_gates``) until the observers before it returned.
+        """
+        members = [first]
+        for index in queue:
+            if event not in members[-1][1].registrations.observers:  # type: ignore[union-attr]
+                break
+            worker = await self.ensure_extension_worker(index)
+            if worker is None or worker.registrations is None:
+                break
+            if event not in worker.registrations.events:
+                break
+            members.append((index, worker))
+        sent: dict[int, _Sent] = {}
+        for index, worker in members:
+            observer = event in worker.registrations.observers  # type: ignore[union-attr]
+            gate = None
+            if not observer and len(members) > 1:  # the last one, after observers
+                gate = self._host_gates[worker] = trio.Event()
+            item = _Sent(worker, params["state"], observer=observer, gate=gate)
+            sent[index] = item
+            deadline = self._deadline(self.extensions[index][0], timeout_s)
+            nursery.start_soon(self._request_into, item, params, deadline)
+        return sent
+
+    async def _request_into(self, sent: _Sent, params: dict[str, Any], deadline: float) -> None:
+        try:
+            sent.raw = await sent.worker.request(methods.EVENT_DISPATCH, params, timeout_s=deadline)
+        except trio.Cancelled:
+            self._settle(sent.worker)
+            raise
+        except PiSandboxError as exc:
+            sent.error = exc
+        finally:
+            sent.done.set()
+
+    async def _dispatch(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        only: int | None,
+        timeout_s: float | None,
+        nursery: trio.Nursery | None,
+    ) -> DispatchOutcome:
+        """Send ``event`` to each subscribed worker in load order and combine the results.
+
         A worker that times out, crashes or answers with garbage counts as a failed
         handler. For a fail-closed event (``hook_kinds.ON_FAILURE``, issue 13 §1) the
         first failure is ``outcome.failure``: ``tool_call`` is blocked (later
@@ -1242,6 +1379,7 @@ class WorkerPool:
         recheck: list[int] = []  # those that ran before the last less trusted change
         rechecking = False
         queue = list(indices)
+        in_flight: dict[int, _Sent] = {}  # sent ahead by `_send_group` (nursery given)
         while True:
             if not queue:
                 if rechecking or not recheck:
@@ -1252,7 +1390,8 @@ class WorkerPool:
                 break
             source = self.extensions[index][0]
             deadline = self._deadline(source, timeout_s)
-            worker = await self.ensure_extension_worker(index)
+            sent = None if rechecking else in_flight.pop(index, None)
+            worker = sent.worker if sent else await self.ensure_extension_worker(index)
             if worker is None:
                 message = f"extension {source.path} is disabled ({self.disabled[source.path]})"
                 state, stop = hook_kinds.apply_error(event, state, message)
@@ -1266,8 +1405,21 @@ class WorkerPool:
             if worker.registrations is None or event not in worker.registrations.events:
                 continue  # a restarted worker that no longer subscribes
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
+            if (
+                sent is None
+                and nursery is not None
+                and not rechecking
+                and event in worker.registrations.observers
+            ):
+                in_flight = await self._send_group(
+                    event, (index, worker), queue, params, timeout_s, nursery
+                )
+                sent = in_flight.pop(index)
             try:
-                raw = await worker.request(methods.EVENT_DISPATCH, params, timeout_s=deadline)
+                if sent is None:
+                    raw = await worker.request(methods.EVENT_DISPATCH, params, timeout_s=deadline)
+                else:
+                    raw = await sent.result(state)
                 result = DispatchResult.model_validate(raw)
                 # A worker may not undo what earlier workers decided (a role change,
                 # dropped messages or paths): the transition is checked, not just the shape.
@@ -1275,8 +1427,14 @@ class WorkerPool:
                 # ...and what becomes a message is checked against pi's schemas and
                 # the extension's limits (issue 13 §4): a bad one counts as a failure.
                 check_handler_result(self, source, event, result.state)
+                if sent is not None and sent.observer and result.state != state:
+                    # It was sent ahead of the extensions after it on its promise.
+                    raise hook_kinds.HandlerResultError(
+                        f"declared its {event} handlers observe_only but changed the call"
+                    )
             except trio.Cancelled:
-                self._settle(worker)
+                if sent is None:
+                    self._settle(worker)  # a request sent ahead settles in its own task
                 raise
             except (PiSandboxError, pydantic.ValidationError, hook_kinds.HandlerResultError) as exc:
                 if isinstance(exc, WorkerTimeoutError):

@@ -56,6 +56,7 @@ __all__ = [
     "ExtensionAPI",
     "HostError",
     "NotAvailableDuringLoadingError",
+    "ObserveOnly",
     "SessionManagerView",
     "StaleContextError",
     "ToolRegistration",
@@ -138,6 +139,22 @@ class Event(dict):
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
+
+
+class ObserveOnly:
+    """A handler registered with ``pi.on(..., observe_only=True)``: called like the
+    handler it wraps; the runtime checks after each call that it only looked
+    (returned ``None``, left ``event.input`` unchanged). Issue 20 target 2."""
+
+    __slots__ = ("handler", "name")
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self.handler = handler
+        # Error messages name the extension's function, not this wrapper.
+        self.name = getattr(handler, "__qualname__", repr(handler))
+
+    def __call__(self, *args: Any) -> Any:
+        return self.handler(*args)
 
 
 class Generation:
@@ -329,11 +346,21 @@ class ExtensionAPI:
 
     # --- registration ------------------------------------------------------------------------
 
-    def on(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
+    def on(
+        self, event: str, handler: Callable[..., Any], *, observe_only: bool = False
+    ) -> Callable[[], None]:
         """Subscribe ``handler(event, ctx)`` to ``event``; returns a function that unsubscribes.
 
+        ``observe_only=True`` promises that the handler only looks: it returns ``None``
+        and leaves ``event.input`` as it is (never blocks nor mutates). A ``tool_call``
+        handler of an extension whose handlers all promise it may then run at the same
+        time as the handlers of the extensions after it (issue 20 target 2;
+        docs/architecture.md, "Concurrent tool_call dispatch"). A handler that breaks
+        the promise fails (the call is blocked, fail-closed).
+
         Raises:
-            TypeError: ``event`` is not a string or ``handler`` is not callable.
+            TypeError: ``event`` is not a string, ``handler`` is not callable or
+                ``observe_only`` is not a boolean.
             StaleContextError: this ``pi`` belongs to an ended generation.
         """
         self._generation.check("pi.on")
@@ -341,6 +368,10 @@ class ExtensionAPI:
             raise TypeError("pi.on(event, handler): event must be a non-empty string")
         if not callable(handler):
             raise TypeError(f"pi.on({event!r}, handler): handler must be callable")
+        if not isinstance(observe_only, bool):
+            raise TypeError(f"pi.on({event!r}, handler): observe_only must be True or False")
+        if observe_only:
+            handler = ObserveOnly(handler)
         if len(event) > 128:
             raise ValueError("pi.on(event, handler): event names are at most 128 characters")
         _check_room(
@@ -826,6 +857,12 @@ class ExtensionAPI:
         return {
             "tools": [tool.definition() for tool in self._tools.values()],
             "events": sorted(event for event, handlers in self._handlers.items() if handlers),
+            # Events whose every handler promised to only look (``observe_only``).
+            "observers": sorted(
+                event
+                for event, handlers in self._handlers.items()
+                if handlers and all(isinstance(h, ObserveOnly) for h in handlers)
+            ),
             "commands": commands,
             "flags": [{"name": n, **f} for n, f in self._flags.items()],
             "shortcuts": [

@@ -30,6 +30,7 @@ from pi_sandbox.worker.api import (
     ExtensionAPI,
     Generation,
     HostError,
+    ObserveOnly,
     StaleContextError,
     _check_json,
 )
@@ -78,6 +79,18 @@ def _resolve(value: Any) -> Any:
 
         return asyncio.run(_await())
     return value
+
+
+def _check_observed(event: str, state: dict[str, Any], view: Event, result: Any) -> None:
+    """Raise when an ``observe_only`` handler did more than look (issue 20 target 2):
+    it returned a value, or (``tool_call``) changed ``event.input``. The supervisor
+    checks the same on the worker's combined result; this names the handler."""
+    if result is not None:
+        raise hook_kinds.HandlerResultError(
+            f"an observe_only {event} handler returned {type(result).__name__} (must be None)"
+        )
+    if event == "tool_call" and view.get("input") != state["input"]:
+        raise hook_kinds.HandlerResultError("an observe_only tool_call handler changed event.input")
 
 
 def _format_exception(exc: BaseException) -> str:
@@ -709,9 +722,15 @@ class WorkerRuntime:
             view = Event(hook_kinds.handler_view(event, payload, state))
             try:
                 result = _resolve(handler(view, ctx))
+                if isinstance(handler, ObserveOnly):
+                    _check_observed(event, state, view, result)
                 state, stopped = hook_kinds.apply_result(event, state, view, result)
             except BaseException as exc:
-                name = getattr(handler, "__qualname__", f"handler #{index + 1}")
+                name = (
+                    handler.name
+                    if isinstance(handler, ObserveOnly)
+                    else getattr(handler, "__qualname__", f"handler #{index + 1}")
+                )
                 message = f"{event} handler {name} in {self._extension_path} failed: {type(exc).__name__}: {exc}"
                 errors.append({"message": message, "traceback": _format_exception(exc)})
                 if event == "tool_call":

@@ -1,0 +1,169 @@
+"""``tool_call`` dispatch through 10 hooking extension workers (issue 20 target 2).
+
+Each of the 10 extensions is a separate worker process (sandboxed: its own bwrap
+sandbox) with one ``tool_call`` handler that returns ``None``; one sample is one
+``WorkerPool.dispatch("tool_call", ...)`` through all of them, as bench/run_benchmarks.py
+section (i.b) measures it (that file is not imported: another branch owns it). Target:
+p99 < 2 ms. Prints p50/p90/p99 (ms) per run and the load average beside each.
+
+Usage: ``python bench/bench_hook_dispatch.py [--n 1000] [--runs 3] [--hooks 10]
+[--no-sandbox] [--profile out.prof]``. ``--mutate K`` makes extension K (0-based)
+change the input on every call (the worst case for a speculative dispatcher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+
+TRIVIAL = '''"""bench: one tool_call hook that only looks."""
+
+
+def extension(pi):
+    def on_tool_call(event, ctx):
+        return None
+
+    pi.on("tool_call", on_tool_call)
+'''
+
+OBSERVING = TRIVIAL.replace(
+    'pi.on("tool_call", on_tool_call)', 'pi.on("tool_call", on_tool_call, observe_only=True)'
+)
+
+MUTATING = '''"""bench: one tool_call hook that changes the input on every call."""
+
+
+def extension(pi):
+    def on_tool_call(event, ctx):
+        event.input["seen"] = event.input.get("seen", 0) + 1
+        return None
+
+    pi.on("tool_call", on_tool_call)
+'''
+
+
+def _pct(samples: list[int], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
+
+
+def _payload(i: int) -> dict[str, Any]:
+    return {"tool_name": "bash", "tool_call_id": f"call_{i}", "input": {"command": "true"}}
+
+
+async def _series(
+    root: Path,
+    *,
+    hooks: int,
+    sandbox: bool,
+    n: int,
+    mutate: int | None,
+    profile: str | None,
+    observe: bool,
+) -> list[int]:
+    ws, home, agent, exts = (root / d for d in ("ws", "home", "agent", "exts"))
+    for d in (ws, home, agent, exts):
+        d.mkdir(exist_ok=True)
+    sources = []
+    for i in range(hooks):
+        path = exts / f"hook_{i:02d}.py"
+        path.write_text(MUTATING if i == mutate else OBSERVING if observe else TRIVIAL)
+        sources.append(ExtensionSource(path, "cli"))
+    pool = WorkerPool(PoolConfig(cwd=ws, agent_dir=agent, home=home, sandbox=sandbox))
+    samples: list[int] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                await pool.start(nursery, sources)
+                if pool.load_errors:
+                    raise RuntimeError(f"extension load errors: {pool.load_errors}")
+                for i in range(100):
+                    await pool.dispatch("tool_call", _payload(i))
+                profiler = None
+                if profile:
+                    import cProfile
+
+                    profiler = cProfile.Profile()
+                    profiler.enable()
+                for i in range(n):
+                    payload = _payload(i)
+                    start = time.perf_counter_ns()
+                    outcome = await pool.dispatch("tool_call", payload)
+                    samples.append(time.perf_counter_ns() - start)
+                    if outcome.errors or outcome.state["block"]:
+                        raise RuntimeError(f"dispatch failed: {outcome}")
+                    if mutate is not None and outcome.state["input"].get("seen") != 1:
+                        raise RuntimeError(f"mutation lost: {outcome.state}")
+                if profiler is not None:
+                    profiler.disable()
+                    profiler.dump_stats(profile)
+            finally:
+                await pool.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(pool.log_dir, ignore_errors=True)
+    return samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--hooks", type=int, default=10)
+    parser.add_argument("--no-sandbox", action="store_true")
+    parser.add_argument("--unsandboxed-too", action="store_true")
+    parser.add_argument("--mutate", type=int, default=None)
+    parser.add_argument("--profile", default=None)
+    parser.add_argument(
+        "--observe-only",
+        choices=("no", "yes", "both"),
+        default="both",
+        help="whether the handlers are registered with observe_only=True (both: alternate)",
+    )
+    args = parser.parse_args(argv)
+    variants = [False] if args.no_sandbox else ([False, True] if args.unsandboxed_too else [True])
+    observes = {"no": [False], "yes": [True], "both": [False, True]}[args.observe_only]
+    for run in range(args.runs):
+        for sandbox, observe in [(s, o) for s in variants for o in observes]:
+            root = Path(tempfile.mkdtemp(prefix="pi-bench-dispatch-"))
+            try:
+                samples = trio.run(
+                    lambda sandbox=sandbox, root=root, observe=observe: _series(
+                        root,
+                        hooks=args.hooks,
+                        sandbox=sandbox,
+                        n=args.n,
+                        mutate=args.mutate,
+                        profile=args.profile,
+                        observe=observe,
+                    )
+                )
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            load = os.getloadavg()[0]
+            print(
+                f"run {run + 1} {'sandboxed' if sandbox else 'unsandboxed'} hooks={args.hooks}"
+                f"{' observe_only' if observe else ' undeclared'}"
+                f"{f' mutate={args.mutate}' if args.mutate is not None else ''}: "
+                f"p50 {_pct(samples, 0.5):.2f} ms  p90 {_pct(samples, 0.9):.2f} ms  "
+                f"p99 {_pct(samples, 0.99):.2f} ms  mean {statistics.fmean(samples) / 1e6:.2f} ms"
+                f"  (n={len(samples)}, load {load:.2f})",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
