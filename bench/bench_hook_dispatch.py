@@ -6,9 +6,16 @@ sandbox) with one ``tool_call`` handler that returns ``None``; one sample is one
 section (i.b) measures it (that file is not imported: another branch owns it). Target:
 p99 < 2 ms. Prints p50/p90/p99 (ms) per run and the load average beside each.
 
+Three configurations, alternated within each run (so the baseline is measured in the
+same run, under the same load): ``baseline`` is the path before issue 20 (handlers
+without ``observe_only``, the channel read and written through trio's socket stream);
+``direct`` the same handlers with the channel's direct reads/writes; ``observe_only``
+the handlers registered with ``observe_only=True`` (sent together, applied in load
+order) plus the direct reads/writes.
+
 Usage: ``python bench/bench_hook_dispatch.py [--n 1000] [--runs 3] [--hooks 10]
-[--no-sandbox] [--profile out.prof]``. ``--mutate K`` makes extension K (0-based)
-change the input on every call (the worst case for a speculative dispatcher).
+[--sandbox yes|no|both] [--configs baseline,direct,observe_only] [--profile out.prof]``.
+``--mutate K`` makes extension K (0-based) change the input on every call.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 import trio
 
+from pi_sandbox.supervisor import rpc_channel
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
 
@@ -54,6 +62,23 @@ def extension(pi):
 '''
 
 
+_DIRECT = [True]
+_channel_init = rpc_channel.RpcChannel.__init__
+
+
+def _init_channel(self: rpc_channel.RpcChannel, *args: Any, **kwargs: Any) -> None:
+    """``RpcChannel.__init__``; for the baseline, without the direct socket path."""
+    _channel_init(self, *args, **kwargs)
+    if not _DIRECT[0]:
+        self._socket = None
+
+
+rpc_channel.RpcChannel.__init__ = _init_channel  # type: ignore[method-assign]
+
+CONFIGS = {"baseline": (False, False), "direct": (False, True), "observe_only": (True, True)}
+"""name → (handlers registered with observe_only, channel direct reads/writes)."""
+
+
 def _pct(samples: list[int], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
@@ -72,6 +97,7 @@ async def _series(
     mutate: int | None,
     profile: str | None,
     observe: bool,
+    direct: bool,
 ) -> list[int]:
     ws, home, agent, exts = (root / d for d in ("ws", "home", "agent", "exts"))
     for d in (ws, home, agent, exts):
@@ -83,6 +109,7 @@ async def _series(
         sources.append(ExtensionSource(path, "cli"))
     pool = WorkerPool(PoolConfig(cwd=ws, agent_dir=agent, home=home, sandbox=sandbox))
     samples: list[int] = []
+    _DIRECT[0] = direct
     try:
         async with trio.open_nursery() as nursery:
             try:
@@ -122,25 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--hooks", type=int, default=10)
-    parser.add_argument("--no-sandbox", action="store_true")
-    parser.add_argument("--unsandboxed-too", action="store_true")
+    parser.add_argument("--sandbox", choices=("yes", "no", "both"), default="both")
+    parser.add_argument("--configs", default="baseline,direct,observe_only")
     parser.add_argument("--mutate", type=int, default=None)
     parser.add_argument("--profile", default=None)
-    parser.add_argument(
-        "--observe-only",
-        choices=("no", "yes", "both"),
-        default="both",
-        help="whether the handlers are registered with observe_only=True (both: alternate)",
-    )
     args = parser.parse_args(argv)
-    variants = [False] if args.no_sandbox else ([False, True] if args.unsandboxed_too else [True])
-    observes = {"no": [False], "yes": [True], "both": [False, True]}[args.observe_only]
+    variants = {"yes": [True], "no": [False], "both": [False, True]}[args.sandbox]
+    configs = args.configs.split(",")
     for run in range(args.runs):
-        for sandbox, observe in [(s, o) for s in variants for o in observes]:
+        for sandbox, config in [(s, c) for s in variants for c in configs]:
+            observe, direct = CONFIGS[config]
             root = Path(tempfile.mkdtemp(prefix="pi-bench-dispatch-"))
             try:
                 samples = trio.run(
-                    lambda sandbox=sandbox, root=root, observe=observe: _series(
+                    lambda sandbox=sandbox, root=root, observe=observe, direct=direct: _series(
                         root,
                         hooks=args.hooks,
                         sandbox=sandbox,
@@ -148,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                         mutate=args.mutate,
                         profile=args.profile,
                         observe=observe,
+                        direct=direct,
                     )
                 )
             finally:
@@ -155,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()[0]
             print(
                 f"run {run + 1} {'sandboxed' if sandbox else 'unsandboxed'} hooks={args.hooks}"
-                f"{' observe_only' if observe else ' undeclared'}"
+                f" {config:<12}"
                 f"{f' mutate={args.mutate}' if args.mutate is not None else ''}: "
                 f"p50 {_pct(samples, 0.5):.2f} ms  p90 {_pct(samples, 0.9):.2f} ms  "
                 f"p99 {_pct(samples, 0.99):.2f} ms  mean {statistics.fmean(samples) / 1e6:.2f} ms"

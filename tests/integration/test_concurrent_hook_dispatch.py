@@ -301,3 +301,24 @@ def test_observe_only_must_be_a_boolean_and_is_listed_only_when_every_handler_pr
     assert api._registrations()["observers"] == ["tool_call"]
     off()
     assert api._registrations()["observers"] == ["tool_call", "tool_result"]
+
+
+async def test_cancelling_a_concurrent_dispatch_raises_plain_cancelled_to_the_caller(
+    open_pool, tmp_path
+):
+    exts = Extensions(tmp_path)
+    order = [
+        exts.make("h1", "hang", observe=True),
+        exts.make("h2", "hang", observe=True),
+        exts.make("after", observe=False),
+    ]
+    caught = []
+    async with open_pool(order, hook_timeout_s=30.0) as pool:
+        with trio.fail_after(WAIT_S):
+            with trio.move_on_after(0.5) as scope:
+                try:
+                    await pool.dispatch("tool_call", payload())
+                except trio.Cancelled:  # an abort: callers clean up on Cancelled itself
+                    caught.append(True)
+                    raise
+    assert scope.cancelled_caught and caught == [True]

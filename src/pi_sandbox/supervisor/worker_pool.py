@@ -147,7 +147,7 @@ class _Sent:
     """One ``event/dispatch`` request `WorkerPool._send_group` sent ahead: the worker,
     the state it was sent, and its answer once ``done`` (issue 20 target 2)."""
 
-    __slots__ = ("done", "error", "gate", "observer", "raw", "state", "worker")
+    __slots__ = ("done", "error", "gate", "observer", "raw", "scope", "state", "worker")
 
     def __init__(
         self,
@@ -163,8 +163,9 @@ class _Sent:
         self.observer = observer
         self.gate = gate
         self.done = trio.Event()
+        self.scope = trio.CancelScope()  # cancelled when the dispatch ends
         self.raw: Any = None
-        self.error: PiSandboxError | None = None
+        self.error: Exception | None = None
 
     async def result(self, state: dict[str, Any]) -> Any:
         """The worker's raw answer, once every extension before it was applied with
@@ -1256,14 +1257,25 @@ class WorkerPool:
         tool_call dispatch"). An observer whose result changed the call counts as a
         failed handler (fail-closed). See `_dispatch` for the rest.
         """
-        if event == "tool_call" and only is None and self._has_observers(event):
-            async with trio.open_nursery() as nursery:
-                try:
-                    return await self._dispatch(event, payload, None, timeout_s, nursery)
-                finally:
-                    for gate in self._host_gates.values():
-                        gate.set()
-                    self._host_gates.clear()
+        if (
+            event == "tool_call"
+            and only is None
+            and self._nursery is not None
+            and self._has_observers(event)
+        ):
+            # The requests sent ahead run in the pool's nursery, each in a cancel scope
+            # of its own, not in a nursery of the dispatch: that would wrap a caller's
+            # Cancelled in an exception group. Every answer is awaited in order; the
+            # scopes only end requests still running when the dispatch ends early.
+            flights: list[_Sent] = []
+            try:
+                return await self._dispatch(event, payload, None, timeout_s, flights)
+            finally:
+                for sent in flights:
+                    sent.scope.cancel()
+                for gate in self._host_gates.values():
+                    gate.set()
+                self._host_gates.clear()
         return await self._dispatch(event, payload, only, timeout_s, None)
 
     def _has_observers(self, event: str) -> bool:
@@ -1279,7 +1291,7 @@ class WorkerPool:
         queue: list[int],
         params: dict[str, Any],
         timeout_s: float | None,
-        nursery: trio.Nursery,
+        flights: list[_Sent],
     ) -> dict[int, _Sent]:
         """Send ``params`` at once to ``first`` and, while the last one sent to is an
         observer of ``event``, to the next subscribed extensions of ``queue`` (issue
@@ -1310,20 +1322,27 @@ class WorkerPool:
                 gate = self._host_gates[worker] = trio.Event()
             item = _Sent(worker, params["state"], observer=observer, gate=gate)
             sent[index] = item
+            flights.append(item)
             deadline = self._deadline(self.extensions[index][0], timeout_s)
-            nursery.start_soon(self._request_into, item, params, deadline)
+            assert self._nursery is not None  # `dispatch` checked it
+            self._nursery.start_soon(self._request_into, item, params, deadline)
         return sent
 
     async def _request_into(self, sent: _Sent, params: dict[str, Any], deadline: float) -> None:
         try:
-            sent.raw = await sent.worker.request(methods.EVENT_DISPATCH, params, timeout_s=deadline)
+            with sent.scope:
+                sent.raw = await sent.worker.request(
+                    methods.EVENT_DISPATCH, params, timeout_s=deadline
+                )
         except trio.Cancelled:
             self._settle(sent.worker)
             raise
-        except PiSandboxError as exc:
+        except Exception as exc:  # raised again where the answer is applied, in order
             sent.error = exc
         finally:
             sent.done.set()
+        if sent.scope.cancelled_caught:
+            self._settle(sent.worker)  # the dispatch ended (cancelled) before this answer
 
     async def _dispatch(
         self,
@@ -1331,7 +1350,7 @@ class WorkerPool:
         payload: dict[str, Any],
         only: int | None,
         timeout_s: float | None,
-        nursery: trio.Nursery | None,
+        flights: list[_Sent] | None,
     ) -> DispatchOutcome:
         """Send ``event`` to each subscribed worker in load order and combine the results.
 
@@ -1379,7 +1398,7 @@ class WorkerPool:
         recheck: list[int] = []  # those that ran before the last less trusted change
         rechecking = False
         queue = list(indices)
-        in_flight: dict[int, _Sent] = {}  # sent ahead by `_send_group` (nursery given)
+        in_flight: dict[int, _Sent] = {}  # sent ahead by `_send_group` (flights given)
         while True:
             if not queue:
                 if rechecking or not recheck:
@@ -1407,12 +1426,12 @@ class WorkerPool:
             params = {"event": event, "payload": payload, "state": state, "ctx": self._ctx()}
             if (
                 sent is None
-                and nursery is not None
+                and flights is not None
                 and not rechecking
                 and event in worker.registrations.observers
             ):
                 in_flight = await self._send_group(
-                    event, (index, worker), queue, params, timeout_s, nursery
+                    event, (index, worker), queue, params, timeout_s, flights
                 )
                 sent = in_flight.pop(index)
             try:
