@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -79,6 +80,39 @@ CONFIGS = {"baseline": (False, False), "direct": (False, True), "observe_only": 
 """name → (handlers registered with observe_only, channel direct reads/writes)."""
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a sandboxed worker is bwrap's grandchild)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        pending += children.get(current, [])
+    return found
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of every thread of ``pids`` (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        except OSError:
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(samples: list[int], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
@@ -98,6 +132,7 @@ async def _series(
     profile: str | None,
     observe: bool,
     direct: bool,
+    cpu: dict[str, float],
 ) -> list[int]:
     ws, home, agent, exts = (root / d for d in ("ws", "home", "agent", "exts"))
     for d in (ws, home, agent, exts):
@@ -118,6 +153,10 @@ async def _series(
                     raise RuntimeError(f"extension load errors: {pool.load_errors}")
                 for i in range(100):
                     await pool.dispatch("tool_call", _payload(i))
+                workers = [p for _, w in pool.extensions if w.pid for p in _process_tree(w.pid)]
+                workers_before = _cpu_s(workers)
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                own_before = usage.ru_utime + usage.ru_stime
                 profiler = None
                 if profile:
                     import cProfile
@@ -133,6 +172,9 @@ async def _series(
                         raise RuntimeError(f"dispatch failed: {outcome}")
                     if mutate is not None and outcome.state["input"].get("seen") != 1:
                         raise RuntimeError(f"mutation lost: {outcome.state}")
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                cpu["supervisor"] = (usage.ru_utime + usage.ru_stime - own_before) / n
+                cpu["workers"] = (_cpu_s(workers) - workers_before) / n
                 if profiler is not None:
                     profiler.disable()
                     profiler.dump_stats(profile)
@@ -160,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         for sandbox, config in [(s, c) for s in variants for c in configs]:
             observe, direct = CONFIGS[config]
             root = Path(tempfile.mkdtemp(prefix="pi-bench-dispatch-"))
+            cpu: dict[str, float] = {}
             try:
                 samples = trio.run(
                     lambda sandbox=sandbox, root=root, observe=observe, direct=direct: _series(
@@ -171,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                         profile=args.profile,
                         observe=observe,
                         direct=direct,
+                        cpu=cpu,  # noqa: B023 (run at once, in this iteration)
                     )
                 )
             finally:
@@ -182,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{f' mutate={args.mutate}' if args.mutate is not None else ''}: "
                 f"p50 {_pct(samples, 0.5):.2f} ms  p90 {_pct(samples, 0.9):.2f} ms  "
                 f"p99 {_pct(samples, 0.99):.2f} ms  mean {statistics.fmean(samples) / 1e6:.2f} ms"
-                f"  (n={len(samples)}, load {load:.2f})",
+                f"; CPU per dispatch: supervisor {cpu['supervisor'] * 1e3:.2f} ms, "
+                f"workers {cpu['workers'] * 1e3:.2f} ms  (n={len(samples)}, load {load:.2f})",
                 flush=True,
             )
     return 0
