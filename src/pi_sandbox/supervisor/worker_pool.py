@@ -1329,6 +1329,9 @@ class WorkerPool:
         return sent
 
     async def _request_into(self, sent: _Sent, params: dict[str, Any], deadline: float) -> None:
+        if sent.scope.cancel_called:  # the dispatch ended before this task started
+            sent.done.set()
+            return
         try:
             with sent.scope:
                 sent.raw = await sent.worker.request(
