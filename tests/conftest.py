@@ -25,6 +25,18 @@ EXTENSIONS = FIXTURES / "extensions"
 REPO_ROOT = Path(__file__).parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _fresh_shell_parse_cache():
+    """Forget the shell parses kept by ``parse_command`` (issue 20) before each test:
+    a control test that switches a protection of the grammar off must see its own
+    parse, not the one an earlier test kept."""
+    import sys
+
+    grammar = sys.modules.get("pi_sandbox.policies._shell_grammar")
+    if grammar is not None:
+        grammar._cache.clear()
+
+
 @pytest.fixture
 def ext():
     """``ext("blocker")`` → path of ``tests/fixtures/extensions/blocker.py`` (or a package dir)."""

@@ -1,0 +1,86 @@
+"""What the shell parser keeps between calls, and its shortcuts (issue 20 target 4).
+
+``parse_command`` keeps recent parses; a kept parse must be what a fresh parse
+gives, an unparseable text must stay unparseable, and a parse that ran out of time
+(the machine's load, not the text) must not be kept. The literal shortcuts in front
+of its regexes must give the regexes' own answers.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from policy_decision_corpus import commands_of, load_corpus
+
+from pi_sandbox.policies import _shell_grammar as grammar
+from pi_sandbox.policies._shell_grammar import UnparseableCommand, parse_command
+
+
+def test_a_kept_parse_is_the_fresh_parse_of_the_same_text() -> None:
+    text = "git add . && sudo -u bob env X=1 git push origin main | tee log"
+    first = parse_command(text)
+    assert text in grammar._cache
+    assert parse_command(text) is first
+    assert grammar._parse_uncached(text) == first
+
+
+def test_an_unparseable_text_raises_every_time_with_the_same_reason() -> None:
+    text = 'bash -c "$SCRIPT"'
+    with pytest.raises(UnparseableCommand) as first:
+        parse_command(text)
+    with pytest.raises(UnparseableCommand) as second:
+        parse_command(text)
+    assert first.value.reason == second.value.reason
+    assert first.value is not second.value
+
+
+def test_a_parse_that_ran_out_of_time_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def slow_once(text: str) -> tuple[grammar.SimpleCommand, ...]:
+        calls.append(text)
+        if len(calls) == 1:
+            raise grammar._ParseTimeout("parsing took longer than 0.25 s")
+        return grammar.__dict__["_real_parse"](text)
+
+    monkeypatch.setitem(grammar.__dict__, "_real_parse", grammar._parse_uncached)
+    monkeypatch.setattr(grammar, "_parse_uncached", slow_once)
+    with pytest.raises(UnparseableCommand, match="took longer"):
+        parse_command("ls -la")
+    assert "ls -la" not in grammar._cache
+    assert [c.argv for c in parse_command("ls -la")] == [("ls", "-la")]
+    assert len(calls) == 2
+
+
+def test_the_cache_stays_within_its_bounds() -> None:
+    for i in range(grammar.PARSE_CACHE_ENTRIES + 50):
+        parse_command(f"echo {i}")
+    assert len(grammar._cache) == grammar.PARSE_CACHE_ENTRIES
+    assert "echo 0" not in grammar._cache  # the least recently used went first
+    long_text = "echo " + "x" * grammar.PARSE_CACHE_TEXT_CHARS
+    parse_command(long_text)
+    assert long_text not in grammar._cache
+    many = "; ".join(["true"] * (grammar.PARSE_CACHE_COMMANDS + 1))
+    assert len(parse_command(many)) == grammar.PARSE_CACHE_COMMANDS + 1
+    assert many not in grammar._cache
+
+
+def _fuzz_texts(count: int) -> list[str]:
+    """Random texts made of the pieces the re-evaluation regex looks for."""
+    pieces = [
+        "$((", "((", "$[", "${!", "[[", "let", "let x", "read", "mapfile", "readarray",
+        "getopts", "unset", " a[", "\\x5b", "\\133", "printf", " -v ", "wait", " -p",
+        "-v ", "-R ", "[", "]", "]=", "]+=", "declare", "typeset", "local", "readonly",
+        "export", " -n", " -a", "${x", "${#x[", "${1:", "${@:", "x", " ", ";", "|", "\n",
+        "@P}", "for", "select", " i ", "é", "_", "=",
+    ]  # fmt: skip
+    rng = random.Random(20)
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(count)]
+
+
+def test_the_literal_shortcuts_answer_as_the_regexes_do() -> None:
+    texts = commands_of(load_corpus()["calls"]) + _fuzz_texts(20000)
+    for text in texts:
+        assert grammar._reevaluates(text) == bool(grammar._REEVALUATION.search(text)), text
+        assert grammar._code_marked(text) == bool(grammar._CODE_MARKERS.search(text)), text
