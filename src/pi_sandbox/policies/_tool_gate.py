@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 import os
 import re
 import time
@@ -941,8 +942,7 @@ class PolicyRule:
             return first
         program = self.command[0].rpartition("/")[2]
         runtime = command.runtime_words
-        unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
-        arguments = read_arguments(program, argv[1:], unknown)
+        arguments = _command_arguments(program, argv, runtime)
         matched, word = match_arguments(
             self._rule_arguments,
             arguments,
@@ -1067,6 +1067,16 @@ class PolicyRule:
                 )
             return _NO
         return _YES
+
+
+@functools.lru_cache(maxsize=1024)
+def _command_arguments(program: str, argv: tuple[str, ...], runtime: tuple[int, ...]) -> Arguments:
+    """`read_arguments` of a simple command's words after its program, for the
+    option grammar of ``program``; ``runtime``: positions in ``argv`` of words
+    filled in at run time. Pure, so kept (issue 20: every ``command`` rule of
+    the program reads the same command, and a re-check reads it again)."""
+    unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
+    return read_arguments(program, argv[1:], unknown)
 
 
 @dataclass(frozen=True)
