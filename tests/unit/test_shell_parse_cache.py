@@ -84,3 +84,44 @@ def test_the_literal_shortcuts_answer_as_the_regexes_do() -> None:
     for text in texts:
         assert grammar._reevaluates(text) == bool(grammar._REEVALUATION.search(text)), text
         assert grammar._code_marked(text) == bool(grammar._CODE_MARKERS.search(text)), text
+
+
+def _random_commands(count: int) -> list[str]:
+    """Random command lines over words of every shape `_Walker._plain_command` meets."""
+    words = [
+        "ls", "git", "push", "-n", "20", "0", "2", "1.5", "-9", "'a b'", "''", '"x"', '""',
+        '"a $b"', '"$(id)"', '"a\\"b"', "--format='%an'", "a'b'c", "'*.py'", "*.py", "{a,b}",
+        "x=1", "PATH=/x", "$HOME", "~/x", "a\\ b", "\\rm", "2>/dev/null", ">", "f", "<", "0<",
+        "1>&2", "&&", "||", "|", ";", "&", "(", ")", "{", "}", "!", "#c", "$'\\x41'", '$"t"',
+        "`id`", "$(id)", "<(ls)", "if", "then", "fi", "env", "sudo", "xargs", "bash", "-c",
+        "find", "-exec", "{}", "+", "\\;", "é", "a\\\nb", "\n", "2", "3<", "'$(x)'", '"`x`"',
+    ]  # fmt: skip
+    rng = random.Random(4)
+    glue = ["", " ", " ", " ", "  "]
+    out = []
+    for _ in range(count):
+        parts = [rng.choice(words) for _ in range(rng.randint(1, 9))]
+        text = parts[0]
+        for part in parts[1:]:
+            text += rng.choice(glue) + part
+        out.append(text)
+    return out
+
+
+def _parse_or_reason(text: str) -> object:
+    try:
+        return parse_command(text)
+    except UnparseableCommand as exc:
+        return exc.reason
+
+
+def test_the_plain_command_shortcut_gives_what_the_general_path_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = commands_of(load_corpus()["calls"]) + _random_commands(15000)
+    fast = [_parse_or_reason(text) for text in texts]
+    monkeypatch.setattr(grammar._Walker, "_plain_command", lambda self, item: None)
+    grammar._cache.clear()
+    slow = [_parse_or_reason(text) for text in texts]
+    differences = [(t, f, s) for t, f, s in zip(texts, fast, slow, strict=True) if f != s]
+    assert not differences, differences[:3]

@@ -2142,7 +2142,9 @@ class _Walker:
     def _plain_command(self, item: _Item) -> list[_Item] | None:
         """`_command` for the most common shape, or None (nothing done) for others:
         a program name that is a plain word (`_plain_text`) and arguments that are
-        plain words or single-quoted strings, one blank or more between them. Same
+        plain words or numbers, single-quoted strings, double-quoted strings without
+        expansions or words glued to single-quoted parts, one blank or more between
+        them. Same
         result: no assignment, no redirection, every word what `_decode` makes of
         it, and no child with anything to walk."""
         node, src = item.node, item.src
@@ -2165,7 +2167,8 @@ class _Walker:
             else:
                 word = inner[0]
                 kind = word.type
-            if kind == "word":
+            if kind == "word" or (kind == "number" and index):
+                # (`_decode` reads a number leaf as it reads a word; issue 20.)
                 text = _plain_text(word, src)
                 if text is None or _is_descriptor(word, src):
                     return None
@@ -2176,6 +2179,14 @@ class _Walker:
             elif kind == "raw_string" and index and word.child_count == 0 and word.is_named:
                 # '...': its text without the quotes, nothing live (`_decode_into`).
                 argv.append(_Word(_text(word, src)[1:-1], False))
+            elif (kind == "string" or kind == "concatenation") and index:
+                # "..." without expansions, words glued to '...': what `_decode`
+                # makes of them (`_decode_quick`), when walking them does nothing
+                # (`_visit_is_noop`), as `_command` would find (issue 20).
+                quick = _decode_quick(word, kind, src)
+                if quick is None or _is_descriptor(word, src) or not _visit_is_noop(word, src):
+                    return None
+                argv.append(quick)
             else:
                 return None
             start = word.start_byte
