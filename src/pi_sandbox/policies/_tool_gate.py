@@ -31,10 +31,10 @@ from pi_sandbox.policies._option_grammar import (
     table_for,
 )
 from pi_sandbox.policies._path_glob import (
+    ToolCwds,
     candidate_paths,
     compile_path_glob,
     resolve_candidates,
-    tool_cwds,
 )
 from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
@@ -554,8 +554,10 @@ class _Call:
         return resolved.forms
 
     @cached_property
-    def _cwds(self) -> tuple[str, ...]:
-        return tool_cwds(self._workspace)
+    def _cwds(self) -> ToolCwds:
+        # Once per decision; the supervisor's own directory only when a path
+        # goes through /proc/self/cwd (issue 20: each realpath is a few lstats).
+        return ToolCwds(self._workspace)
 
     def _unresolved(self, why: str) -> None:
         if self.paths_unknown is None:
@@ -568,7 +570,9 @@ class _Call:
         (up to the workspace): a bind mount or a hard link of a file a rule names
         has no other trace (issue 13 §5)."""
         _ = self.paths
-        return file_identities(self._targets, stop_at=(os.path.realpath(self._workspace),))
+        if not self._targets:
+            return frozenset()  # what file_identities gives for no paths
+        return file_identities(self._targets, stop_at=(self._cwds.real,))
 
     def identity_of(self, literal: str) -> tuple[int, int] | None:
         """The identity of a rule's literal path (relative: to the workspace)."""
