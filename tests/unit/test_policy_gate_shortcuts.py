@@ -1,19 +1,25 @@
-"""What the shell parser keeps between calls, and its shortcuts (issue 20 target 4).
+"""What the policy gate keeps between calls, and its shortcuts (issue 20 target 4).
 
 ``parse_command`` keeps recent parses; a kept parse must be what a fresh parse
 gives, an unparseable text must stay unparseable, and a parse that ran out of time
 (the machine's load, not the text) must not be kept. The literal shortcuts in front
-of its regexes must give the regexes' own answers.
+of its regexes, and the plain-command shortcut of the walk, must give what the
+general path gives. The gate looks up the supervisor's own directory only for a
+``/proc/self/cwd`` path, and still finds it there.
 """
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import pytest
 from policy_decision_corpus import commands_of, load_corpus
 
 from pi_sandbox.policies import _shell_grammar as grammar
+from pi_sandbox.policies import evaluate_tool_call, load_policies
+from pi_sandbox.policies._path_glob import ToolCwds, tool_cwds
 from pi_sandbox.policies._shell_grammar import UnparseableCommand, parse_command
 
 
@@ -125,3 +131,57 @@ def test_the_plain_command_shortcut_gives_what_the_general_path_gives(
     slow = [_parse_or_reason(text) for text in texts]
     differences = [(t, f, s) for t, f, s in zip(texts, fast, slow, strict=True) if f != s]
     assert not differences, differences[:3]
+
+
+def test_the_lazy_tool_directories_are_those_of_tool_cwds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    elsewhere = tmp_path / "elsewhere"
+    ws.mkdir()
+    elsewhere.mkdir()
+    (tmp_path / "link").symlink_to("ws")
+    for cwd in (ws, elsewhere):
+        monkeypatch.chdir(cwd)
+        lazy = ToolCwds(str(tmp_path / "link"))
+        assert lazy[0] == str(ws)
+        assert tuple(lazy) == tool_cwds(str(tmp_path / "link"))
+        assert len(lazy) == (1 if cwd == ws else 2)
+
+
+POLICY = """
+version: 1
+tool_call:
+  default: allow
+  rules:
+    - id: env-files
+      tool: [read]
+      path: ["**/.env"]
+      decision: deny
+      reason: secrets
+"""
+
+
+def test_the_supervisors_directory_is_looked_up_only_for_proc_self_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(POLICY)
+    policy = load_policies([policy_file])
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    supervisor = tmp_path / "supervisor"
+    supervisor.mkdir()
+    (supervisor / ".env").write_text("SECRET=1\n")
+    monkeypatch.chdir(supervisor)
+    looked_up = []
+    real_getcwd = os.getcwd
+    monkeypatch.setattr(os, "getcwd", lambda: looked_up.append(1) or real_getcwd())
+    assert evaluate_tool_call(policy, "read", {"path": "src/a.py"}, workspace=ws).decision == (
+        "allow"
+    )
+    assert not looked_up
+    # An unsandboxed tool's /proc/self/cwd is the supervisor's directory: still found.
+    decision = evaluate_tool_call(policy, "read", {"path": "/proc/self/cwd/.env"}, workspace=ws)
+    assert (decision.decision, decision.rule) == ("deny", "env-files")
+    assert looked_up
