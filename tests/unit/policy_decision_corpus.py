@@ -2,11 +2,14 @@
 
 The policy gate was made faster (issue 20); its decisions must not change. This
 module holds what the differential test (``test_policy_decision_corpus.py``)
-compares against: a few thousand varied tool calls (the generator of
-``bench/run_benchmarks.py`` section (h) with several seeds, plus every string
-constant of the shell-grammar and policy test files used as a ``bash`` command,
-the adversarial ones included), and, recorded with the gate as it was before the
-speed-up, for each call and each policy of ``data/policy_decisions/`` the decision
+compares against: ~7,300 varied tool calls (the generator of
+``bench/run_benchmarks.py`` section (h) with several seeds, every string constant
+of the shell-grammar and policy test files used as a ``bash`` command, the
+adversarial ones included, and 2,500 combinations of wrappers, ``xargs``/``find
+-exec``, dangerous assignments and aliases, `_combinations`), and, recorded with
+the gate as it was before the speed-up (main at e409192, by running this script
+with ``PYTHONPATH`` pointing at that tree's ``src``), for each call and each
+policy of ``data/policy_decisions/`` the decision
 (effect, rule, reason, tier, file, unparseable flag, per-command breakdown), and
 for each distinct command the ``parse_command`` result (or its
 ``UnparseableCommand`` reason).
@@ -102,6 +105,47 @@ def _test_strings() -> list[str]:
     return list(found)
 
 
+def _combinations(count: int, seed: int = 20) -> list[str]:
+    """Commands built from the pieces the gate's indexes and shortcuts care about:
+    wrappers, ``xargs``/``find -exec`` (words filled in at run time), dangerous
+    assignments, aliases, path-qualified and expandable programs, globs."""
+    import random
+
+    rng = random.Random(seed)
+    prefixes = [
+        "", "", "PATH=/x ", "LD_PRELOAD=a ", "GIT_DIR=x ", "sudo ", "env X=1 ", "timeout 5 ",
+        "nice -n 5 ", "xargs ", "xargs -n1 ", "xargs -I{} ", "find . -exec ", "find . -execdir ",
+        "alias g=git; ", "export PATH=/y; ", "command ", "exec ", "bash -c ", "echo x | ",
+    ]  # fmt: skip
+    programs = [
+        "git", "git", "rm", "curl", "npm", "docker", "pip", "/usr/bin/git", "./git", "g", "$X",
+        "gi*", "git-push", "kubectl", "sh", "cat", "ls", "echo",
+    ]  # fmt: skip
+    arguments = [
+        "", "push", "push --force", "push origin main", "-C x push", "status", "-rf /", "{}",
+        "install x", "i x", "run --privileged x", "config set x y", "-- push", "pu{s,}h",
+        "$ARG", "{} push", "push {}", "-c core.pager=x log", ".env", "~/.ssh/id_rsa",
+        "*.py", "-v '^#'",
+    ]  # fmt: skip
+    suffixes = ["", "", "", " {} +", " \\;", " | sh", " > out", " < .env", " &", " 2>/dev/null"]
+    joins = [" | ", " && ", "; ", " || ", "\n"]
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            part = rng.choice(prefixes) + rng.choice(programs)
+            argument = rng.choice(arguments)
+            part += (" " + argument if argument else "") + rng.choice(suffixes)
+            if "bash -c " in part:
+                part = part.replace("bash -c ", "bash -c '") + "'"
+            parts.append(part)
+        text = parts[0]
+        for part in parts[1:]:
+            text += rng.choice(joins).replace("\\n", "\n") + part
+        out.append(text)
+    return out
+
+
 def generate_calls() -> list[list[Any]]:
     """The corpus's calls as ``[tool, arguments]`` (needs the bench generator)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -111,6 +155,8 @@ def generate_calls() -> list[list[Any]]:
     for seed in _SEEDS:
         calls.extend([t, a] for t, a in run_benchmarks._CallGen(seed).calls(_CALLS_PER_SEED))
     for text in _test_strings():
+        calls.append(["bash", {"command": text}])
+    for text in _combinations(2500):
         calls.append(["bash", {"command": text}])
     # The same strings as file paths of the file tools, and a few odd arguments.
     for text in _test_strings()[:400]:

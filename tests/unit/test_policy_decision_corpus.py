@@ -1,6 +1,6 @@
 """The faster gate decides exactly as the gate did before it (issue 20 target 4).
 
-``policy_decision_corpus`` holds ~4,800 calls and the decisions and parses recorded
+``policy_decision_corpus`` holds ~7,300 calls and the decisions and parses recorded
 before the speed-up; every one must come out the same: effect, rule, reason, tier,
 file, unparseable flag and the per-command breakdown, for the 200-rule benchmark
 policy and the shipped presets.

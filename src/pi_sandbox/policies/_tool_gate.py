@@ -1241,6 +1241,16 @@ class _ToolPlan:
                 self._uncovered[program] = found
         return found
 
+    def program_candidates(self, word: str, basename: str) -> Sequence[int]:
+        """The ``command`` rules that expect the program of a simple command whose
+        program word is ``word`` (not expandable), in rule order; every other one
+        gives NO (`PolicyRule._match_command`), whatever the other words are."""
+        program = self.by_program.get(basename)
+        found: Sequence[int] = program.every if program is not None else ()
+        if self.by_path or self.always:
+            found = sorted({*found, *self.by_path.get(word, ()), *self.always})
+        return found
+
     def candidates(self, word: str, basename: str, argv: Sequence[str]) -> Sequence[int]:
         """The ``command`` rules that can match a simple command whose program word
         is ``word`` (not expandable), in rule order; every other one gives NO."""
@@ -1600,8 +1610,13 @@ def _decide_in_tier(
         matched: list[_Candidate] = []
         unknown: tuple[int, str] | None = None
         if active:
-            if expandable or command.runtime_words or command.more_words:
+            if expandable:
                 tried: Sequence[int] = active
+            elif command.runtime_words or command.more_words:
+                # Words filled in at run time may be any second word, but not the
+                # program (the parser refuses that): the rules of other programs
+                # give NO all the same (issue 20).
+                tried = plan.program_candidates(word, basename)
             else:
                 tried = plan.candidates(word, basename, command.argv)
             outcomes: dict[int, _Outcome] = {}
