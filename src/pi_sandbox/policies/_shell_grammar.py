@@ -2167,10 +2167,18 @@ class _Walker:
             else:
                 word = inner[0]
                 kind = word.type
+            start = word.start_byte
+            end = word.end_byte
             if kind == "word" or (kind == "number" and index):
-                # (`_decode` reads a number leaf as it reads a word; issue 20.)
-                text = _plain_text(word, src)
-                if text is None or _is_descriptor(word, src):
+                # `_plain_text` and `_is_descriptor`, inline (issue 20: the most
+                # frequent step of the walk); `_decode` reads a number leaf as it
+                # reads a word.
+                if word.child_count != 0 or not word.is_named:
+                    return None
+                text = src[start:end].decode("utf-8", "replace")
+                if "\\" in text or "\n" in text or _code_marked(text):
+                    return None
+                if src[end : end + 1] in (b"<", b">") and text.isdigit():
                     return None
                 if not _PATTERN_CHARS.search(text):
                     argv.append(_Word(text, False))
@@ -2189,12 +2197,11 @@ class _Walker:
                 argv.append(quick)
             else:
                 return None
-            start = word.start_byte
             if previous_end >= 0:
                 gap = src[previous_end:start]
                 if not gap or (gap[0] == 0x5C and _LINE_CONTINUATIONS.fullmatch(gap)):
                     return None  # joined to the previous word (`_group_words`)
-            previous_end = word.end_byte
+            previous_end = end
         if argv[0].text in _RESERVED_NAMES:
             raise UnparseableCommand(_MISREAD.format(f"the reserved word {argv[0].text!r}"))
         self._emit(argv, (), tuple(dict.fromkeys(self.set_dangerous)), item.via, item.here)
