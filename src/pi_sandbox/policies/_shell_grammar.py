@@ -2144,9 +2144,8 @@ class _Walker:
         a program name that is a plain word (`_plain_text`) and arguments that are
         plain words or numbers, single-quoted strings, double-quoted strings without
         expansions or words glued to single-quoted parts, one blank or more between
-        them. Same
-        result: no assignment, no redirection, every word what `_decode` makes of
-        it, and no child with anything to walk."""
+        them. Same result: no assignment, no redirection, every word what `_decode`
+        makes of it, and no child with anything to walk."""
         node, src = item.node, item.src
         children = node.children
         if not children:
