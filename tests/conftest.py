@@ -25,6 +25,22 @@ EXTENSIONS = FIXTURES / "extensions"
 REPO_ROOT = Path(__file__).parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _fresh_policy_caches():
+    """Forget what the policy gate keeps between calls (issue 20: shell parses, the
+    option reading of commands) before each test: a control test that switches a
+    protection of the grammar off must see its own result, not one an earlier test
+    kept."""
+    import sys
+
+    grammar = sys.modules.get("pi_sandbox.policies._shell_grammar")
+    if grammar is not None:
+        grammar._cache.clear()
+    gate = sys.modules.get("pi_sandbox.policies._tool_gate")
+    if gate is not None:
+        gate._command_arguments.cache_clear()
+
+
 @pytest.fixture
 def ext():
     """``ext("blocker")`` → path of ``tests/fixtures/extensions/blocker.py`` (or a package dir)."""

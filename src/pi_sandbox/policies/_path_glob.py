@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from pi_sandbox.policies._path_resolution import UnresolvablePath, canonical_targets
 
 __all__ = [
     "ResolvedPath",
+    "ToolCwds",
     "candidate_paths",
     "compile_path_glob",
     "resolve_candidates",
@@ -148,11 +151,41 @@ class ResolvedPath:
     unresolved: str | None = None
 
 
-def tool_cwds(workspace: str) -> tuple[str, ...]:
-    """What ``/proc/self/cwd`` may be for a tool: the canonical workspace (where
-    tools run), then the supervisor's own directory when it differs (which an
-    unsandboxed worker inherits)."""
-    real_workspace = _normalise(os.path.realpath(workspace))
+class ToolCwds(Sequence[str]):
+    """`tool_cwds` of a workspace, for one decision, each part looked up when it is
+    first needed (issue 20): the canonical workspace (every resolution needs it)
+    at construction, the supervisor's directory (``getcwd`` and its ``realpath``)
+    only when a path goes through ``/proc/self/cwd``. As a sequence it holds what
+    `tool_cwds` returns at the time it is first asked for more than ``[0]``.
+
+    Attributes:
+        real: ``os.path.realpath(workspace)`` as it returns it (not `_normalise`-d).
+    """
+
+    def __init__(self, workspace: str) -> None:
+        self.real = os.path.realpath(workspace)
+        self._first = _normalise(self.real)
+        self._all: tuple[str, ...] | None = None
+
+    def _cwds(self) -> tuple[str, ...]:
+        if self._all is None:
+            self._all = _with_supervisor_cwd(self._first)
+        return self._all
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if index == 0:
+            return self._first
+        return self._cwds()[index]
+
+    def __len__(self) -> int:
+        return len(self._cwds())
+
+
+def _with_supervisor_cwd(real_workspace: str) -> tuple[str, ...]:
     try:
         here = _normalise(os.path.realpath(os.getcwd()))
     except OSError:  # the supervisor's directory was removed: nothing to add
@@ -160,8 +193,15 @@ def tool_cwds(workspace: str) -> tuple[str, ...]:
     return (real_workspace,) if here == real_workspace else (real_workspace, here)
 
 
+def tool_cwds(workspace: str) -> tuple[str, ...]:
+    """What ``/proc/self/cwd`` may be for a tool: the canonical workspace (where
+    tools run), then the supervisor's own directory when it differs (which an
+    unsandboxed worker inherits)."""
+    return _with_supervisor_cwd(_normalise(os.path.realpath(workspace)))
+
+
 def resolve_candidates(
-    raw: str, workspace: str, *, cwds: tuple[str, ...] | None = None
+    raw: str, workspace: str, *, cwds: Sequence[str] | None = None
 ) -> ResolvedPath:
     """Resolve a tool's path argument on the real filesystem, through aliases.
 
@@ -171,7 +211,7 @@ def resolve_candidates(
             ``/proc/self/cwd`` resolve against it (and ``/proc/self/cwd`` also
             against the supervisor's working directory, which an unsandboxed
             worker inherits).
-        cwds: `tool_cwds` of ``workspace``, when the caller computed it already.
+        cwds: `tool_cwds` of ``workspace`` (or a `ToolCwds`), when the caller has it.
 
     Never raises: an unresolvable path is reported in ``unresolved``.
     """

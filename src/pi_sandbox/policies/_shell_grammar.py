@@ -83,6 +83,7 @@ import re
 import shlex
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -282,8 +283,20 @@ class UnparseableCommand(Exception):
         self.reason = reason
 
 
+class _ParseTimeout(UnparseableCommand):
+    """The parse ran out of time (`PARSE_TIMEOUT_S`): a result of the machine's
+    load, not of the text, so `parse_command` does not keep it."""
+
+
 def parse_command(text: str) -> tuple[SimpleCommand, ...]:
     """Return every simple command that ``text`` runs (issue 4 Matching).
+
+    A pure function of ``text``: the results of the last `PARSE_CACHE_ENTRIES`
+    texts of at most `PARSE_CACHE_TEXT_CHARS` characters (and at most
+    `PARSE_CACHE_COMMANDS` simple commands) are kept and given again (issue 20:
+    the gate parses the same command again when it re-checks a call, and an agent
+    runs the same commands over and over). A parse that ran out of time
+    (`PARSE_TIMEOUT_S`) is never kept: it depends on the machine's load.
 
     Args:
         text: a shell command line or script, as the ``bash`` tool receives it.
@@ -292,15 +305,55 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
         One :class:`SimpleCommand` per simple command, wrappers and the commands
         they run as separate entries, roughly in source order (outer before inner).
         Empty for text without commands (blank, comments, bare assignments).
+        (Frozen objects in a tuple: safe to share between callers.)
 
     Raises:
         UnparseableCommand: see its docstring for the causes.
     """
+    if len(text) > PARSE_CACHE_TEXT_CHARS or type(text) is not str:
+        return _parse_uncached(text)
+    with _cache_lock:
+        found = _cache.get(text)
+        if found is not None:
+            _cache.move_to_end(text)
+    if found is None:
+        try:
+            found = _parse_uncached(text)
+        except _ParseTimeout:
+            raise
+        except UnparseableCommand as exc:
+            found = exc.reason
+        if isinstance(found, str) or len(found) <= PARSE_CACHE_COMMANDS:
+            with _cache_lock:
+                _cache[text] = found
+                if len(_cache) > PARSE_CACHE_ENTRIES:
+                    _cache.popitem(last=False)
+    if isinstance(found, str):
+        raise UnparseableCommand(found)
+    return found
+
+
+PARSE_CACHE_ENTRIES = 256
+"""How many texts' parses `parse_command` keeps (least recently used goes first)."""
+
+PARSE_CACHE_TEXT_CHARS = 4096
+"""The longest text whose parse `parse_command` keeps (characters)."""
+
+PARSE_CACHE_COMMANDS = 64
+"""The most simple commands a kept parse may hold (bounds the cache's memory)."""
+
+# text -> its simple commands, or the reason it is unparseable (`parse_command`).
+_cache: OrderedDict[str, tuple[SimpleCommand, ...] | str] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _parse_uncached(text: str) -> tuple[SimpleCommand, ...]:
+    """`parse_command` without its cache."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_INPUT_BYTES:
         raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
-    if _PROMPT_EXPANSION.search(text) or (
-        _REEVALUATION.search(text)
-        and _DORMANT_CODE.search(text)
+    if ("@P}" in text and _PROMPT_EXPANSION.search(text)) or (
+        _DORMANT_CODE.search(text)
+        and _reevaluates(text)
         and (_has_bracket(text) or _DORMANT_CODE_ALONE.search(text))
     ):
         raise UnparseableCommand(
@@ -311,8 +364,12 @@ def parse_command(text: str) -> tuple[SimpleCommand, ...]:
     # Dangerous variables set where the walk does not see a name: arithmetic
     # (``(( PATH=1 ))``, ``let IFS=2``) and loop variables (``for PATH in ...``).
     # Over-approximated: they count for every command of the text.
-    names = [m.group(1) for m in _LOOP_VARIABLE.finditer(text)]
-    if _ARITHMETIC.search(text):
+    names = (
+        [m.group(1) for m in _LOOP_VARIABLE.finditer(text)]
+        if "for" in text or "select" in text  # what every match contains
+        else []
+    )
+    if ("((" in text or "$[" in text or "let" in text) and _ARITHMETIC.search(text):
         names += [m.group(1) or m.group(2) for m in _ARITHMETIC_ASSIGNED.finditer(text)]
     for name in names:
         if _is_dangerous(name):
@@ -348,6 +405,42 @@ _REEVALUATION = re.compile(
     r"|\]\+?="  # b[x]=1, a=([x]=1)
     r"|\$\{[#!]?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[|:)"
 )
+# `_REEVALUATION`'s alternatives, each with literals one of which every match of
+# it contains: `_reevaluates` searches only those whose literal is in the text
+# (the same truth value as ``_REEVALUATION.search``, without a pass of the whole
+# alternation over every character of a long command; issue 20).
+_REEVALUATION_PARTS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple(
+    (literals, re.compile(part))
+    for literals, part in (
+        (("((", "$[", "${!", "[["), r"\$\(\(|\(\(|\$\[|\$\{!|\[\["),
+        (("let",), r"\blet\b"),
+        (
+            ("read", "mapfile", "getopts", "unset"),
+            r"\b(?:read|mapfile|readarray|getopts|unset)\b[^;&|\n]*(?:\[|\\x0*5[bB]|\\0*133)",
+        ),
+        (("printf",), r"\bprintf\s+-v\b"),
+        (("wait",), r"\bwait\s+-\w*p"),
+        (("[",), r"(?<!\S)-[vR]\s+[^;&|\n\]]*\["),
+        (
+            ("declare", "typeset", "local", "readonly", "export"),
+            r"\b(?:declare|typeset|local|readonly|export)\s+-\w*[niaA]"
+            r"|\b(?:declare|typeset|local|readonly|export)\b[^;&|\n]*\w\[",
+        ),
+        (("]",), r"\]\+?="),
+        (("${",), r"\$\{[#!]?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[|:)"),
+    )
+)
+
+
+def _reevaluates(text: str) -> bool:
+    """``_REEVALUATION.search(text) is not None``, searching only the alternatives
+    whose required literal the text contains (`_REEVALUATION_PARTS`)."""
+    for literals, part in _REEVALUATION_PARTS:
+        if any(literal in text for literal in literals) and part.search(text):
+            return True
+    return False
+
+
 # ``${x@P}`` runs prompt expansion, which decodes ``\044`` and ``\$`` and then runs
 # command substitutions: never read with confidence.
 _PROMPT_EXPANSION = re.compile(r"@P\}")
@@ -424,7 +517,7 @@ def _parse_bounded(src: bytes) -> Tree:
         )
     except ValueError as exc:
         parser.reset()  # else the next parse would resume this one
-        raise UnparseableCommand(f"parsing took longer than {PARSE_TIMEOUT_S:g} s") from exc
+        raise _ParseTimeout(f"parsing took longer than {PARSE_TIMEOUT_S:g} s") from exc
 
 
 # ----------------------------------------------------------------------------
@@ -1460,6 +1553,14 @@ _INERT_LEAVES = frozenset(
     {"raw_string", "ansi_c_string", "comment", "heredoc_start", "heredoc_end"}
 )
 _CODE_MARKERS = re.compile(r"\$[({\[]|`")
+
+
+def _code_marked(text: str) -> bool:
+    """``_CODE_MARKERS.search(text) is not None``; most words have neither ``$``
+    nor a backtick, and ``in`` is cheaper than a regex search (issue 20)."""
+    return ("$" in text or "`" in text) and _CODE_MARKERS.search(text) is not None
+
+
 _DECLARATIONS = frozenset({"declaration_command", "unset_command"})
 _MISREAD = "the shell grammar misreads {} here"
 _MAX_SCANNED_EXPANSIONS = 64
@@ -1634,7 +1735,7 @@ def _visit_is_noop(node: Node, src: bytes) -> bool:
         text = _text(node, src)
         if kind == "word" and ("\n" in text and _RAW_NEWLINE.search(text)):
             return False
-        return not (named and kind not in _INERT_LEAVES and _CODE_MARKERS.search(text))
+        return not (named and kind not in _INERT_LEAVES and _code_marked(text))
     if count > 8 or node.type in _VISITED_SPECIALLY:
         return False
     # `_visit` has no case of its own for this node: it walks the children, and
@@ -1665,7 +1766,7 @@ def _plain_text(node: Node, src: bytes) -> str | None:
     if node.child_count != 0 or not node.is_named:
         return None
     text = _text(node, src)
-    if "\\" in text or "\n" in text or _CODE_MARKERS.search(text):
+    if "\\" in text or "\n" in text or _code_marked(text):
         return None
     return text
 
@@ -1851,7 +1952,7 @@ class _Walker:
             if kind == "word" and _RAW_NEWLINE.search(text):
                 # "ls\n\\rm x" is read as one command with the argument "\n\\rm".
                 raise UnparseableCommand(_MISREAD.format("a line break"))
-            if named and kind not in _INERT_LEAVES and _CODE_MARKERS.search(text):
+            if named and kind not in _INERT_LEAVES and _code_marked(text):
                 # The grammar left code unparsed in this leaf (``${x#$(cmd)}``).
                 self._scan(text, item.via, item.here)
             return []
@@ -2041,9 +2142,10 @@ class _Walker:
     def _plain_command(self, item: _Item) -> list[_Item] | None:
         """`_command` for the most common shape, or None (nothing done) for others:
         a program name that is a plain word (`_plain_text`) and arguments that are
-        plain words or single-quoted strings, one blank or more between them. Same
-        result: no assignment, no redirection, every word what `_decode` makes of
-        it, and no child with anything to walk."""
+        plain words or numbers, single-quoted strings, double-quoted strings without
+        expansions or words glued to single-quoted parts, one blank or more between
+        them. Same result: no assignment, no redirection, every word what `_decode`
+        makes of it, and no child with anything to walk."""
         node, src = item.node, item.src
         children = node.children
         if not children:
@@ -2064,9 +2166,18 @@ class _Walker:
             else:
                 word = inner[0]
                 kind = word.type
-            if kind == "word":
-                text = _plain_text(word, src)
-                if text is None or _is_descriptor(word, src):
+            start = word.start_byte
+            end = word.end_byte
+            if kind == "word" or (kind == "number" and index):
+                # `_plain_text` and `_is_descriptor`, inline (issue 20: the most
+                # frequent step of the walk); `_decode` reads a number leaf as it
+                # reads a word.
+                if word.child_count != 0 or not word.is_named:
+                    return None
+                text = src[start:end].decode("utf-8", "replace")
+                if "\\" in text or "\n" in text or _code_marked(text):
+                    return None
+                if src[end : end + 1] in (b"<", b">") and text.isdigit():
                     return None
                 if not _PATTERN_CHARS.search(text):
                     argv.append(_Word(text, False))
@@ -2075,14 +2186,21 @@ class _Walker:
             elif kind == "raw_string" and index and word.child_count == 0 and word.is_named:
                 # '...': its text without the quotes, nothing live (`_decode_into`).
                 argv.append(_Word(_text(word, src)[1:-1], False))
+            elif (kind == "string" or kind == "concatenation") and index:
+                # "..." without expansions, words glued to '...': what `_decode`
+                # makes of them (`_decode_quick`), when walking them does nothing
+                # (`_visit_is_noop`), as `_command` would find (issue 20).
+                quick = _decode_quick(word, kind, src)
+                if quick is None or _is_descriptor(word, src) or not _visit_is_noop(word, src):
+                    return None
+                argv.append(quick)
             else:
                 return None
-            start = word.start_byte
             if previous_end >= 0:
                 gap = src[previous_end:start]
                 if not gap or (gap[0] == 0x5C and _LINE_CONTINUATIONS.fullmatch(gap)):
                     return None  # joined to the previous word (`_group_words`)
-            previous_end = word.end_byte
+            previous_end = end
         if argv[0].text in _RESERVED_NAMES:
             raise UnparseableCommand(_MISREAD.format(f"the reserved word {argv[0].text!r}"))
         self._emit(argv, (), tuple(dict.fromkeys(self.set_dangerous)), item.via, item.here)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 import os
 import re
 import time
@@ -30,10 +31,10 @@ from pi_sandbox.policies._option_grammar import (
     table_for,
 )
 from pi_sandbox.policies._path_glob import (
+    ToolCwds,
     candidate_paths,
     compile_path_glob,
     resolve_candidates,
-    tool_cwds,
 )
 from pi_sandbox.policies._path_resolution import file_identities
 from pi_sandbox.policies._schema import Decision, ToolCallRule
@@ -553,8 +554,10 @@ class _Call:
         return resolved.forms
 
     @cached_property
-    def _cwds(self) -> tuple[str, ...]:
-        return tool_cwds(self._workspace)
+    def _cwds(self) -> ToolCwds:
+        # Once per decision; the supervisor's own directory only when a path
+        # goes through /proc/self/cwd (issue 20: each realpath is a few lstats).
+        return ToolCwds(self._workspace)
 
     def _unresolved(self, why: str) -> None:
         if self.paths_unknown is None:
@@ -567,7 +570,9 @@ class _Call:
         (up to the workspace): a bind mount or a hard link of a file a rule names
         has no other trace (issue 13 §5)."""
         _ = self.paths
-        return file_identities(self._targets, stop_at=(os.path.realpath(self._workspace),))
+        if not self._targets:
+            return frozenset()  # what file_identities gives for no paths
+        return file_identities(self._targets, stop_at=(self._cwds.real,))
 
     def identity_of(self, literal: str) -> tuple[int, int] | None:
         """The identity of a rule's literal path (relative: to the workspace)."""
@@ -941,8 +946,7 @@ class PolicyRule:
             return first
         program = self.command[0].rpartition("/")[2]
         runtime = command.runtime_words
-        unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
-        arguments = read_arguments(program, argv[1:], unknown)
+        arguments = _command_arguments(program, argv, runtime)
         matched, word = match_arguments(
             self._rule_arguments,
             arguments,
@@ -1067,6 +1071,16 @@ class PolicyRule:
                 )
             return _NO
         return _YES
+
+
+@functools.lru_cache(maxsize=1024)
+def _command_arguments(program: str, argv: tuple[str, ...], runtime: tuple[int, ...]) -> Arguments:
+    """`read_arguments` of a simple command's words after its program, for the
+    option grammar of ``program``; ``runtime``: positions in ``argv`` of words
+    filled in at run time. Pure, so kept (issue 20: every ``command`` rule of
+    the program reads the same command, and a re-check reads it again)."""
+    unknown = [index + 1 in runtime for index in range(len(argv) - 1)] if runtime else None
+    return read_arguments(program, argv[1:], unknown)
 
 
 @dataclass(frozen=True)
@@ -1225,6 +1239,16 @@ class _ToolPlan:
             )
             if len(self._uncovered) < 4096:  # program names come from models: bound it
                 self._uncovered[program] = found
+        return found
+
+    def program_candidates(self, word: str, basename: str) -> Sequence[int]:
+        """The ``command`` rules that expect the program of a simple command whose
+        program word is ``word`` (not expandable), in rule order; every other one
+        gives NO (`PolicyRule._match_command`), whatever the other words are."""
+        program = self.by_program.get(basename)
+        found: Sequence[int] = program.every if program is not None else ()
+        if self.by_path or self.always:
+            found = sorted({*found, *self.by_path.get(word, ()), *self.always})
         return found
 
     def candidates(self, word: str, basename: str, argv: Sequence[str]) -> Sequence[int]:
@@ -1586,8 +1610,13 @@ def _decide_in_tier(
         matched: list[_Candidate] = []
         unknown: tuple[int, str] | None = None
         if active:
-            if expandable or command.runtime_words or command.more_words:
+            if expandable:
                 tried: Sequence[int] = active
+            elif command.runtime_words or command.more_words:
+                # Words filled in at run time may be any second word, but not the
+                # program (the parser refuses that): the rules of other programs
+                # give NO all the same (issue 20).
+                tried = plan.program_candidates(word, basename)
             else:
                 tried = plan.candidates(word, basename, command.argv)
             outcomes: dict[int, _Outcome] = {}
