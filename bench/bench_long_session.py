@@ -1,0 +1,168 @@
+"""Bench: throughput over a long session, first 1,000 calls against the last 1,000
+(issue 20 target 3: the last block may take at most 1.1× the time of the first).
+
+    python bench/bench_long_session.py [--calls 5000] [--block 1000] [--runs 1]
+                                       [--sandbox] [--tool bash|ls] [--profile OUT]
+
+The real ``pi`` CLI runs one session (written to a session file under a fresh agent
+dir) with ``--model scripted``: ``--calls / 50`` prompts, each ``50`` turns of one tool
+call and a closing text turn (a prompt's run stops after ``max_turns`` = 100 turns, so
+the session is many prompts of one conversation, as a long interactive session is).
+Every call's end is timed as its ``tool_execution_end`` event arrives on stdout
+(``--mode json``); a block's time is from the end of the call before it to the end of
+its last call. Prints calls/s of each block and last/first.
+
+The scripted model answers without reading the request (O(1) per turn), so what is
+measured is ours: the agent loop, the context and request building a real provider
+gets (``llm_messages`` of the whole branch), the tool pipeline, the session file.
+
+``--profile OUT`` runs the CLI under cProfile (one run) and writes the stats to OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CALLS_PER_PROMPT = 50
+FINAL_TEXT = "block done"
+
+
+def pi_command() -> list[str]:
+    local = Path(sys.executable).with_name("pi")
+    if local.exists():
+        return [str(local)]
+    return [sys.executable, "-m", "pi_sandbox.cli"]
+
+
+def write_script(path: Path, calls: int, tool: str) -> int:
+    """The script: ``calls`` one-call turns, a text turn after every CALLS_PER_PROMPT.
+    Returns the number of prompts."""
+    arguments = {"command": "true"} if tool == "bash" else {"path": "."}
+    turns: list[dict] = []
+    prompts = 0
+    for i in range(calls):
+        turns.append({"tool_calls": [{"name": tool, "arguments": arguments}]})
+        if (i + 1) % CALLS_PER_PROMPT == 0 or i + 1 == calls:
+            turns.append({"text": FINAL_TEXT})
+            prompts += 1
+    path.write_text(json.dumps(turns) + "\n")
+    return prompts
+
+
+def run_once(
+    root: Path, calls: int, tool: str, sandbox: bool, profile: Path | None
+) -> tuple[list[float], float]:
+    """One session; returns (arrival time of each tool_execution_end, start time)."""
+    script = root / "script.json"
+    prompts = write_script(script, calls, tool)
+    agent = Path(tempfile.mkdtemp(prefix="agent-", dir=root))
+    workspace = root / "ws"
+    workspace.mkdir(exist_ok=True)
+    argv = pi_command()
+    if profile is not None:
+        argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "pi_sandbox.cli"]
+    argv += [
+        "--sandbox" if sandbox else "--no-sandbox",
+        "--mode",
+        "json",
+        "--model",
+        "scripted",
+        "--script",
+        str(script),
+    ]
+    if tool == "ls":
+        argv += ["--tools", "ls"]
+    argv += ["go"] * prompts
+    env = {**os.environ, "PI_CODING_AGENT_DIR": str(agent)}
+    ends: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        cwd=workspace,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    stderr_chunks: list[bytes] = []
+    drain = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()))
+    drain.start()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.perf_counter()
+        # Cheap test before parsing: most lines are other events.
+        if b'"tool_execution_end"' not in line[:60]:
+            continue
+        event = json.loads(line)
+        if event.get("type") == "tool_execution_end":
+            ends.append(now)
+            errors += bool(event.get("isError"))
+    proc.wait()
+    drain.join()
+    if proc.returncode != 0 or len(ends) != calls or errors:
+        tail = b"".join(stderr_chunks)[-800:].decode(errors="replace")
+        raise SystemExit(
+            f"run failed: exit {proc.returncode}, {len(ends)}/{calls} calls, "
+            f"{errors} errors\n{tail}"
+        )
+    sessions = list(agent.rglob("*.jsonl"))
+    if not sessions:
+        raise SystemExit("no session file was written")
+    shutil.rmtree(agent, ignore_errors=True)
+    return ends, start
+
+
+def blocks(ends: list[float], start: float, block: int) -> list[float]:
+    """Seconds per block of ``block`` calls (the first block from the first call's end,
+    so start-up is not in it)."""
+    out = []
+    for first in range(0, len(ends) - block + 1, block):
+        before = ends[first - 1] if first else ends[0]
+        count = block if first else block - 1
+        out.append((ends[first + block - 1] - before) * block / count)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--block", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--sandbox", action="store_true", help="--sandbox (default --no-sandbox)")
+    parser.add_argument("--tool", choices=("bash", "ls"), default="bash")
+    parser.add_argument("--profile", type=Path, help="cProfile the CLI, stats to this file")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="bench-long-"))
+    try:
+        for run in range(args.runs):
+            load = os.getloadavg()
+            ends, start = run_once(
+                root, args.calls, args.tool, args.sandbox, args.profile if run == 0 else None
+            )
+            per_block = blocks(ends, start, args.block)
+            rates = [args.block / s for s in per_block]
+            ratio = per_block[-1] / per_block[0]
+            print(
+                f"run {run + 1}: {args.calls} {args.tool} calls "
+                f"({'sandbox' if args.sandbox else 'no sandbox'}), "
+                f"total {ends[-1] - start:.1f} s, load {load[0]:.2f}"
+            )
+            print("  calls/s per block: " + " ".join(f"{r:.0f}" for r in rates))
+            print(f"  last/first block time: {ratio:.2f}x (target <= 1.10x)", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
