@@ -3,6 +3,7 @@
 
     python bench/bench_long_session.py [--calls 5000] [--block 1000] [--runs 1]
                                        [--sandbox] [--tool bash|ls] [--profile OUT]
+                                       [--baseline-src DIR]
 
 The real ``pi`` CLI runs one session (written to a session file under a fresh agent
 dir) with ``--model scripted``: ``--calls / 50`` prompts, each ``50`` turns of one tool
@@ -16,12 +17,19 @@ The scripted model answers without reading the request (O(1) per turn), so what 
 measured is ours: the agent loop, the context and request building a real provider
 gets (``llm_messages`` of the whole branch), the tool pipeline, the session file.
 
+Also prints the CPU time per call of each block, of the supervisor and of the other
+processes (workers and their children), read from /proc: on a shared machine it
+shows growth that wall time hides in noise.
+
 ``--profile OUT`` runs the CLI under cProfile (one run) and writes the stats to OUT.
+``--baseline-src DIR`` alternates runs of another source tree (``PYTHONPATH=DIR``),
+e.g. ``git archive <commit> src | tar -x -C /tmp/base`` then ``/tmp/base/src``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -58,16 +66,57 @@ def write_script(path: Path, calls: int, tool: str) -> int:
     return prompts
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root_pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by ``root_pid`` itself and by its live
+    descendants (the workers; their exited children count in the worker's ``cutime``
+    once reaped, so they are included too). Less sensitive to other load on the
+    machine than wall time."""
+    stats: dict[int, tuple[int, float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        ppid = int(fields[1])
+        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        stats[int(entry)] = (ppid, own, reaped)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    supervisor = stats.get(root_pid, (0, 0.0, 0.0))[1]
+    others = 0.0
+    stack = list(children.get(root_pid, []))
+    while stack:
+        pid = stack.pop()
+        others += stats[pid][1] + stats[pid][2]
+        stack += children.get(pid, [])
+    return supervisor, others
+
+
 def run_once(
-    root: Path, calls: int, tool: str, sandbox: bool, profile: Path | None
-) -> tuple[list[float], float]:
-    """One session; returns (arrival time of each tool_execution_end, start time)."""
+    root: Path,
+    calls: int,
+    tool: str,
+    sandbox: bool,
+    profile: Path | None,
+    block: int,
+    src: Path | None = None,
+) -> tuple[list[float], float, list[tuple[float, float]]]:
+    """One session; returns (arrival time of each tool_execution_end, start time,
+    CPU seconds of the supervisor and of the other processes at each block's end)."""
     script = root / "script.json"
     prompts = write_script(script, calls, tool)
     agent = Path(tempfile.mkdtemp(prefix="agent-", dir=root))
     workspace = root / "ws"
     workspace.mkdir(exist_ok=True)
-    argv = pi_command()
+    argv = pi_command() if src is None else [sys.executable, "-m", "pi_sandbox.cli"]
     if profile is not None:
         argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "pi_sandbox.cli"]
     argv += [
@@ -83,7 +132,10 @@ def run_once(
         argv += ["--tools", "ls"]
     argv += ["go"] * prompts
     env = {**os.environ, "PI_CODING_AGENT_DIR": str(agent)}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     ends: list[float] = []
+    cpu: list[tuple[float, float]] = []
     errors = 0
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -107,6 +159,8 @@ def run_once(
         if event.get("type") == "tool_execution_end":
             ends.append(now)
             errors += bool(event.get("isError"))
+            if len(ends) % block == 0 or len(ends) == 1:
+                cpu.append(tree_cpu(proc.pid))
     proc.wait()
     drain.join()
     if proc.returncode != 0 or len(ends) != calls or errors:
@@ -119,7 +173,7 @@ def run_once(
     if not sessions:
         raise SystemExit("no session file was written")
     shutil.rmtree(agent, ignore_errors=True)
-    return ends, start
+    return ends, start, cpu
 
 
 def blocks(ends: list[float], start: float, block: int) -> list[float]:
@@ -141,25 +195,46 @@ def main() -> None:
     parser.add_argument("--sandbox", action="store_true", help="--sandbox (default --no-sandbox)")
     parser.add_argument("--tool", choices=("bash", "ls"), default="bash")
     parser.add_argument("--profile", type=Path, help="cProfile the CLI, stats to this file")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="a pi_sandbox source tree (its src/ directory) to run as well, alternating "
+        "with this one, e.g. an export of the commit before a change",
+    )
     args = parser.parse_args()
 
+    sides: list[tuple[str, Path | None]] = [("ours", None)]
+    if args.baseline_src is not None:
+        sides.append(("baseline", args.baseline_src.resolve()))
     root = Path(tempfile.mkdtemp(prefix="bench-long-"))
     try:
-        for run in range(args.runs):
+        for run, (side, src) in itertools.product(range(args.runs), sides):
             load = os.getloadavg()
-            ends, start = run_once(
-                root, args.calls, args.tool, args.sandbox, args.profile if run == 0 else None
+            ends, start, cpu = run_once(
+                root,
+                args.calls,
+                args.tool,
+                args.sandbox,
+                args.profile if run == 0 and src is None else None,
+                args.block,
+                src,
             )
             per_block = blocks(ends, start, args.block)
             rates = [args.block / s for s in per_block]
             ratio = per_block[-1] / per_block[0]
             print(
-                f"run {run + 1}: {args.calls} {args.tool} calls "
+                f"{side} run {run + 1}: {args.calls} {args.tool} calls "
                 f"({'sandbox' if args.sandbox else 'no sandbox'}), "
                 f"total {ends[-1] - start:.1f} s, load {load[0]:.2f}"
             )
             print("  calls/s per block: " + " ".join(f"{r:.0f}" for r in rates))
-            print(f"  last/first block time: {ratio:.2f}x (target <= 1.10x)", flush=True)
+            print(f"  last/first block time: {ratio:.2f}x (target <= 1.10x)")
+            sup = [(b[0] - a[0]) * 1000 / args.block for a, b in itertools.pairwise(cpu)]
+            rest = [(b[1] - a[1]) * 1000 / args.block for a, b in itertools.pairwise(cpu)]
+            print("  supervisor CPU ms/call per block: " + " ".join(f"{x:.2f}" for x in sup))
+            print("  workers (+children) CPU ms/call:  " + " ".join(f"{x:.2f}" for x in rest))
+            if sup and sup[0]:
+                print(f"  supervisor CPU last/first: {sup[-1] / sup[0]:.2f}x", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
