@@ -33,11 +33,13 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CALLS_PER_PROMPT = 50
@@ -187,6 +189,80 @@ def blocks(ends: list[float], start: float, block: int) -> list[float]:
     return out
 
 
+def _median_ms(function: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        function()
+        samples.append((time.perf_counter() - begin) * 1000)
+    return statistics.median(samples)
+
+
+def _context_cost_at(calls: int, repeat: int) -> str:
+    from pi_sandbox.supervisor.agent_session import LlmContext, llm_messages
+    from pi_sandbox.supervisor.providers.openai import _request_body
+    from pi_sandbox.supervisor.sessions.session_file import SessionWriter, context_messages
+
+    def error(message: str, **_: object) -> Exception:
+        return RuntimeError(message)
+
+    writer = SessionWriter.in_memory(Path("/"))
+    writer.append_message({"role": "user", "content": [{"type": "text", "text": "go"}]})
+    for i in range(calls):
+        call = {"type": "toolCall", "id": f"c{i}", "name": "bash"}
+        writer.append_message(
+            {
+                "role": "assistant",
+                "content": [{**call, "arguments": {"command": "true"}}],
+                "usage": {},
+                "stopReason": "toolUse",
+                "timestamp": 1,
+            }
+        )
+        writer.append_message(
+            {
+                "role": "toolResult",
+                "toolCallId": f"c{i}",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": "(no output)"}],
+                "isError": False,
+                "timestamp": 2,
+            }
+        )
+    converter = LlmContext()
+
+    def ours() -> None:
+        # As before each request: the kept context, only the new messages converted.
+        _, messages = writer.context()
+        converter.feed(messages[converter.fed :])
+        converter.result()
+
+    def before() -> None:
+        llm_messages(context_messages(writer._walk(writer.last_id)))
+
+    sent = llm_messages(writer.messages())
+    body = _request_body("m", "prompt", sent, [], error)
+    return (
+        f"  {calls:>5} calls ({len(writer.entries)} entries): ours "
+        f"{_median_ms(ours, repeat):.3f}, before {_median_ms(before, repeat):.3f}; a real "
+        f"provider's share: OpenAI body "
+        f"{_median_ms(lambda: _request_body('m', 'prompt', sent, [], error), repeat):.3f} "
+        f"+ json.dumps {_median_ms(lambda: json.dumps(body), repeat):.3f}"
+    )
+
+
+def context_cost(sizes: tuple[int, ...] = (1000, 5000), repeat: int = 20) -> None:
+    """Per-request cost of building the model context after ``n`` tool calls, in ms
+    (median of ``repeat``): what we do before a request (kept context, incremental
+    provider conversion), what was done before issue 20 (walk the branch, build the
+    context, convert all of it), and what a real provider then pays per request on
+    top, inherent in sending the whole conversation (pi pays it too): the OpenAI
+    request body built from every message, and its JSON encoding."""
+    print(f"context building per request, ms (median of {repeat}), load {os.getloadavg()[0]:.2f}")
+    for n in sizes:
+        print(_context_cost_at(n, repeat), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
@@ -201,7 +277,15 @@ def main() -> None:
         help="a pi_sandbox source tree (its src/ directory) to run as well, alternating "
         "with this one, e.g. an export of the commit before a change",
     )
+    parser.add_argument(
+        "--context-cost",
+        action="store_true",
+        help="only measure the per-request cost of building the context (in process)",
+    )
     args = parser.parse_args()
+    if args.context_cost:
+        context_cost()
+        return
 
     sides: list[tuple[str, Path | None]] = [("ours", None)]
     if args.baseline_src is not None:
