@@ -22,6 +22,8 @@ processes (workers and their children), read from /proc: on a shared machine it
 shows growth that wall time hides in noise.
 
 ``--profile OUT`` runs the CLI under cProfile (one run) and writes the stats to OUT.
+``--loop-only`` times the agent loop alone in process (CPU per turn; see
+`loop_only`). ``--context-cost`` times the context building of one request.
 ``--baseline-src DIR`` alternates runs of another source tree (``PYTHONPATH=DIR``),
 e.g. ``git archive <commit> src | tar -x -C /tmp/base`` then ``/tmp/base/src``.
 """
@@ -263,6 +265,90 @@ def context_cost(sizes: tuple[int, ...] = (1000, 5000), repeat: int = 20) -> Non
         print(_context_cost_at(n, repeat), flush=True)
 
 
+LOOP_CHILD = r"""
+import sys, tempfile, time
+from pathlib import Path
+import trio
+from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.providers.base import AssistantTurn, ToolCall
+from pi_sandbox.supervisor.sessions.session_file import SessionHeader, SessionWriter
+
+calls, block = int(sys.argv[1]), int(sys.argv[2])
+
+class Provider:  # answers at once with one bash call; reads nothing of the request
+    name = model = "scripted"
+    n = 0
+    async def complete(self, **_):
+        await trio.lowlevel.checkpoint()
+        Provider.n += 1
+        call = ToolCall(f"c{Provider.n}", "bash", {"command": "true"})
+        return AssistantTurn(text="", tool_calls=[call], stop_reason="toolUse",
+                             provider="scripted", model="scripted")
+
+class Pool:  # no extensions
+    tools = {}
+    def subscribed(self, event): return False
+    def required_failure(self): return None
+    async def dispatch(self, event, payload): return None
+
+async def emit(event): return None
+
+root = Path(tempfile.mkdtemp(prefix="bench-loop-"))
+writer = SessionWriter(root / "s.jsonl", SessionHeader(id="bench", cwd=str(root)))
+session = AgentSession(provider=Provider(), pool=Pool(), pipeline=None, emit=emit, cwd=root,
+                       writer=writer, active_tools=list, system_prompt=lambda: "prompt")
+
+async def main():
+    writer.append_message({"role": "user", "content": [{"type": "text", "text": "go"}],
+                           "timestamp": 1})
+    start = time.process_time()
+    for i in range(1, calls + 1):
+        if (system := session.system_message()) is not None:
+            writer.append_message(system)
+        turn = await session._request()
+        writer.append_message(session._assistant_message(turn))
+        writer.append_message({"role": "toolResult", "toolCallId": turn.tool_calls[0].id,
+                               "toolName": "bash", "isError": False, "timestamp": 1,
+                               "content": [{"type": "text", "text": "(no output)"}]})
+        if i % block == 0:
+            now = time.process_time()
+            print(f"{(now - start) * 1000 / block:.4f}", flush=True)
+            start = now
+
+trio.run(main)
+"""
+
+
+def loop_only(calls: int, block: int, runs: int, baseline: Path | None) -> None:
+    """The agent loop alone, in process (no workers, no CLI): per model turn, the
+    system-message check, the compaction check, the context and provider messages
+    of the request, the assistant message and a tool result appended to a session
+    file. CPU ms per turn of each block (``time.process_time``), for this tree and,
+    alternating, ``baseline``."""
+    sides: list[tuple[str, Path | None]] = [("ours", None)]
+    if baseline is not None:
+        sides.append(("baseline", baseline.resolve()))
+    for run, (side, src) in itertools.product(range(runs), sides):
+        env = dict(os.environ)
+        if src is not None:
+            env["PYTHONPATH"] = str(src)
+        load = os.getloadavg()[0]
+        out = subprocess.run(
+            [sys.executable, "-c", LOOP_CHILD, str(calls), str(block)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        per_turn = [float(x) for x in out]
+        print(
+            f"{side} run {run + 1} (load {load:.2f}): CPU ms per turn per block of {block}: "
+            + " ".join(f"{x:.3f}" for x in per_turn)
+            + f"; last/first {per_turn[-1] / per_turn[0]:.2f}x",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
@@ -282,9 +368,17 @@ def main() -> None:
         action="store_true",
         help="only measure the per-request cost of building the context (in process)",
     )
+    parser.add_argument(
+        "--loop-only",
+        action="store_true",
+        help="only the agent loop in process (no workers, no CLI), CPU time per block",
+    )
     args = parser.parse_args()
     if args.context_cost:
         context_cost()
+        return
+    if args.loop_only:
+        loop_only(args.calls, args.block, args.runs, args.baseline_src)
         return
 
     sides: list[tuple[str, Path | None]] = [("ours", None)]
