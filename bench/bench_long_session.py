@@ -3,7 +3,8 @@
 
     python bench/bench_long_session.py [--calls 5000] [--block 1000] [--runs 1]
                                        [--sandbox] [--tool bash|ls] [--profile OUT]
-                                       [--baseline-src DIR]
+                                       [--baseline-src DIR] [--loop-only]
+    python bench/bench_long_session.py --context-cost
 
 The real ``pi`` CLI runs one session (written to a session file under a fresh agent
 dir) with ``--model scripted``: ``--calls / 50`` prompts, each ``50`` turns of one tool
