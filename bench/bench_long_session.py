@@ -376,7 +376,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.context_cost:
-        context_cost()
+        context_cost(tuple(sorted({min(1000, args.calls), args.calls})))
         return
     if args.loop_only:
         loop_only(args.calls, args.block, args.runs, args.baseline_src)
