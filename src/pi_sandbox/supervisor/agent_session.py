@@ -42,6 +42,7 @@ from pi_sandbox.supervisor.worker_pool import WorkerPool
 __all__ = [
     "MAX_EXTENSION_TURNS",
     "AgentSession",
+    "LlmContext",
     "build_system_prompt",
     "llm_messages",
     "withheld_message",
@@ -164,74 +165,104 @@ def llm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``system`` messages (pi 1.6.0 records its prompt and tool declarations as such)
     are left out: each program sends its own system prompt and tools. Unknown roles
     (an augmented pi's) are left out too."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role")
-        if role in ("user", "assistant", "toolResult"):
-            out.append(message)
-        elif role == "custom":
-            content = message.get("content")
-            if isinstance(content, str):
-                content = [{"type": "text", "text": content}]
-            out.append(
-                {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
-            )
-        elif role == "compactionSummary":
-            text = COMPACTION_SUMMARY_PREFIX + str(message.get("summary", ""))
-            out.append(_as_user(text + COMPACTION_SUMMARY_SUFFIX, message))
-        elif role == "branchSummary":
-            text = BRANCH_SUMMARY_PREFIX + str(message.get("summary", ""))
-            out.append(_as_user(text + BRANCH_SUMMARY_SUFFIX, message))
-        elif role == "bashExecution" and not message.get("excludeFromContext"):
-            out.append(_as_user(bash_execution_text(message), message))
-    return _closed_tool_calls(out)
+    converter = LlmContext()
+    converter.feed(messages)
+    return converter.result()
 
 
-def _closed_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """pi-ai's ``transformMessages`` passes that do not depend on the target model:
-    an assistant turn that ended in ``error`` or ``aborted`` is not replayed, and a
-    tool call left without a result (a run stopped between the call and its result)
-    gets an error result ``"No result provided"`` before the next assistant or user
-    message — APIs reject a tool call with no result."""
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    answered: set[str] = set()
+def _llm_message(message: dict[str, Any]) -> dict[str, Any] | None:
+    """`llm_messages` of one message (None: left out)."""
+    role = message.get("role")
+    if role in ("user", "assistant", "toolResult"):
+        return message
+    if role == "custom":
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        return {"role": "user", "content": content or [], "timestamp": message.get("timestamp")}
+    if role == "compactionSummary":
+        text = COMPACTION_SUMMARY_PREFIX + str(message.get("summary", ""))
+        return _as_user(text + COMPACTION_SUMMARY_SUFFIX, message)
+    if role == "branchSummary":
+        text = BRANCH_SUMMARY_PREFIX + str(message.get("summary", ""))
+        return _as_user(text + BRANCH_SUMMARY_SUFFIX, message)
+    if role == "bashExecution" and not message.get("excludeFromContext"):
+        return _as_user(bash_execution_text(message), message)
+    return None
 
-    def close() -> None:
-        for call in pending:
-            if call.get("id") not in answered:
-                out.append(
-                    {
-                        "role": "toolResult",
-                        "toolCallId": call.get("id"),
-                        "toolName": call.get("name"),
-                        "content": [{"type": "text", "text": "No result provided"}],
-                        "isError": True,
-                        "timestamp": now_ms(),
-                    }
-                )
-        pending.clear()
-        answered.clear()
 
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            close()
-            if message.get("stopReason") in ("error", "aborted"):
+def _no_result(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "toolResult",
+        "toolCallId": call.get("id"),
+        "toolName": call.get("name"),
+        "content": [{"type": "text", "text": "No result provided"}],
+        "isError": True,
+        "timestamp": now_ms(),
+    }
+
+
+class LlmContext:
+    """`llm_messages`, fed a conversation in pieces: a growing context is converted
+    once, not again on every request (issue 20 target 3).
+
+    The conversion includes pi-ai's ``transformMessages`` passes that do not depend
+    on the target model: an assistant turn that ended in ``error`` or ``aborted`` is
+    not replayed, and a tool call left without a result (a run stopped between the
+    call and its result) gets an error result ``"No result provided"`` before the
+    next assistant or user message — APIs reject a tool call with no result. Those
+    results are stamped when `result` is called, as when the whole list is converted
+    per request.
+    """
+
+    def __init__(self) -> None:
+        self.fed = 0  # how many messages `feed` has taken
+        self._out: list[dict[str, Any]] = []
+        self._filled: list[tuple[int, dict[str, Any]]] = []  # (index in _out, call)
+        self._pending: list[dict[str, Any]] = []
+        self._answered: set[Any] = set()
+
+    def _close(self) -> None:
+        for call in self._pending:
+            if call.get("id") not in self._answered:
+                self._filled.append((len(self._out), call))
+                self._out.append(_no_result(call))
+        self._pending.clear()
+        self._answered.clear()
+
+    def feed(self, messages: list[dict[str, Any]]) -> None:
+        """Convert ``messages``, the ones that follow those fed so far."""
+        self.fed += len(messages)
+        out = self._out
+        for original in messages:
+            message = _llm_message(original)
+            if message is None:
                 continue
-            content = message.get("content")
-            pending.extend(
-                b for b in content or [] if isinstance(b, dict) and b.get("type") == "toolCall"
-            )
-            out.append(message)
-        elif role == "toolResult":
-            answered.add(message.get("toolCallId"))
-            out.append(message)
-        else:
-            close()
-            out.append(message)
-    close()
-    return out
+            role = message.get("role")
+            if role == "assistant":
+                self._close()
+                if message.get("stopReason") in ("error", "aborted"):
+                    continue
+                content = message.get("content")
+                self._pending.extend(
+                    b for b in content or [] if isinstance(b, dict) and b.get("type") == "toolCall"
+                )
+                out.append(message)
+            elif role == "toolResult":
+                self._answered.add(message.get("toolCallId"))
+                out.append(message)
+            else:
+                self._close()
+                out.append(message)
+
+    def result(self) -> list[dict[str, Any]]:
+        """The provider messages of everything fed, a new list (calls still open at
+        the end get their ``"No result provided"`` results, stamped now)."""
+        out = list(self._out)
+        for index, call in self._filled:
+            out[index] = _no_result(call)
+        out += [_no_result(c) for c in self._pending if c.get("id") not in self._answered]
+        return out
 
 
 def _user_message(text: str, images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -317,6 +348,10 @@ class AgentSession:
     thinking_level: str = "off"
     # A run happened since the last ``agent_settled`` (SessionHost emits it).
     ran: bool = False
+    # issue 20 target 3: what the branch declares (`system_message`) and the provider
+    # form of its context (`_provider_messages`), kept up to date as it grows.
+    _declared: _BranchDeclarations = field(default_factory=lambda: _BranchDeclarations())
+    _llm: tuple[SessionWriter, int, LlmContext] | None = None
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -358,20 +393,7 @@ class AgentSession:
         not affect the transcript"). Tools are declared ``{name, description,
         parameters}``; ``toolsRemoved`` names those no longer offered.
         """
-        sections: dict[str, Any] = {}
-        declared: dict[str, dict[str, Any]] = {}
-        for record in self.writer.branch():
-            message = record.get("message") if record.get("type") == "message" else None
-            if not isinstance(message, dict) or message.get("role") != "system":
-                continue
-            if isinstance(message.get("sections"), dict):
-                sections.update(message["sections"])
-            for tool in message.get("toolsRemoved") or []:
-                if isinstance(tool, dict):
-                    declared.pop(str(tool.get("name")), None)
-            for tool in message.get("toolsAdded") or []:
-                if isinstance(tool, dict):
-                    declared[str(tool.get("name"))] = tool
+        sections, declared = self._declared.of(self.writer)
         current = {
             SYSTEM_PROMPT_SECTION: self.system_prompt()
             if self.system_prompt
@@ -713,11 +735,13 @@ class AgentSession:
         if (required := self.pool.required_failure()) is not None:
             # issue 13 §2: no model request without a required guard.
             raise HookFailedError(f"the request was not sent to the model: {required}")
-        # A new list each time (`context_messages`) whose messages are the session's
-        # own records: copied only when a hook is handed them, or a 10,000-entry
-        # session pays a deep copy of its whole context on every request.
-        messages = self.messages
-        if self.pool.subscribed("context") or self.pool.subscribed("before_provider_request"):
+        # The writer's own context list (`SessionWriter.context`): copied only when a
+        # hook is handed it, or a 10,000-entry session pays a deep copy of its whole
+        # context on every request. Unhooked, nothing can change it before it is
+        # converted for the provider, which converts only what is new (`LlmContext`).
+        generation, messages = self.writer.context()
+        hooked = self.pool.subscribed("context") or self.pool.subscribed("before_provider_request")
+        if hooked:
             messages = copy.deepcopy(messages)
         state = await self.chain("context", {"messages": messages})
         if state is not None and isinstance(state.get("messages"), list):
@@ -790,7 +814,9 @@ class AgentSession:
         async def request() -> AssistantTurn:
             return await self.provider.complete(
                 system_prompt=payload["system_prompt"],
-                messages=llm_messages(payload["messages"]),
+                messages=self._provider_messages(
+                    payload["messages"], None if hooked else generation
+                ),
                 tools=tools,
                 on_text_delta=on_delta,
                 on_event=on_event,
@@ -816,6 +842,26 @@ class AgentSession:
             },
         )
         return _with_unique_call_ids(turn)
+
+    def _provider_messages(
+        self, messages: list[dict[str, Any]], generation: int | None
+    ) -> list[dict[str, Any]]:
+        """``llm_messages(messages)``. With ``generation`` (``messages`` is the
+        writer's context list of that generation, unchanged), the messages converted
+        for an earlier request are not converted again (issue 20 target 3)."""
+        if generation is None:
+            return llm_messages(messages)
+        cached = self._llm
+        if (
+            cached is None
+            or cached[0] is not self.writer
+            or cached[1] != generation
+            or cached[2].fed > len(messages)
+        ):
+            cached = self._llm = (self.writer, generation, LlmContext())
+        converter = cached[2]
+        converter.feed(messages[converter.fed :])
+        return converter.result()
 
     def _pending_assistant(self) -> dict[str, Any]:
         """The assistant message as its stream starts (pi 1.6.0's ``message_start``
@@ -872,6 +918,40 @@ class AgentSession:
         message["timestamp"] = now_ms()
         message["thinkingLevel"] = self.thinking_level
         return message
+
+
+class _BranchDeclarations:
+    """The prompt sections and tools the ``system`` messages of a session's current
+    branch declare, replayed in order (`AgentSession.system_message`), folded only
+    over the entries appended since the last call while the branch only grows."""
+
+    def __init__(self) -> None:
+        self.writer: SessionWriter | None = None
+        self.mark: tuple[int, int] | None = None
+        self.sections: dict[str, Any] = {}
+        self.declared: dict[str, dict[str, Any]] = {}
+
+    def of(self, writer: SessionWriter) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """``(sections, declared tools by name)`` of ``writer``'s current branch (the
+        caller must not change them)."""
+        mark = self.mark if self.writer is writer else None
+        self.mark, entries, whole = writer.branch_tail(mark)
+        self.writer = writer
+        if whole:
+            self.sections, self.declared = {}, {}
+        for record in entries:
+            message = record.get("message") if record.get("type") == "message" else None
+            if not isinstance(message, dict) or message.get("role") != "system":
+                continue
+            if isinstance(message.get("sections"), dict):
+                self.sections.update(message["sections"])
+            for tool in message.get("toolsRemoved") or []:
+                if isinstance(tool, dict):
+                    self.declared.pop(str(tool.get("name")), None)
+            for tool in message.get("toolsAdded") or []:
+                if isinstance(tool, dict):
+                    self.declared[str(tool.get("name"))] = tool
+        return self.sections, self.declared
 
 
 # pi's ``api`` names, for providers that do not report ``AssistantTurn.api`` yet.

@@ -69,7 +69,7 @@ from pi_sandbox.supervisor.host_tools import (
 )
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
-from pi_sandbox.supervisor.tool_exposure import ToolExposure, activations_on_branch
+from pi_sandbox.supervisor.tool_exposure import ToolExposure, replay_activations
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
@@ -227,6 +227,8 @@ class SessionHost:
         self._synced: tuple[int, int] | None = None
         self._pool_names: set[str] = set()
         self._branch_leaf: object = object()
+        self._activations_mark: tuple[Any, tuple[int, int]] | None = None
+        self._activations: dict[str, None] = {}
         self._unrecorded: list[str] = []
         self._host_exposure: dict[str, str] = {}
         self._warned_unreachable = False
@@ -727,7 +729,16 @@ class SessionHost:
         leaf = (id(writer), writer.last_id)
         if leaf != self._branch_leaf:
             self._branch_leaf = leaf
-            recorded = activations_on_branch(writer.branch())
+            # issue 20 target 3: the leaf moves with every entry; while the branch only
+            # grows, only the new entries are replayed (`SessionWriter.branch_tail`).
+            known = self._activations_mark
+            mark = known[1] if known is not None and known[0] is writer else None
+            new_mark, entries, whole = writer.branch_tail(mark)
+            if whole:
+                self._activations = {}
+            replay_activations(self._activations, entries)
+            self._activations_mark = (writer, new_mark)
+            recorded = self._activations
             self.exposure.restore([*recorded, *(n for n in self._unrecorded if n not in recorded)])
 
     def expose(self, tool: HostTool, exposure: str) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "Exposure",
     "ToolExposure",
     "activations_on_branch",
+    "replay_activations",
     "script_identifier",
     "tokenize",
 ]
@@ -393,6 +394,14 @@ def activations_on_branch(entries: Iterable[dict[str, Any]]) -> list[str]:
     """Tool names loaded on a session branch: the ``toolsAdded``/``toolsRemoved`` of
     its ``system`` messages replayed in order (pi docs session-format.md "message")."""
     active: dict[str, None] = {}
+    replay_activations(active, entries)
+    return list(active)
+
+
+def replay_activations(active: dict[str, None], entries: Iterable[dict[str, Any]]) -> None:
+    """`activations_on_branch`, continued: apply the ``system`` messages of
+    ``entries`` to ``active`` (tool name → None, in activation order), for a branch
+    folded as it grows (issue 20 target 3)."""
     for entry in entries:
         if entry.get("type") != "message":
             continue
@@ -405,4 +414,3 @@ def activations_on_branch(entries: Iterable[dict[str, Any]]) -> list[str]:
         for tool in message.get("toolsRemoved") or []:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
                 active.pop(tool["name"], None)
-    return list(active)

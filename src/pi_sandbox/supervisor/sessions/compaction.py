@@ -54,6 +54,7 @@ __all__ = [
     "entry_messages",
     "estimate_context_tokens",
     "estimate_tokens",
+    "extend_context_estimate",
     "find_cut_point",
     "format_file_operations",
     "prepare_compaction",
@@ -248,6 +249,38 @@ def estimate_context_tokens(branch: list[dict[str, Any]]) -> ContextEstimate:
     if compaction >= 0:
         trailing += sum(estimate_tokens(m) for i, m in context_projection(branch[: compaction + 1]))
     return ContextEstimate(trailing, 0, trailing, None)
+
+
+def extend_context_estimate(
+    previous: ContextEstimate, offset: int, entries: list[dict[str, Any]]
+) -> ContextEstimate | None:
+    """`estimate_context_tokens` of a branch that grew by ``entries`` since
+    ``previous`` was computed for its first ``offset`` entries, looking only at the
+    new entries (issue 20 target 3: a model that reports no usage would otherwise
+    make every request walk the whole session).
+
+    Returns None when the new entries hold a compaction: the caller computes it
+    again from the whole branch. The result equals ``estimate_context_tokens`` of
+    the whole branch: the backward walk adds the new entries' estimates until it
+    meets a usage, and past them goes on exactly as it did for ``previous``.
+    """
+    trailing = 0
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries[index]
+        if entry.get("type") == "compaction":
+            return None
+        for message in reversed(entry_messages(entry)):
+            usage = _usable_usage(message)
+            if usage is not None:
+                used = calculate_context_tokens(usage)
+                return ContextEstimate(used + trailing, used, trailing, offset + index)
+            trailing += estimate_tokens(message)
+    return ContextEstimate(
+        previous.tokens + trailing,
+        previous.usage_tokens,
+        previous.trailing_tokens + trailing,
+        previous.last_usage_index,
+    )
 
 
 def should_compact(tokens: int, context_window: int, settings: CompactionSettings) -> bool:

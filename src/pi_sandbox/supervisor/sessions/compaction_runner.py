@@ -43,7 +43,9 @@ from pi_sandbox.supervisor.providers.base import normalise_usage
 from pi_sandbox.supervisor.providers.overflow import is_context_overflow
 from pi_sandbox.supervisor.sessions.compaction import (
     CompactionPreparation,
+    ContextEstimate,
     estimate_context_tokens,
+    extend_context_estimate,
     format_file_operations,
     prepare_compaction,
     serialize_conversation,
@@ -54,7 +56,7 @@ from pi_sandbox.supervisor.sessions.compaction_settings import (
     CompactionConfig,
     CompactionSettings,
 )
-from pi_sandbox.supervisor.sessions.session_file import now_ms
+from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 
 if TYPE_CHECKING:
     from pi_sandbox.supervisor.agent_session import AgentSession
@@ -166,6 +168,24 @@ class Compactor:
     auto: bool | None = None
     compacting: bool = False
     loader: Callable[[], CompactionConfig] | None = None
+    # issue 20 target 3: the last estimate, for `estimate`.
+    _estimated: tuple[Any, tuple[int, int], ContextEstimate] | None = field(
+        default=None, repr=False
+    )
+
+    def estimate(self, writer: SessionWriter) -> ContextEstimate:
+        """``estimate_context_tokens(writer.branch())``, looking only at the entries
+        appended since the last call when the branch only grew (issue 20 target 3)."""
+        known = self._estimated
+        mark = known[1] if known is not None and known[0] is writer else None
+        new_mark, entries, whole = writer.branch_tail(mark)
+        result = None
+        if not whole and known is not None:
+            result = extend_context_estimate(known[2], known[1][1], entries)
+        if result is None:
+            result = estimate_context_tokens(entries if whole else writer.branch())
+        self._estimated = (writer, new_mark, result)
+        return result
 
     def reload(self) -> tuple[str, ...]:
         """Read the settings again (``/reload``, a trust change); returns the notices
@@ -212,7 +232,7 @@ class Compactor:
         if not self.auto_enabled(session):
             return
         settings = self.settings_for(session)
-        tokens = estimate_context_tokens(session.writer.branch()).tokens
+        tokens = self.estimate(session.writer).tokens
         if not should_compact(tokens, self.window_for(session), _enabled(settings)):
             return
         try:

@@ -298,6 +298,14 @@ class SessionWriter:
         self.entries: list[dict[str, Any]] = []
         self.by_id: dict[str, dict[str, Any]] = {}
         self.name: str | None = None
+        # issue 20 target 3: the current branch and its model context are kept up to
+        # date as entries are appended, so that a request in a 10,000-entry session
+        # does not walk the whole tree (see `_current_branch`, `context`).
+        self._chain: list[dict[str, Any]] = []
+        self._chain_leaf: str | None = None
+        self._chain_valid = False
+        self._branch_epoch = 0
+        self._context = _ContextCache()
         self._fd = fd
         self._dirty = False
         if path is not None and fd < 0:
@@ -359,6 +367,17 @@ class SessionWriter:
         entry_id = record.get("id")
         if not isinstance(entry_id, str):
             return
+        if (
+            self._chain_valid
+            and entry_id not in self.by_id
+            and record.get("parentId") == self._chain_leaf
+        ):
+            # A child of the cached branch's leaf: the branch to it is one entry longer.
+            self._chain.append(record)
+            self._chain_leaf = entry_id
+        elif entry_id in self.by_id:
+            # A repeated id (a damaged file) re-links the tree: walk it again.
+            self._chain_valid = False
         self.entries.append(record)
         self.by_id[entry_id] = record
         self.last_id = entry_id
@@ -366,9 +385,52 @@ class SessionWriter:
             self.name = record["name"]
 
     def branch(self, leaf: str | None = None) -> list[dict[str, Any]]:
-        """The entries from the root to ``leaf`` (default: the current leaf)."""
+        """The entries from the root to ``leaf`` (default: the current leaf), a new list.
+
+        The current leaf's branch is a copy of the kept one (`branch_tail`); another
+        leaf's is walked from the tree."""
+        if leaf is None or leaf == self.last_id:
+            return list(self._current_branch())
+        return self._walk(leaf)
+
+    def _current_branch(self) -> list[dict[str, Any]]:
+        """The kept branch of the current leaf (not a copy: never mutate it). It is
+        extended in place as children of its leaf are appended; when the leaf moved
+        anywhere else (navigation assigns ``last_id``) it is walked again and
+        ``_branch_epoch`` counts up, so `branch_tail` marks of the old one are void."""
+        if not self._chain_valid or self._chain_leaf != self.last_id:
+            self._chain = self._walk(self.last_id)
+            self._chain_leaf = self.last_id
+            self._chain_valid = True
+            self._branch_epoch += 1
+        return self._chain
+
+    def branch_tail(
+        self, mark: tuple[int, int] | None
+    ) -> tuple[tuple[int, int], list[dict[str, Any]], bool]:
+        """The current branch as seen since ``mark``, for callers that fold it
+        incrementally (issue 20 target 3: per-request work must not grow with the
+        session).
+
+        Args:
+            mark: what an earlier call returned, or None the first time.
+
+        Returns:
+            ``(new mark, entries, whole)``: when the branch has only grown since
+            ``mark``, ``entries`` are the entries appended to it since (``whole``
+            False); otherwise (first call, navigation, a new branch) ``entries`` is
+            the whole branch, root first, and ``whole`` is True. ``entries`` is a new
+            list; the entries themselves are the session's records (read only).
+        """
+        chain = self._current_branch()
+        new_mark = (self._branch_epoch, len(chain))
+        if mark is not None and mark[0] == self._branch_epoch and mark[1] <= len(chain):
+            return new_mark, chain[mark[1] :], False
+        return new_mark, list(chain), True
+
+    def _walk(self, leaf: str | None) -> list[dict[str, Any]]:
         chain: list[dict[str, Any]] = []
-        current = self.last_id if leaf is None else leaf
+        current = leaf
         seen: set[str] = set()
         while current is not None and current in self.by_id and current not in seen:
             seen.add(current)
@@ -379,8 +441,23 @@ class SessionWriter:
 
     def messages(self, leaf: str | None = None) -> list[dict[str, Any]]:
         """The messages the model sees at ``leaf`` (default: the current leaf), as pi
-        1.6.0 builds them (`context_messages`)."""
+        1.6.0 builds them (`context_messages`), in a new list."""
+        if leaf is None or leaf == self.last_id:
+            return list(self.context()[1])
         return context_messages(self.branch(leaf))
+
+    def context(self) -> tuple[int, list[dict[str, Any]]]:
+        """The current leaf's model context, kept up to date as entries are
+        appended (issue 20 target 3): ``(generation, messages)``.
+
+        ``messages`` equals ``context_messages(self.branch())`` and is the writer's
+        own list (never mutate it): while ``generation`` stays the same it only grows
+        at its end, so a caller that converted its first N messages may convert only
+        the rest. A compaction, a context edit or a move of the leaf elsewhere builds
+        it again under a new generation."""
+        mark, entries, whole = self.branch_tail(self._context.mark)
+        self._context.update(mark, entries, whole)
+        return self._context.generation, self._context.messages
 
     def settings(self) -> tuple[tuple[str, str] | None, str]:
         """The branch's recorded ``((provider, model_id) | None, thinking_level)``, as
@@ -674,6 +751,38 @@ def _entry_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+class _ContextCache:
+    """`SessionWriter.context`'s state: the context of the branch up to ``mark``."""
+
+    def __init__(self) -> None:
+        self.mark: tuple[int, int] | None = None
+        self.generation = 0
+        self.messages: list[dict[str, Any]] = []
+        self.edits: dict[Any, dict[str, Any]] = {}
+        self.branch: list[dict[str, Any]] = []
+
+    def update(self, mark: tuple[int, int], entries: list[dict[str, Any]], whole: bool) -> None:
+        self.mark = mark
+        if not whole and not any(e.get("type") in _RESELECTING for e in entries):
+            # Entries after the selection's end: each adds its own messages (the same
+            # loop body as `context_messages`).
+            self.branch += entries
+            _add_context(entries, self.edits, self.messages)
+            return
+        if not whole:
+            entries = self.branch + entries
+        self.branch = entries
+        self.generation += 1
+        selected, self.edits = _selection(entries)
+        # A new list: a caller holding the old generation's keeps it unchanged.
+        self.messages = []
+        _add_context(selected, self.edits, self.messages, skip_first_compaction=False)
+
+
+# Entry types that change which entries the context selects, or their content.
+_RESELECTING = ("compaction", "context_edit")
+
+
 def context_messages(branch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The model context of a branch (root → leaf entries), as pi 1.6.0's
     ``buildSessionContext`` (pi docs session-format.md "Context Building"):
@@ -690,6 +799,17 @@ def context_messages(branch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     System messages stay in the list (extensions see them, as in pi); `llm_messages`
     leaves them out of provider requests: each program sends its own system prompt.
     """
+    selected, edits = _selection(branch)
+    out: list[dict[str, Any]] = []
+    _add_context(selected, edits, out, skip_first_compaction=False)
+    return out
+
+
+def _selection(
+    branch: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """`context_messages` steps 1 and 2: the selected entries and the latest
+    ``context_edit`` per target among them."""
     last = None
     for index, record in enumerate(branch):
         if record.get("type") == "compaction":
@@ -715,9 +835,20 @@ def context_messages(branch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for record in selected
         if record.get("type") == "context_edit"
     }
-    out: list[dict[str, Any]] = []
+    return selected, edits
+
+
+def _add_context(
+    selected: list[dict[str, Any]],
+    edits: dict[Any, dict[str, Any]],
+    out: list[dict[str, Any]],
+    *,
+    skip_first_compaction: bool = True,
+) -> None:
+    """`context_messages` step 3: append the messages of ``selected`` to ``out``. A
+    compaction entry gives messages only as the first of a selection."""
     for index, record in enumerate(selected):
-        if record.get("type") == "compaction" and index > 0:
+        if record.get("type") == "compaction" and (index > 0 or skip_first_compaction):
             continue
         messages = _entry_messages(record)
         edit = edits.get(record.get("id")) if edits else None
@@ -728,7 +859,6 @@ def context_messages(branch: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(replacement, dict):
                 messages = [_replaced(m, replacement.get("content")) for m in messages]
         out += messages
-    return out
 
 
 def _replaced(message: dict[str, Any], content: Any) -> dict[str, Any]:
