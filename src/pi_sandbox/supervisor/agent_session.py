@@ -667,8 +667,9 @@ class AgentSession:
                 await self.after_tools()
             # A batch stops the run only when every call in it asked to (issue 5 case 5).
             terminate = bool(outcomes) and all(o.terminate for o in outcomes)
-        # A turn boundary: what it appended reaches the disk (issue 15 "Robustness").
-        self.writer.sync()
+        # A turn boundary: what it appended reaches the disk (issue 15 "Robustness"),
+        # in a thread while the next turn starts (issue 20: `SessionWriter.sync_soon`).
+        self.writer.sync_soon()
         await self.emit({"type": "turn_end", "message": assistant, "toolResults": results})
         await self.notify(
             "turn_end", {"message": assistant, "tool_results": results}, abortable=False
