@@ -10,7 +10,6 @@ from pathlib import Path
 from pi_sandbox.errors import UsageError
 
 from .base import AssistantTurn, Provider, ToolCall, ToolDefinition
-from .openai import OpenAIProvider
 from .scripted import ScriptedProvider
 
 __all__ = [
@@ -28,12 +27,17 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 def __getattr__(name: str) -> object:
-    # The Anthropic provider is imported only when used: CLI start-up must not pay
-    # for it (issue 16, "CLI start-up unchanged"; tests/unit/test_provider_imports.py).
+    # The HTTP providers are imported only when used: CLI start-up must not pay for
+    # them (issue 16, "CLI start-up unchanged"; issue 20: httpx alone is ~75 ms of a
+    # scripted run's start-up; tests/unit/test_provider_imports.py).
     if name == "AnthropicProvider":
         from .anthropic import AnthropicProvider
 
         return AnthropicProvider
+    if name == "OpenAIProvider":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

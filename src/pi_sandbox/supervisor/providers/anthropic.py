@@ -43,8 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from pi_sandbox.errors import ProviderError
 
 from .base import (
@@ -62,6 +60,7 @@ from .http_stream import (
     IdleDeadline,
     http_timeout,
 )
+from .httpx_import import httpx
 from .retry import TRANSIENT_STATUSES, parse_retry_after
 from .sse import DEFAULT_MAX_EVENT_CHARS, SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 

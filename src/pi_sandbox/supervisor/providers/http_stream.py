@@ -14,8 +14,9 @@ import functools
 import math
 import ssl
 
-import httpx
 import trio
+
+from .httpx_import import httpx
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",

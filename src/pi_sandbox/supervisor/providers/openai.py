@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from pi_sandbox.errors import ProviderError
 
 from .base import (
@@ -41,6 +39,7 @@ from .http_stream import (
     http_timeout,
     shared_ssl_context,
 )
+from .httpx_import import httpx
 from .retry import TRANSIENT_STATUSES, parse_retry_after
 from .sse import SSEDecoder, SSEEvent, SSEEventTooLarge, loads_json
 
