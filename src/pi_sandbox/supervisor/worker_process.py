@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -51,7 +52,7 @@ from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
 from pi_sandbox.supervisor.rpc_channel import RpcChannel
 
-__all__ = ["WorkerProcess", "WorkerSpec", "worker_command"]
+__all__ = ["WorkerProcess", "WorkerSpec", "worker_command", "worker_sys_path"]
 
 _LOG_TAIL_BYTES = 4000
 _MAX_KEPT_LOGS = 100
@@ -64,13 +65,70 @@ SECCOMP_FD = 5
 USERNS_FD = 6
 
 
+# Run by ``python -c``: the paths after the code become sys.path's tail, then the
+# worker's main loop (what ``-m pi_sandbox.worker`` runs, without runpy).
+_BOOTSTRAP = (
+    "import sys;sys.path+=sys.argv[1:];del sys.argv[1:];"
+    "from pi_sandbox.worker.runtime import main;raise SystemExit(main())"
+)
+
+
 def worker_command() -> list[str]:
     """The argv that starts a worker with this interpreter.
 
-    ``-I``: isolated mode (no user site, ``PYTHON*`` variables ignored — so ``-B`` is
-    needed to keep extensions from leaving ``__pycache__`` beside their files).
+    ``-I``: isolated mode (no user site, no script or current directory on
+    ``sys.path``, ``PYTHON*`` variables ignored — so ``-B`` is needed to keep
+    extensions from leaving ``__pycache__`` beside their files). ``-S``: no `site`
+    (about 3 ms of every worker's start, issue 20 §5): the entries it would add
+    are computed once here (`worker_sys_path`) and passed as arguments.
     """
-    return [sys.executable, "-I", "-B", "-m", "pi_sandbox.worker"]
+    return [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, *worker_sys_path()]
+
+
+@functools.cache
+def worker_sys_path() -> tuple[str, ...]:
+    """What `site` adds to ``sys.path`` in ``python -I`` with this interpreter:
+    its site-packages directories, the directories their ``.pth`` files name, and
+    the directory holding ``pi_sandbox`` (an editable install's ``src/``).
+
+    The interpreter's own entries (the stdlib, ``lib-dynload``) are there without
+    `site`. ``.pth`` lines that are code (``import …``) are not run in a worker:
+    an extension relying on one (an import hook installed by a ``.pth``) must
+    import what it needs itself. Computed once per process.
+    """
+    import site
+
+    entries: list[str] = []
+
+    def add(path: str) -> None:
+        path = os.path.abspath(path)
+        if path not in entries and os.path.exists(path):
+            entries.append(path)
+
+    for sitedir in site.getsitepackages():
+        if not os.path.isdir(sitedir):
+            continue
+        add(sitedir)
+        try:
+            names = sorted(os.listdir(sitedir))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".pth") or name.startswith("."):
+                continue
+            try:
+                with open(os.path.join(sitedir, name), encoding="utf-8") as handle:
+                    lines = handle.read().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in lines:
+                if not line.strip() or line.startswith(("#", "import ", "import\t")):
+                    continue
+                add(os.path.join(sitedir, line.rstrip()))
+    import pi_sandbox
+
+    add(os.path.dirname(os.path.dirname(os.path.abspath(pi_sandbox.__file__))))
+    return tuple(entries)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ Exactly one place turns a handler exception into a wire error: ``_run_request``.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from pi_sandbox.worker.api import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings anyway
+    import socket
     from collections.abc import Callable
     from typing import Any
 
@@ -825,7 +825,11 @@ def _load_extension(path: str, host: Any = None) -> tuple[ExtensionAPI, Any]:
 def main() -> int:
     """Serve the channel on fd 3 until EOF or ``shutdown``; returns the exit status."""
     try:
-        sock = socket.socket(fileno=methods.WORKER_FD)
+        # The C socket type: the same recv/sendall without socket.py and selectors
+        # (part of every worker's start, issue 20 §5).
+        import _socket
+
+        sock = _socket.socket(fileno=methods.WORKER_FD)
     except OSError as exc:
         print(f"pi worker: no channel on fd {methods.WORKER_FD}: {exc}", file=sys.stderr)
         return 2
