@@ -58,7 +58,7 @@ from pi_sandbox.supervisor.extension_discovery import (
     discover_extensions,
     extension_name,
 )
-from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
+from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec, ensure_worker_bytecode
 
 __all__ = [
     "MAX_EXTENSION_RESTARTS",
@@ -677,6 +677,8 @@ class WorkerPool:
         """
         self._nursery = nursery
         self._on_tool_update = on_tool_update
+        # Once per process: N workers must not each compile their modules (issue 20 §5).
+        await trio.to_thread.run_sync(ensure_worker_bytecode)
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
         self._check_reachable([str(source.path) for source in sources])
@@ -709,6 +711,8 @@ class WorkerPool:
         """
         self._nursery = nursery
         self._on_tool_update = on_tool_update
+        # Once per process: N workers must not each compile their modules (issue 20 §5).
+        await trio.to_thread.run_sync(ensure_worker_bytecode)
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
         # Before any worker starts (its bwrap may create mount points in the
