@@ -219,6 +219,7 @@ def main() -> None:
     print(f"# python {sys.version.split()[0]}, {os.cpu_count()} cpus, pid {os.getpid()}")
     columns = [
         ("ready", "start→ready"),
+        ("sum_prepare", "prepare"),
         ("session_start", "session_start"),
         ("sum_profile", "Σprofile"),
         ("sum_spawn", "Σspawn"),

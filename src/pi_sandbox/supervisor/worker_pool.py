@@ -621,10 +621,27 @@ class WorkerPool:
         from pi_sandbox.sandbox.seccomp_filter import seccomp_program
 
         self._bwrap = find_bwrap()
-        await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
-        await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
-        self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
+        # The bwrap probe (a process), the seccomp program (built once, cached) and the
+        # cgroup detection wait on different things: done at once (issue 20 §5). Each
+        # failure is kept and the first in this order raised, as when run in turn.
+        steps = (functools.partial(probe_bwrap, self._bwrap), seccomp_program, CgroupLimiter.detect)
+        results: list[Any] = [None] * len(steps)
+        failures: list[BaseException | None] = [None] * len(steps)
+
+        async def run_step(index: int) -> None:
+            try:
+                results[index] = await trio.to_thread.run_sync(steps[index])
+            except Exception as exc:
+                failures[index] = exc
+
+        async with trio.open_nursery() as steps_nursery:
+            for index in range(len(steps)):
+                steps_nursery.start_soon(run_step, index)
+        self.cgroups = results[2]  # set before raising: `aclose` removes its tree
+        for failure in failures:
+            if failure is not None:
+                raise failure
         identity = workspace_identity(workspace)
         if identity is not None:
             self._userns = await trio.to_thread.run_sync(
