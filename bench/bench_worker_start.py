@@ -20,6 +20,8 @@ instrumentation, the product code is unchanged):
   and max), i.e. bwrap's sandbox set-up, the interpreter, the worker's imports, the
   extension's import and factory;
 - ``CPU sup``: CPU of the supervisor for the whole start (all threads);
+- ``CPU all``: with ``--cpuacct``, the CPU of every process from the start to the
+  last worker's exit: supervisor, bwrap, sandboxed workers;
 
 
 Usage: ``python bench/bench_worker_start.py [--rounds 3] [--counts 1,5,10] [--no-sandbox]``
@@ -117,6 +119,36 @@ def instrument() -> None:
     process_module.os = _Os()  # type: ignore[assignment]
 
 
+_CPUACCT: Path | None = None  # --cpuacct: the cgroup (v1 cpuacct) this process runs in
+
+
+def join_cpuacct() -> None:
+    """Move this process into a cgroup v1 ``cpuacct`` group of its own, so the CPU of
+    everything it starts — bwrap, its init, the sandboxed workers — is counted
+    (the pool moves workers into pids/memory cgroups, never cpuacct). Needs root
+    and a v1 cpuacct hierarchy."""
+    global _CPUACCT
+    group = Path(f"/sys/fs/cgroup/cpuacct/pi-bench-start-{os.getpid()}")
+    group.mkdir()
+    (group / "cgroup.procs").write_text(str(os.getpid()))
+    _CPUACCT = group
+
+
+def leave_cpuacct() -> None:
+    if _CPUACCT is not None:
+        with contextlib.suppress(OSError):
+            Path("/sys/fs/cgroup/cpuacct/cgroup.procs").write_text(str(os.getpid()))
+            time.sleep(0.1)
+            _CPUACCT.rmdir()
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and all it started (``--cpuacct``), else 0."""
+    if _CPUACCT is None:
+        return 0.0
+    return int((_CPUACCT / "cpuacct.usage").read_text()) / 1e9
+
+
 def self_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -130,7 +162,7 @@ async def one_start(config: PoolConfig, hooks: list[Path], limit: int = 0) -> di
     _phases.clear()
     _start_slots = trio.CapacityLimiter(limit) if limit > 0 else None
     pool = WorkerPool(config)
-    cpu_sup = self_cpu()
+    cpu_sup, cpu_tree = self_cpu(), tree_cpu()
     result: dict[str, float] = {}
     try:
         async with trio.open_nursery() as nursery:
@@ -149,6 +181,9 @@ async def one_start(config: PoolConfig, hooks: list[Path], limit: int = 0) -> di
                 nursery.cancel_scope.cancel()
     finally:
         shutil.rmtree(pool.log_dir, ignore_errors=True)
+    if _CPUACCT is not None:
+        time.sleep(0.05)  # the last workers' exit
+        result["cpu_tree"] = tree_cpu() - cpu_tree
     for name, values in _phases.items():
         result[f"sum_{name}"] = sum(values)
     shakes = _phases.get("handshake", [])
@@ -156,6 +191,64 @@ async def one_start(config: PoolConfig, hooks: list[Path], limit: int = 0) -> di
         result["handshake_p50"] = statistics.median(shakes)
         result["handshake_max"] = max(shakes)
     return result
+
+
+def pieces(root: Path, hook: Path, rounds: int) -> None:
+    """Where one sandboxed extension worker's start goes: each piece run alone,
+    sequentially, alternating, median wall (ms) of ``rounds`` runs each."""
+    from pi_sandbox.sandbox import build_bwrap_argv
+    from pi_sandbox.sandbox.profile import worker_profile
+    from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
+    from pi_sandbox.supervisor.worker_process import worker_command, worker_sys_path
+
+    workspace, home, agent_dir = (root / n for n in ("workspace", "home", "agent"))
+    profile = worker_profile(
+        "extension", workspace=workspace, home=home, agent_dir=agent_dir, extra_ro=[hook]
+    )
+    bwrap = find_bwrap()
+    py = sys.executable
+    paths = "import sys;sys.path+=sys.argv[1:];"
+    imports = "import pi_sandbox.worker.runtime, pi_sandbox.worker.confinement"
+    cases = [
+        ("python -I -c pass", [py, "-I", "-c", "pass"], False),
+        ("python -I -S -c pass", [py, "-I", "-S", "-c", "pass"], False),
+        (
+            "python -I -B -m … (before): imports of a worker",
+            [py, "-I", "-B", "-c", imports],
+            False,
+        ),
+        (
+            "python -I -S -B -c … (now): imports of a worker",
+            [py, "-I", "-S", "-B", "-c", paths + imports, *worker_sys_path()],
+            False,
+        ),
+        ("bwrap (extension profile, seccomp) /bin/true", ["/bin/true"], True),
+        ("bwrap + python -I -S -c pass", [py, "-I", "-S", "-c", "pass"], True),
+        (
+            "bwrap + worker imports (now)",
+            [py, "-I", "-S", "-B", "-c", paths + imports, *worker_sys_path()],
+            True,
+        ),
+    ]
+    assert worker_command()[1:4] == ["-I", "-S", "-B"]
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    for _ in range(rounds):
+        for name, command, sandboxed in cases:
+            argv, fds = command, ()
+            seccomp = None
+            if sandboxed:
+                seccomp = seccomp_memfd()
+                argv = build_bwrap_argv(profile, command, bwrap=bwrap, seccomp_fd=seccomp)
+                fds = (seccomp,)
+            start = time.perf_counter()
+            subprocess.run(argv, check=True, pass_fds=fds)
+            samples[name].append(time.perf_counter() - start)
+            if seccomp is not None:
+                os.close(seccomp)
+    print(f"\n# one worker's pieces, alone, median of {rounds} (ms); load {os.getloadavg()}")
+    print("| piece | wall p50 (ms) |\n|---|---|")
+    for name, values in samples.items():
+        print(f"| {name} | {statistics.median(values) * 1000:.1f} |")
 
 
 def python_baseline(count: int) -> float:
@@ -172,6 +265,14 @@ def main() -> None:
     parser.add_argument("--counts", default="1,5,10")
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument(
+        "--cpuacct",
+        action="store_true",
+        help="count the CPU of every process of a start (root, cgroup v1 cpuacct)",
+    )
+    parser.add_argument(
+        "--pieces", type=int, default=0, help="also time one worker's pieces, N runs each"
+    )
+    parser.add_argument(
         "--concurrency",
         default="",
         help="comma-separated limits on the workers starting at once, compared in "
@@ -183,6 +284,8 @@ def main() -> None:
     if sandbox:
         probe_bwrap(find_bwrap())
     instrument()
+    if args.cpuacct:
+        join_cpuacct()
     root = Path(tempfile.mkdtemp(prefix="pi-bench-start-"))
     try:
         workspace, home, agent_dir, hooks_dir = (
@@ -208,8 +311,11 @@ def main() -> None:
                     samples[count, limit].append(trio.run(one_start, config, hooks[:count], limit))
                 baseline[count].append(python_baseline(count))
         load = os.getloadavg()
+        if args.pieces and sandbox:
+            pieces(root, hooks[0], args.pieces)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        leave_cpuacct()
 
     def ms(value: float) -> str:
         return f"{value * 1000:.1f}"
@@ -229,6 +335,7 @@ def main() -> None:
         ("handshake_p50", "handshake p50"),
         ("handshake_max", "handshake max"),
         ("cpu_sup", "CPU sup"),
+        ("cpu_tree", "CPU all (start+stop)"),
     ]
     print(
         "| N exts | starting at once | "
