@@ -130,3 +130,12 @@ def test_an_extension_importing_an_installed_package_loads_in_a_worker(tmp_path)
     errors, loaded = trio.run(main)
     assert errors == []
     assert loaded == 1
+
+
+def test_bytecode_is_not_compiled_where_it_cannot_be_written(tmp_path, monkeypatch):
+    source = tmp_path / "mod.py"
+    source.write_text("VALUE = 1\n")
+    # As root every directory is writable: the read-only install is the OS's answer.
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert compile_stale([str(source)]) == 0
+    assert not (tmp_path / "__pycache__").exists()

@@ -203,6 +203,9 @@ def compile_stale(sources: list[str]) -> int:
                 continue
         except OSError:
             pass  # no bytecode yet (or no source: py_compile says so below)
+        cache_dir = os.path.dirname(cfile)
+        if not os.access(cache_dir if os.path.isdir(cache_dir) else directory, os.W_OK):
+            continue  # a read-only install: not compiled in vain at every run
         with contextlib.suppress(OSError, py_compile.PyCompileError):
             py_compile.compile(
                 source,
