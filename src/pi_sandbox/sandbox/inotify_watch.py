@@ -19,7 +19,6 @@ Only the stdlib (``ctypes``); Linux only.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from collections.abc import Iterable
@@ -55,8 +54,9 @@ class DirectoryWatch:
     """
 
     def __init__(self) -> None:
-        libc_name = ctypes.util.find_library("c") or "libc.so.6"
-        libc = ctypes.CDLL(libc_name, use_errno=True)
+        # The process's own symbols, libc's included: find_library would run
+        # ``ldconfig -p`` (a process) at every run's start (issue 20 §5).
+        libc = ctypes.CDLL(None, use_errno=True)
         try:
             self._init = libc.inotify_init1
             self._add = libc.inotify_add_watch

@@ -58,7 +58,7 @@ from pi_sandbox.supervisor.extension_discovery import (
     discover_extensions,
     extension_name,
 )
-from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
+from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec, ensure_worker_bytecode
 
 __all__ = [
     "MAX_EXTENSION_RESTARTS",
@@ -668,10 +668,27 @@ class WorkerPool:
         from pi_sandbox.sandbox.seccomp_filter import seccomp_program
 
         self._bwrap = find_bwrap()
-        await trio.to_thread.run_sync(probe_bwrap, self._bwrap)
-        await trio.to_thread.run_sync(seccomp_program)  # built once, cached
         remove_stale_cgroups()
-        self.cgroups = await trio.to_thread.run_sync(CgroupLimiter.detect)
+        # The bwrap probe (a process), the seccomp program (built once, cached) and the
+        # cgroup detection wait on different things: done at once (issue 20 §5). Each
+        # failure is kept and the first in this order raised, as when run in turn.
+        steps = (functools.partial(probe_bwrap, self._bwrap), seccomp_program, CgroupLimiter.detect)
+        results: list[Any] = [None] * len(steps)
+        failures: list[BaseException | None] = [None] * len(steps)
+
+        async def run_step(index: int) -> None:
+            try:
+                results[index] = await trio.to_thread.run_sync(steps[index])
+            except Exception as exc:
+                failures[index] = exc
+
+        async with trio.open_nursery() as steps_nursery:
+            for index in range(len(steps)):
+                steps_nursery.start_soon(run_step, index)
+        self.cgroups = results[2]  # set before raising: `aclose` removes its tree
+        for failure in failures:
+            if failure is not None:
+                raise failure
         identity = workspace_identity(workspace)
         if identity is not None:
             self._userns = await trio.to_thread.run_sync(
@@ -724,6 +741,8 @@ class WorkerPool:
         """
         self._nursery = nursery
         self._on_tool_update = on_tool_update
+        # Once per process: N workers must not each compile their modules (issue 20 §5).
+        await trio.to_thread.run_sync(ensure_worker_bytecode)
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
         self._check_reachable([str(source.path) for source in sources])
@@ -756,6 +775,8 @@ class WorkerPool:
         """
         self._nursery = nursery
         self._on_tool_update = on_tool_update
+        # Once per process: N workers must not each compile their modules (issue 20 §5).
+        await trio.to_thread.run_sync(ensure_worker_bytecode)
         if self._needs_bwrap(sources) and self._bwrap is None:
             await self._prepare_sandbox(nursery)
         # Before any worker starts (its bwrap may create mount points in the

@@ -15,7 +15,6 @@ Exactly one place turns a handler exception into a wire error: ``_run_request``.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from pi_sandbox.worker.api import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at worker start; annotations are strings anyway
+    import socket
     from collections.abc import Callable
     from typing import Any
 
@@ -811,7 +811,14 @@ def _load_extension(path: str, host: Any = None) -> tuple[ExtensionAPI, Any]:
     neither a ``.py`` file nor a package directory, ``TypeError`` when the module has no
     callable ``extension``.
     """
-    import importlib.util  # extension workers only; the tool worker never pays for it
+    try:
+        # The import system's own functions (what importlib.util re-exports), loaded
+        # before any code runs: importlib.util itself would import contextlib,
+        # warnings… at every extension worker's start (issue 20 §5).
+        from _frozen_importlib import module_from_spec
+        from _frozen_importlib_external import spec_from_file_location
+    except ImportError:  # not CPython
+        from importlib.util import module_from_spec, spec_from_file_location
 
     target = path
     search: list[str] | None = None
@@ -824,12 +831,10 @@ def _load_extension(path: str, host: Any = None) -> tuple[ExtensionAPI, Any]:
         raise ImportError(f"no extension file at {path}")
     stem = os.path.basename(os.path.normpath(path)).removesuffix(".py")
     module_name = "pi_extension_" + "".join(c if c.isalnum() else "_" for c in stem)
-    spec = importlib.util.spec_from_file_location(
-        module_name, target, submodule_search_locations=search
-    )
+    spec = spec_from_file_location(module_name, target, submodule_search_locations=search)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     factory = getattr(module, "extension", None)
@@ -844,7 +849,11 @@ def _load_extension(path: str, host: Any = None) -> tuple[ExtensionAPI, Any]:
 def main() -> int:
     """Serve the channel on fd 3 until EOF or ``shutdown``; returns the exit status."""
     try:
-        sock = socket.socket(fileno=methods.WORKER_FD)
+        # The C socket type: the same recv/sendall without socket.py and selectors
+        # (part of every worker's start, issue 20 §5).
+        import _socket
+
+        sock = _socket.socket(fileno=methods.WORKER_FD)
     except OSError as exc:
         print(f"pi worker: no channel on fd {methods.WORKER_FD}: {exc}", file=sys.stderr)
         return 2
@@ -852,7 +861,7 @@ def main() -> int:
     # bwrap let through (a descriptor the supervisor's process had inheritable, the
     # status or seccomp fds) is closed before any extension or tool code runs.
     os.closerange(methods.WORKER_FD + 1, _max_fd())
-    import signal
+    import _signal as signal  # the C module: signal.py builds its enums at import
 
     def on_sigterm(signum: int, frame: object) -> None:
         _kill_commands()
