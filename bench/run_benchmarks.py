@@ -201,6 +201,9 @@ class Target:
     stretch: float | None = None
     unit: str = "ms"
     load1: float = 0.0  # 1-minute load average when the row was recorded
+    # ours_i / pi_i of the runs made side by side (same round), when both have them:
+    # how far the load swings moved the ratio within the run.
+    paired: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -229,6 +232,7 @@ class Target:
             "target": self.limit,
             "stretch": self.stretch,
             "verdict": self.verdict,
+            "paired_ratios": [round(r, 3) for r in self.paired],
             "loadavg_1min": round(self.load1, 2),
         }
 
@@ -241,7 +245,7 @@ def render_targets(targets: Sequence[Target]) -> str:
     headers = ["config", "ours", base_label, "ratio", "target", "verdict"]
     for key in extra:
         headers += [PI_LABELS[key], f"ours/{PI_LABELS[key].split()[-1]}"]
-    headers.append("load")
+    headers += ["paired p50 (min-max)", "load"]
     table = [headers]
     for t in targets:
         target = "" if t.limit is None else f"<= {t.limit:.2f}x"
@@ -259,6 +263,11 @@ def render_targets(targets: Sequence[Target]) -> str:
             theirs = t.pis.get(key)
             line.append(fmt_ms(theirs, t.unit))
             line.append(f"{t.ours / theirs:.2f}x" if t.ours is not None and theirs else "-")
+        if t.paired:
+            p = sorted(t.paired)
+            line.append(f"{statistics.median(p):.2f}x ({p[0]:.2f}-{p[-1]:.2f})")
+        else:
+            line.append("-")
         line.append(f"{t.load1:.1f}")
         table.append(line)
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
@@ -324,6 +333,12 @@ class Report:
     ) -> None:
         """Add an issue 20 target row from the p50 of series ``ours`` and of each pi's
         series (``pis``: PiAnchor.key -> series name), judged against ``pis[base]``."""
+        mine, theirs = self.samples.get(ours), self.samples.get(pis.get(base, ""))
+        paired = (
+            [o / p for o, p in zip(mine, theirs, strict=True) if p]
+            if mine and theirs and len(mine) == len(theirs)
+            else []
+        )
         self.targets.append(
             Target(
                 label,
@@ -334,6 +349,7 @@ class Report:
                 stretch,
                 unit,
                 os.getloadavg()[0],
+                paired,
             )
         )
 
@@ -2972,6 +2988,7 @@ def _bare_idle_rss(env: Env, code: str = BARE_TRIO_IDLE) -> int:
 
 
 def _mib_series(report: Report, name: str, kb: Sequence[int]) -> None:
+    report.samples[name] = list(kb)  # raw kB, in run order (for paired ratios)
     mib = [k / 1024 for k in kb]
     report.series[name] = {
         "n": len(mib),

@@ -40,19 +40,19 @@ def test_a_target_is_met_at_or_below_its_limit_and_not_met_above(bench):
 def test_the_targets_table_has_one_row_per_config_with_ours_pi_ratio_target_and_verdict(bench):
     targets = [
         bench.Target("(e) 10 hooks, --sandbox", 900.0, {"pi16": 1000.0, "pi073": 1200.0},
-                     "pi16", 1.0, 0.7, load1=3.5),
+                     "pi16", 1.0, 0.7, load1=3.5, paired=[0.8, 1.1, 0.9]),
         bench.Target("(i.e) memory, Pss", 160.0, {"pi16": 100.0}, "pi16", 1.5, unit="MiB"),
     ]  # fmt: skip
     lines = bench.render_targets(targets).splitlines()
     assert lines[0].split() == [
         "config", "ours", "pi", "1.6.0", "ratio", "target", "verdict",
-        "pi", "0.73.1", "ours/0.73.1", "load",
+        "pi", "0.73.1", "ours/0.73.1", "paired", "p50", "(min-max)", "load",
     ]  # fmt: skip
     assert len(lines) == 2 + len(targets)
     first, second = lines[2], lines[3]
     assert "0.90x" in first and "<= 1.00x (stretch 0.70x)" in first and " met" in first
     assert "0.75x" in first  # ours / pi 0.73.1
-    assert first.rstrip().endswith("3.5")
+    assert "0.90x (0.80-1.10)" in first and first.rstrip().endswith("3.5")
     assert "1.60x" in second and "NOT met" in second and "160.00 MiB" in second
 
 
