@@ -14,6 +14,7 @@ import functools
 import os
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -266,7 +267,7 @@ class WorkerPool:
         self.external_tools: dict[str, RegisteredTool] = {}
         self.load_errors: list[dict[str, str]] = []
         self._bwrap: str | None = None
-        _remove_stale_log_dirs()
+        _remove_stale_log_dirs_in_background()
         self._log_dir = Path(tempfile.mkdtemp(prefix=f"pi-workers-{os.getpid()}-"))
         self._counter = 0
         self._nursery: trio.Nursery | None = None
@@ -1703,6 +1704,23 @@ class WorkerPool:
             )
         with contextlib.suppress(OSError):
             (self._log_dir / KEPT_LOGS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+_stale_log_cleanup = threading.Lock()
+_stale_log_cleanup_started = False
+
+
+def _remove_stale_log_dirs_in_background() -> None:
+    """`_remove_stale_log_dirs` in a daemon thread, once per process: it scans the
+    whole temporary directory (40–90 ms on a crowded ``/tmp``), which no start-up
+    needs to wait for (issue 20). Only directories of processes that no longer exist
+    are removed, never this run's; one cut short by our exit is finished by the next."""
+    global _stale_log_cleanup_started
+    with _stale_log_cleanup:
+        if _stale_log_cleanup_started:
+            return
+        _stale_log_cleanup_started = True
+    threading.Thread(target=_remove_stale_log_dirs, name="pi-log-cleanup", daemon=True).start()
 
 
 def _remove_stale_log_dirs() -> None:
