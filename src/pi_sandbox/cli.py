@@ -1088,7 +1088,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # `pi --list-models | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_OK
-    # Heavy imports after argument parsing: `pi --help` stays fast.
+    # Heavy imports after argument parsing: `pi --help` stays fast. trio looks up
+    # libpthread (to name its threads) with `ctypes.util.find_library`, which runs
+    # `ldconfig -p`: a process on every start unless answered by soname (issue 20).
+    from pi_sandbox.shared_libraries import known_sonames
+
+    with known_sonames():
+        import trio  # noqa: F401
+
     from pi_sandbox.supervisor.run import RunOptions, run_print_session
 
     cwd = Path(args.directory).expanduser() if args.directory else Path.cwd()

@@ -33,14 +33,13 @@ cause and the fix; `seccomp_status` returns that message instead.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from pi_sandbox.errors import SandboxUnavailableError
+from pi_sandbox.shared_libraries import known_sonames
 
 __all__ = [
     "ALLOWED_SOCKET_FAMILIES",
@@ -275,41 +274,11 @@ def seccomp_status() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _sonames_first() -> Iterator[None]:
-    """While pyseccomp is imported, `ctypes.util.find_library` answers ``"c"`` and
-    ``"seccomp"`` with ``libc.so.6`` and ``libseccomp.so.2`` when those load: it
-    would run ``ldconfig -p`` (a process, several ms) for each, at the start of
-    every sandboxed run (issue 20 §5). Any other name, or a soname that does not
-    load, goes to the real one."""
-    import ctypes
-    import ctypes.util
-
-    real = ctypes.util.find_library
-    sonames = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
-
-    def find_library(name: str) -> str | None:
-        soname = sonames.get(name)
-        if soname is not None:
-            try:
-                ctypes.CDLL(soname)
-                return soname
-            except OSError:
-                pass
-        return real(name)
-
-    ctypes.util.find_library = find_library
-    try:
-        yield
-    finally:
-        ctypes.util.find_library = real
-
-
 @functools.cache
 def _build() -> _Built:
     """Generate the program with libseccomp. Cached on success only."""
     try:
-        with _sonames_first():
+        with known_sonames():  # no `ldconfig -p` process (issue 20 §5)
             import pyseccomp
     except ImportError as exc:
         raise SandboxUnavailableError(
