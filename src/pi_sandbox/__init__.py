@@ -7,4 +7,4 @@ here would be paid for at every worker start (DESIGN §2).
 
 __all__ = ["__version__"]
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"

@@ -547,6 +547,17 @@ async def _run_stoppable(
             raise single from None
 
 
+async def _import_after_spawn() -> None:
+    """Import what the run needs once its workers are up, while they start: the task
+    first runs when `WorkerPool.start` has spawned every worker and waits for their
+    handshakes, so ~100 ms of imports use the time the workers' interpreters and
+    sandboxes take to start on the other core instead of adding to it (issue 20)."""
+    import pi_sandbox.supervisor.agent_session
+    import pi_sandbox.supervisor.rpc_mode
+    import pi_sandbox.supervisor.session_host
+    import pi_sandbox.supervisor.tool_pipeline  # noqa: F401
+
+
 async def _run(
     options: RunOptions,
     provider: Any,
@@ -557,19 +568,14 @@ async def _run(
 ) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.resources.resource_set import trust_store_path
-    from pi_sandbox.supervisor.agent_session import AgentSession
     from pi_sandbox.supervisor.extension_requirements import inactive_warnings, load_stop_reason
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
-    from pi_sandbox.supervisor.rpc_mode import serve_rpc
     from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
-    from pi_sandbox.supervisor.session_host import SessionHost
     from pi_sandbox.supervisor.sessions.session_file import SessionWriter
-    from pi_sandbox.supervisor.tool_pipeline import (
-        ToolPipeline,
-        quarantine_event,
-        report_extension_errors,
-    )
     from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
+
+    # The agent loop, the tool pipeline (jsonschema) and the modes are imported once
+    # the workers have been spawned, while they start (`_import_after_spawn`).
 
     _forbid_ptrace_and_proc_reads()
     stop = stop if stop is not None else RunStop()
@@ -738,6 +744,8 @@ async def _run(
     stop.on_hurry.append(pool.kill_all)
 
     async def report_quarantine(finding: Any) -> None:
+        from pi_sandbox.supervisor.tool_pipeline import quarantine_event
+
         await output(quarantine_event(finding))
 
     pool.on_quarantine = report_quarantine
@@ -813,8 +821,18 @@ async def _run(
                     # issue 19 §4: servers connect in parallel with the workers' start.
                     mcp = await _start_mcp(options, start, pool, output, audit.record, nursery)
                 # Workers first: a run that cannot start its sandbox leaves no session file.
+                nursery.start_soon(_import_after_spawn)
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
+                from pi_sandbox.supervisor.agent_session import AgentSession
+                from pi_sandbox.supervisor.rpc_mode import serve_rpc
+                from pi_sandbox.supervisor.session_host import SessionHost
+                from pi_sandbox.supervisor.tool_pipeline import (
+                    ToolPipeline,
+                    quarantine_event,
+                    report_extension_errors,
+                )
+
                 if options.mcp and pool.mcp_servers:
                     if mcp is None:
                         mcp = await _start_mcp(
