@@ -1377,6 +1377,8 @@ def console_main() -> None:
             thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # the descriptor was closed when Python started
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: Python exits 120 on this

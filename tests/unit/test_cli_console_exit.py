@@ -37,6 +37,24 @@ def test_the_status_and_the_output_of_main_are_kept(tmp_path: Path) -> None:
     assert "--modle" in usage.stderr and "NOT-REACHED" not in usage.stdout
 
 
+def test_a_closed_stdout_or_stderr_keeps_the_status(tmp_path: Path) -> None:
+    # red team F2: Python sets sys.stdout/sys.stderr to None when the descriptor was
+    # closed at start (cron, daemons); the run's status must stay main's.
+    for closed in ("1", "2"):
+        code = (
+            "import os, sys\n"
+            f"os.close({closed})\n"
+            "os.execv(sys.executable, [sys.executable, '-c', "
+            '\'import sys; from pi_sandbox import cli; sys.argv=["pi", "--version"]; '
+            "cli.console_main()'])\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (closed, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
 def test_atexit_functions_and_other_threads_finish_before_the_process_leaves(
     tmp_path: Path,
 ) -> None:
