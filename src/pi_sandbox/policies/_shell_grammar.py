@@ -489,6 +489,10 @@ _ARITHMETIC_ASSIGNED = re.compile(
 _LOOP_VARIABLE = re.compile(r"\b(?:for|select)\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
+_BLANKS_ONLY_TO_THE_GRAMMAR = re.compile("[\r\v\f]")
+_BLANK_NAMES = {"\r": "carriage return", "\v": "vertical tab", "\f": "form feed"}
+
+
 PARSE_TIMEOUT_S = 0.25
 """Longest tree-sitter may take on one script (seconds): some inputs of a few dozen
 KiB (``((a`` repeated) take it tens of seconds, on the supervisor's event loop."""
@@ -1077,13 +1081,88 @@ def _variables_set(argv: Sequence[_Word]) -> Iterator[str]:
             yield match.group(1)
 
 
+_SU_FLAGS = frozenset("lmpfP")
+_SU_VALUED = frozenset("csgGw")
+_SU_LONG_FLAGS = frozenset(
+    {"--login", "--preserve-environment", "--fast", "--pty", "--help", "--version"}
+)
+_SU_LONG_VALUED = frozenset(
+    {
+        "--command",
+        "--session-command",
+        "--shell",
+        "--group",
+        "--supp-group",
+        "--whitelist-environment",
+    }
+)
+
+
 def _su_script(argv: Sequence[_Word]) -> _Word | None:
-    for i, word in enumerate(argv[1:], start=1):
-        if word.text in ("-c", "--command") and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.text.startswith("--command="):
-            return _Word(word.text.split("=", 1)[1], word.dynamic)
-    return None
+    """The script ``su`` runs with ``-c``/``--command``/``--session-command`` (also in
+    a cluster: ``-lc CMD``), or None for a plain login shell.
+
+    util-linux su reads its options anywhere (``su root -c CMD``). Anything this
+    does not fully understand is unparseable (fail closed, red team of issue 20):
+    an unknown option, a word computed at run time, ``-c`` without its script (it
+    is then given at run time: ``xargs su -c``), ``-s``/``--shell`` (su runs the
+    program it names: ``su -s /bin/rm``), and words after the user name (handed
+    to the shell).
+
+    Raises:
+        UnparseableCommand: see above.
+    """
+    script: _Word | None = None
+    users = 0
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        text = word.text
+        i += 1
+        if word.dynamic:
+            raise UnparseableCommand("a word of su is computed at run time")
+        if text == "-":
+            continue  # --login
+        if text.startswith("--"):
+            name, equals, value = text.partition("=")
+            if name in _SU_LONG_FLAGS and not equals:
+                continue
+            if name not in _SU_LONG_VALUED:
+                raise UnparseableCommand(f"su option {name} is not known")
+            if equals:
+                given = _Word(value, False)
+            elif i < len(argv):
+                given, i = argv[i], i + 1
+            else:
+                raise UnparseableCommand(f"su {name} has no value: it is given at run time")
+            if name == "--shell":
+                raise UnparseableCommand("su --shell runs the program it names")
+            if name in ("--command", "--session-command"):
+                script = given
+            continue
+        if text.startswith("-"):
+            for position, letter in enumerate(text[1:], start=2):
+                if letter in _SU_FLAGS:
+                    continue
+                if letter not in _SU_VALUED:
+                    raise UnparseableCommand(f"su option -{letter} is not known")
+                rest = text[position:]
+                if rest:
+                    given = _Word(rest, False)
+                elif i < len(argv):
+                    given, i = argv[i], i + 1
+                else:
+                    raise UnparseableCommand(f"su -{letter} has no value: it is given at run time")
+                if letter == "s":
+                    raise UnparseableCommand("su -s runs the program it names")
+                if letter == "c":
+                    script = given
+                break
+            continue
+        users += 1
+        if users > 1:
+            raise UnparseableCommand("su hands the words after the user name to the shell")
+    return script
 
 
 def _find_actions(argv: Sequence[_Word]) -> Iterator[tuple[str, Sequence[_Word], str]]:
@@ -1851,6 +1930,15 @@ class _Walker:
         if "\0" in text:
             # bash drops NUL bytes from a script (`r<NUL>m` runs rm); the grammar stops there.
             raise UnparseableCommand("the command contains a NUL byte")
+        if (blank := _BLANKS_ONLY_TO_THE_GRAMMAR.search(text)) is not None:
+            # tree-sitter-bash reads CR, VT and FF as blanks (and backslash-CR-LF as a
+            # line continuation); bash reads them as characters of a word, so
+            # `echo x<CR># ; rm -rf d` is one comment to the grammar and runs rm
+            # (red team, issue 20). Such a command is not decided on a guess.
+            raise UnparseableCommand(
+                f"the command contains a {_BLANK_NAMES[blank.group()]}, which bash reads "
+                "as part of a word and the parser as a blank"
+            )
         src = text.encode("utf-8", "surrogatepass")
         if len(src) > MAX_INPUT_BYTES:
             raise UnparseableCommand(f"the command is longer than {MAX_INPUT_BYTES // 1024} KiB")
