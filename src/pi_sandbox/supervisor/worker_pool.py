@@ -1295,9 +1295,12 @@ class WorkerPool:
             finally:
                 for sent in flights:
                     sent.scope.cancel()
-                for gate in self._host_gates.values():
-                    gate.set()
-                self._host_gates.clear()
+                    # Only this dispatch's gates: another tool_call dispatched at the
+                    # same time (parallel calls, codemode) keeps its own (red team).
+                    if sent.gate is not None:
+                        sent.gate.set()
+                        if self._host_gates.get(sent.worker) is sent.gate:
+                            del self._host_gates[sent.worker]
         return await self._dispatch(event, payload, only, timeout_s, None)
 
     def _has_observers(self, event: str) -> bool:
