@@ -284,6 +284,91 @@ async def test_the_host_calls_of_the_extension_after_observers_wait_for_them(ope
         assert pool.host.calls and all(seen_done for _, seen_done in pool.host.calls)
 
 
+async def test_overlapping_dispatches_keep_each_others_host_call_gates(open_pool, tmp_path):
+    # Red team: two tool_call dispatches in flight at once (parallel calls, codemode)
+    # shared one gate per worker; the one ending first released the other's, so a
+    # host call the later extension made for the first call could run before the
+    # observer before it had returned. The observer holds the call named "slow" until
+    # the test releases it; the later extension makes its host call for "slow" only
+    # after the "fast" dispatch has ended. (A host call cannot name its dispatch, so
+    # it waits for every dispatch in flight that holds that worker's calls.)
+    started, release, done = (tmp_path / n for n in ("started", "release", "done"))
+    fast_ended, calling = tmp_path / "fast-ended", tmp_path / "calling"
+    slow = tmp_path / "slow.py"
+    slow.write_text(
+        "import os, time\n"
+        "def extension(pi):\n"
+        "    def handler(event, ctx):\n"
+        "        if event.input.get('command') != 'slow':\n"
+        "            return None\n"
+        f"        open({str(started)!r}, 'w').close()\n"
+        "        deadline = time.monotonic() + 60\n"
+        f"        while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
+        "            time.sleep(0.01)\n"
+        f"        open({str(done)!r}, 'w').close()\n"
+        "    pi.on('tool_call', handler, observe_only=True)\n"
+    )
+    asker = tmp_path / "asker.py"
+    asker.write_text(
+        "import os, time\n"
+        "def extension(pi):\n"
+        "    def handler(event, ctx):\n"
+        "        command = event.input.get('command')\n"
+        "        if command != 'slow':\n"
+        "            return None\n"
+        "        deadline = time.monotonic() + 60\n"
+        f"        while not os.path.exists({str(fast_ended)!r}):\n"
+        "            if time.monotonic() > deadline:\n"
+        "                break\n"
+        "            time.sleep(0.01)\n"
+        f"        open({str(calling)!r}, 'w').close()\n"
+        "        pi.append_entry('seen', {'command': command})\n"
+        "    pi.on('tool_call', handler)\n"
+    )
+
+    class Host:
+        def __init__(self):
+            self.calls = []
+
+        async def host_call(self, worker, request):
+            text = json.dumps(request.params, default=str)
+            command = "slow" if '"slow"' in text else "fast" if '"fast"' in text else None
+            self.calls.append((command, done.exists()))
+            return "entry-1"
+
+        def __getattr__(self, name):
+            async def ignored(*args, **kwargs):
+                return None
+
+            return ignored
+
+    async with open_pool([slow, asker]) as pool:
+        pool.host = Host()
+        outcomes = {}
+
+        async def run(command):
+            outcomes[command] = await pool.dispatch("tool_call", payload(command))
+
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run, "slow")
+                while not started.exists():  # the slow observer holds its call
+                    await trio.sleep(0.01)
+                await run("fast")  # begins and ends while "slow" is in flight
+                fast_ended.touch()
+                while not calling.exists():
+                    await trio.sleep(0.01)
+                # A host call let through early arrives within moments; give it
+                # time to, then let the observer return.
+                with trio.move_on_after(0.5):
+                    while not any(c == "slow" for c, _ in pool.host.calls):
+                        await trio.sleep(0.01)
+                release.touch()
+        assert all(o.failure is None for o in outcomes.values()), outcomes
+        slow_calls = [seen_done for command, seen_done in pool.host.calls if command == "slow"]
+        assert slow_calls == [True], pool.host.calls
+
+
 async def _ignore(event):
     return None
 

@@ -334,7 +334,9 @@ class WorkerPool:
         self._spawned: list[WorkerProcess] = []
         # Host calls of a worker sent a tool_call ahead of the observe-only extensions
         # before it wait here until those finished (issue 20 target 2, `_send_group`).
-        self._host_gates: dict[WorkerProcess, trio.Event] = {}
+        # Per worker, the gates of the tool_call dispatches in flight that sent it a
+        # call ahead of observers (`_send_group`); its host calls wait for all of them.
+        self._host_gates: dict[WorkerProcess, list[trio.Event]] = {}
 
     @property
     def guarded(self) -> bool:
@@ -928,10 +930,10 @@ class WorkerPool:
             from pi_sandbox.errors import HostCallError
 
             raise HostCallError("no session is running", code=methods.ERROR_HOST)
-        gate = self._host_gates.get(worker)
-        if gate is not None:
+        for gate in list(self._host_gates.get(worker, ())):
             # Sent its tool_call while observe-only extensions before it still ran:
-            # its actions wait for them, as they would have in load order.
+            # its actions wait for them, as they would have in load order. A host
+            # call cannot name its dispatch, so it waits for every one in flight.
             await gate.wait()
         return await self.host.host_call(worker, request)
 
@@ -1299,8 +1301,11 @@ class WorkerPool:
                     # same time (parallel calls, codemode) keeps its own (red team).
                     if sent.gate is not None:
                         sent.gate.set()
-                        if self._host_gates.get(sent.worker) is sent.gate:
-                            del self._host_gates[sent.worker]
+                        gates = self._host_gates.get(sent.worker, [])
+                        if sent.gate in gates:
+                            gates.remove(sent.gate)
+                        if not gates:
+                            self._host_gates.pop(sent.worker, None)
         return await self._dispatch(event, payload, only, timeout_s, None)
 
     def _has_observers(self, event: str) -> bool:
@@ -1344,7 +1349,8 @@ class WorkerPool:
             observer = event in worker.registrations.observers  # type: ignore[union-attr]
             gate = None
             if not observer and len(members) > 1:  # the last one, after observers
-                gate = self._host_gates[worker] = trio.Event()
+                gate = trio.Event()
+                self._host_gates.setdefault(worker, []).append(gate)
             item = _Sent(worker, params["state"], observer=observer, gate=gate)
             sent[index] = item
             flights.append(item)
