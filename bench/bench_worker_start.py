@@ -50,17 +50,9 @@ from pi_sandbox.supervisor import worker_process as process_module
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
 
-HOOK_EXTENSION = '''"""A trivial tool_call hook (the same work as anchors/pi-hook-ext.ts)."""
-
-
-def extension(pi):
-    def on_tool_call(event, ctx):
-        if event.tool_name == "bash" and "NEVER-MATCHES" in str(event.input.get("command")):
-            return {"block": True, "reason": "x"}
-        return None
-
-    pi.on("tool_call", on_tool_call)
-'''
+# The hook every benchmark of this folder uses (run_benchmarks.HOOK_EXTENSION).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_benchmarks import HOOK_EXTENSION
 
 # name -> list of durations (seconds) recorded during the current start
 _phases: dict[str, list[float]] = defaultdict(list)

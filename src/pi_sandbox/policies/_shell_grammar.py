@@ -1081,21 +1081,20 @@ def _variables_set(argv: Sequence[_Word]) -> Iterator[str]:
             yield match.group(1)
 
 
-_SU_FLAGS = frozenset("lmpfP")
+_SU_FLAGS_TEXT = "lmpfP"
+_SU_FLAGS = frozenset(_SU_FLAGS_TEXT)
 _SU_VALUED = frozenset("csgGw")
 _SU_LONG_FLAGS = frozenset(
     {"--login", "--preserve-environment", "--fast", "--pty", "--help", "--version"}
 )
-_SU_LONG_VALUED = frozenset(
-    {
-        "--command",
-        "--session-command",
-        "--shell",
-        "--group",
-        "--supp-group",
-        "--whitelist-environment",
-    }
-)
+_SU_LONG_VALUED = {
+    "--command": "c",
+    "--session-command": "c",
+    "--shell": "s",
+    "--group": "g",
+    "--supp-group": "G",
+    "--whitelist-environment": "w",
+}
 
 
 def _su_script(argv: Sequence[_Word]) -> _Word | None:
@@ -1123,45 +1122,38 @@ def _su_script(argv: Sequence[_Word]) -> _Word | None:
             raise UnparseableCommand("a word of su is computed at run time")
         if text == "-":
             continue  # --login
+        inline: str | None
         if text.startswith("--"):
             name, equals, value = text.partition("=")
             if name in _SU_LONG_FLAGS and not equals:
                 continue
             if name not in _SU_LONG_VALUED:
                 raise UnparseableCommand(f"su option {name} is not known")
-            if equals:
-                given = _Word(value, False)
-            elif i < len(argv):
-                given, i = argv[i], i + 1
-            else:
-                raise UnparseableCommand(f"su {name} has no value: it is given at run time")
-            if name == "--shell":
-                raise UnparseableCommand("su --shell runs the program it names")
-            if name in ("--command", "--session-command"):
-                script = given
+            letter, inline = _SU_LONG_VALUED[name], value if equals else None
+        elif text.startswith("-"):
+            cluster = text[1:]
+            flags = len(cluster) - len(cluster.lstrip(_SU_FLAGS_TEXT))
+            if flags == len(cluster):
+                continue
+            letter, name = cluster[flags], f"-{cluster[flags]}"
+            if letter not in _SU_VALUED:
+                raise UnparseableCommand(f"su option {name} is not known")
+            inline = cluster[flags + 1 :] or None
+        else:
+            users += 1
+            if users > 1:
+                raise UnparseableCommand("su hands the words after the user name to the shell")
             continue
-        if text.startswith("-"):
-            for position, letter in enumerate(text[1:], start=2):
-                if letter in _SU_FLAGS:
-                    continue
-                if letter not in _SU_VALUED:
-                    raise UnparseableCommand(f"su option -{letter} is not known")
-                rest = text[position:]
-                if rest:
-                    given = _Word(rest, False)
-                elif i < len(argv):
-                    given, i = argv[i], i + 1
-                else:
-                    raise UnparseableCommand(f"su -{letter} has no value: it is given at run time")
-                if letter == "s":
-                    raise UnparseableCommand("su -s runs the program it names")
-                if letter == "c":
-                    script = given
-                break
-            continue
-        users += 1
-        if users > 1:
-            raise UnparseableCommand("su hands the words after the user name to the shell")
+        if inline is not None:
+            given = _Word(inline, False)
+        elif i < len(argv):
+            given, i = argv[i], i + 1
+        else:
+            raise UnparseableCommand(f"su {name} has no value: it is given at run time")
+        if letter == "s":
+            raise UnparseableCommand(f"su {name} runs the program it names")
+        if letter == "c":
+            script = given
     return script
 
 
