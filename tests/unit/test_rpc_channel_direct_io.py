@@ -115,7 +115,11 @@ async def test_a_peer_flooding_notifications_does_not_starve_other_tasks():
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(channel.run)
-            # Another task keeps getting turns while the reader always has data.
+            # The flood has reached the reader (a condition, not a guess: on a busy
+            # machine the flooding thread may start late) ...
+            while seen == 0:
+                await trio.sleep(0.001)
+            # ... and another task keeps getting turns while the reader has data.
             while ticks < 200:
                 await trio.lowlevel.checkpoint()
                 ticks += 1
