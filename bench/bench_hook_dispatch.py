@@ -33,9 +33,9 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.supervisor import rpc_channel
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers import rpc_channel
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 TRIVIAL = '''"""bench: one tool_call hook that only looks."""
 

@@ -50,7 +50,7 @@ async def _round_trips(calls: int, root: Path) -> dict[str, float]:
     from pi_sandbox.supervisor.mcp.manager import McpManager
     from pi_sandbox.supervisor.providers.base import ToolCall
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
-    from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
     ws, home, agent = root / "ws", root / "home", root / "agent"
     for path in (ws, home, agent):

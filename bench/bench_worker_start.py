@@ -46,9 +46,9 @@ from typing import Any
 import trio
 
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-from pi_sandbox.supervisor import worker_process as process_module
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers import worker_process as process_module
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 # The hook every benchmark of this folder uses (run_benchmarks.HOOK_EXTENSION).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -191,7 +191,7 @@ def pieces(root: Path, hook: Path, rounds: int) -> None:
     from pi_sandbox.sandbox import build_bwrap_argv
     from pi_sandbox.sandbox.profile import worker_profile
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
-    from pi_sandbox.supervisor.worker_process import worker_command, worker_sys_path
+    from pi_sandbox.supervisor.workers.worker_process import worker_command, worker_sys_path
 
     workspace, home, agent_dir = (root / n for n in ("workspace", "home", "agent"))
     profile = worker_profile(

@@ -74,8 +74,8 @@ try:
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
     from pi_sandbox.supervisor.providers.base import ToolCall
     from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
-    from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
-    from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec
+    from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_process import WorkerProcess, WorkerSpec
 except ImportError as _exc:  # pragma: no cover - a usage error, not a benchmark result
     sys.exit(
         f"run_benchmarks.py: {_exc}; run it with the interpreter that has pi-sandbox installed"
@@ -435,7 +435,7 @@ def machine_info(bwrap: str | None) -> dict[str, Any]:
 
 def base_env(home: Path) -> dict[str, str]:
     """The small environment an unsandboxed worker gets (WorkerPool's own allowlist)."""
-    from pi_sandbox.supervisor.worker_pool import unsandboxed_env
+    from pi_sandbox.supervisor.workers.worker_pool import unsandboxed_env
 
     return unsandboxed_env(home)
 

@@ -63,7 +63,7 @@ def workspace(tmp_path: Path) -> Path:
 def open_pool(tmp_path: Path, workspace: Path):
     """An async context manager factory that starts a WorkerPool and always reaps it;
     keyword arguments past ``origin`` are further `PoolConfig` fields."""
-    from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
     @asynccontextmanager
     async def opener(

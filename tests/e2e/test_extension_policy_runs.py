@@ -14,7 +14,7 @@ import trio
 
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
-from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ from pi_sandbox.supervisor.agent_session import AgentSession
 from pi_sandbox.supervisor.session_host import SessionHost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
-from pi_sandbox.supervisor.worker_pool import (
+from pi_sandbox.supervisor.workers.worker_pool import (
     CANCEL_GRACE_S,
     ExtensionSource,
     PoolConfig,

@@ -354,7 +354,7 @@ def test_worker_logs_a_run_kept_survive_a_later_run_and_name_the_failure(tmp_pat
 
 def test_a_dead_runs_log_directory_it_did_not_keep_is_removed_by_the_next_run(tmp_path: Path):
     """The control: the next run still removes what a killed run left."""
-    from pi_sandbox.supervisor import worker_pool
+    from pi_sandbox.supervisor.workers import worker_pool
 
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()

@@ -270,7 +270,7 @@ def test_a_quarantine_flood_stops_the_tools_and_ends_the_run_with_an_error(tmp_p
     # Red-team F8: a loop re-creating .envrc made 2,305 quarantine entries and as
     # many warnings in 60 s. Now the cap ends the run (exit 1, one clear error),
     # the loop dies with the sandbox, and repeats are reported once.
-    from pi_sandbox.supervisor.worker_pool import QUARANTINE_CAP
+    from pi_sandbox.supervisor.workers.worker_pool import QUARANTINE_CAP
 
     audit = tmp_path / "audit.jsonl"
     started = time.monotonic()

@@ -24,7 +24,7 @@ from pi_sandbox.supervisor.session_host import SessionHost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 from pi_sandbox.supervisor.tool_pipeline import HostTool, ToolPipeline
 from pi_sandbox.supervisor.tool_selection import ToolSelection
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 WAIT_S = 120.0
 

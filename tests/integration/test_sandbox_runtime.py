@@ -15,7 +15,7 @@ from pi_sandbox.errors import SandboxUnavailableError
 from pi_sandbox.protocol import methods
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 pytestmark = pytest.mark.usefixtures("require_bwrap")
 
@@ -233,7 +233,7 @@ async def test_a_guard_that_cannot_record_every_directory_says_so(tmp_path, work
 
     (workspace / "a" / "b").mkdir(parents=True)
     monkeypatch.setattr(
-        "pi_sandbox.supervisor.worker_pool.PersistenceGuard",
+        "pi_sandbox.supervisor.workers.worker_pool.PersistenceGuard",
         functools.partial(PersistenceGuard, max_directories=1),
     )
     pool = make_pool(tmp_path, workspace)

@@ -338,7 +338,7 @@ async def test_an_extension_that_keeps_crashing_is_disabled_and_ends_the_run(
     open_pool, ext, workspace
 ):
     from pi_sandbox.errors import WorkerCrashedError
-    from pi_sandbox.supervisor.worker_pool import MAX_EXTENSION_RESTARTS
+    from pi_sandbox.supervisor.workers.worker_pool import MAX_EXTENSION_RESTARTS
 
     async with open_pool([ext("suicide")]) as pool:
         pipeline = pipeline_for(pool, workspace)
@@ -418,7 +418,7 @@ async def test_a_worker_that_prints_without_end_gets_a_capped_log(open_pool, tmp
 async def test_a_project_extension_cannot_take_over_a_tool_of_a_user_extension(
     open_pool, tmp_path, workspace
 ):
-    from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
     def tool_ext(name: str, answer: str) -> Path:
         path = tmp_path / f"{name}.py"

@@ -27,7 +27,7 @@ from pi_sandbox.policies import ExtensionRules
 from pi_sandbox.protocol import hook_kinds
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
-from pi_sandbox.supervisor.worker_pool import (
+from pi_sandbox.supervisor.workers.worker_pool import (
     MAX_EXTENSION_RESTARTS,
 )
 

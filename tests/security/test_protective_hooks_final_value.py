@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 from fake_openai import FakeOpenAI, text, tool_calls

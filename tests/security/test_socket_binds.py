@@ -163,7 +163,7 @@ def test_an_explicit_sockets_grant_binds_exactly_that_socket(layout, daemon, req
 
 
 def test_a_worker_with_a_socket_grant_names_it_in_its_audit_record(layout, daemon):
-    from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
     records: list[dict] = []
     pool = WorkerPool(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.policies._effective import ExtensionRules
-from pi_sandbox.supervisor.worker_pool import ExtensionSource, discover_extensions
+from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, discover_extensions
 
 POLICY = "/etc/pi/policy.yaml"
 PROJECT_POLICY = "/ws/.pi/policy.yaml"
@@ -109,7 +109,7 @@ def test_a_true_capability_needs_a_matching_entry_on_some_form():
 
 
 def test_the_pool_passes_the_discovered_path_to_the_capabilities(tree, tmp_path):
-    from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+    from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
     _, ws, agent = tree
     symlinked_helper(ws)

@@ -18,7 +18,7 @@ from policy_tier_files import Files
 from pi_sandbox.policies import Policy
 from pi_sandbox.policies._extension_limits import LIMIT_DEFAULTS
 from pi_sandbox.sandbox.settings import SandboxLimits, SandboxSettings
-from pi_sandbox.supervisor.worker_pool import ExtensionSource, PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
 DEFAULT_LIMITS = SandboxLimits()
 
@@ -201,7 +201,7 @@ def test_the_pool_gives_user_extensions_the_higher_tier_settings_and_project_one
         seen.append(kwargs["settings"])
         raise _Stop
 
-    import pi_sandbox.supervisor.worker_pool as worker_pool
+    import pi_sandbox.supervisor.workers.worker_pool as worker_pool
 
     monkeypatch.setattr(worker_pool, "worker_profile", fake_profile)
     for settings in (pool.config.extension_settings, None):

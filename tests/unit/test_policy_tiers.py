@@ -27,7 +27,7 @@ from pi_sandbox.policies import (
     load_policy_file,
 )
 from pi_sandbox.sandbox.settings import SandboxLimits
-from pi_sandbox.supervisor.worker_pool import ExtensionSource, discover_extensions
+from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, discover_extensions
 
 DEFAULT_LIMITS = SandboxLimits()
 

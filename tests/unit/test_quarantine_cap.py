@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pi_sandbox.sandbox.persistence_guard import Finding
-from pi_sandbox.supervisor.worker_pool import QUARANTINE_CAP, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import QUARANTINE_CAP, WorkerPool
 
 
 class FakeWorker:

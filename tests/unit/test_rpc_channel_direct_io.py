@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from pi_sandbox.errors import WorkerCrashedError
-from pi_sandbox.supervisor.rpc_channel import RpcChannel
+from pi_sandbox.supervisor.workers.rpc_channel import RpcChannel
 
 WAIT_S = 30
 

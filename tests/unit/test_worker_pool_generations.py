@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 
 class ReportingHost:

@@ -11,8 +11,12 @@ from pathlib import Path
 import trio
 
 from pi_sandbox.supervisor.extension_discovery import ExtensionSource
-from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool
-from pi_sandbox.supervisor.worker_process import compile_stale, worker_command, worker_sys_path
+from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
+from pi_sandbox.supervisor.workers.worker_process import (
+    compile_stale,
+    worker_command,
+    worker_sys_path,
+)
 
 
 def _run_as_worker(code: str) -> dict:

@@ -37,7 +37,7 @@ from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
-from pi_sandbox.supervisor.worker_pool import WorkerPool
+from pi_sandbox.supervisor.workers.worker_pool import WorkerPool
 
 __all__ = [
     "MAX_EXTENSION_TURNS",

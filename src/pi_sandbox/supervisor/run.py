@@ -572,7 +572,11 @@ async def _run(
     from pi_sandbox.supervisor.output_modes import printable, silence_stdout
     from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
     from pi_sandbox.supervisor.sessions.session_file import SessionWriter
-    from pi_sandbox.supervisor.worker_pool import PoolConfig, WorkerPool, discover_extensions
+    from pi_sandbox.supervisor.workers.worker_pool import (
+        PoolConfig,
+        WorkerPool,
+        discover_extensions,
+    )
 
     # The agent loop, the tool pipeline (jsonschema) and the modes are imported once
     # the workers have been spawned, while they start (`_import_after_spawn`).
@@ -1554,7 +1558,7 @@ async def _change_trust(
 
     from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
     from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
-    from pi_sandbox.supervisor.worker_pool import discover_extensions
+    from pi_sandbox.supervisor.workers.worker_pool import discover_extensions
 
     try:
         info = resolve_trust(

@@ -72,8 +72,8 @@ from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 from pi_sandbox.supervisor.tool_exposure import ToolExposure, replay_activations
 from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
 from pi_sandbox.supervisor.tool_selection import ToolSelection
-from pi_sandbox.supervisor.worker_pool import RegisteredCommand, WorkerPool
-from pi_sandbox.supervisor.worker_process import WorkerProcess
+from pi_sandbox.supervisor.workers.worker_pool import RegisteredCommand, WorkerPool
+from pi_sandbox.supervisor.workers.worker_process import WorkerProcess
 
 __all__ = ["BUILTIN_COMMANDS", "DEFAULT_OFF_BUILTIN_TOOLS", "SessionHost", "unknown_option_message"]
 

@@ -50,8 +50,8 @@ from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
 from pi_sandbox.supervisor.schema_validation import validator_for
 from pi_sandbox.supervisor.sessions.session_file import now_ms
-from pi_sandbox.supervisor.worker_pool import RegisteredTool, WorkerPool
-from pi_sandbox.supervisor.worker_process import WorkerProcess
+from pi_sandbox.supervisor.workers.worker_pool import RegisteredTool, WorkerPool
+from pi_sandbox.supervisor.workers.worker_process import WorkerProcess
 
 __all__ = [
     "EmitFn",

@@ -180,7 +180,7 @@ def _trusted(cwd: Path, agent_dir: Path) -> tuple[bool, Any]:
 async def _connect_and_show(args: Any, agent_dir: Path, cwd: Path) -> int:
     from pi_sandbox.errors import PolicyError
     from pi_sandbox.supervisor.mcp.manager import McpManager
-    from pi_sandbox.supervisor.worker_pool import PoolConfig
+    from pi_sandbox.supervisor.workers.worker_pool import PoolConfig
 
     try:
         trusted, policy = _trusted(cwd, agent_dir)

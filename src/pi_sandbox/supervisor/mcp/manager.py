@@ -453,7 +453,7 @@ class McpManager:
     def refresh_tools(self) -> None:
         """Register the tools of every connected server in the pool's registry (names
         are stable: a name once given to a server tool stays with it)."""
-        from pi_sandbox.supervisor.worker_pool import RegisteredTool
+        from pi_sandbox.supervisor.workers.worker_pool import RegisteredTool
 
         pool = self.pool
         with_resources: list[McpConnection] = []

@@ -35,7 +35,7 @@ from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
-from pi_sandbox.supervisor.worker_process import STATUS_FD, sandbox_descriptors
+from pi_sandbox.supervisor.workers.worker_process import STATUS_FD, sandbox_descriptors
 
 __all__ = ["MAX_BAD_LINES", "MAX_LINE_BYTES", "StdioLaunch", "StdioServerProcess"]
 

@@ -50,7 +50,7 @@ from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
-from pi_sandbox.supervisor.rpc_channel import RpcChannel
+from pi_sandbox.supervisor.workers.rpc_channel import RpcChannel
 
 __all__ = [
     "WorkerProcess",

@@ -59,7 +59,11 @@ from pi_sandbox.supervisor.extension_discovery import (
     discover_extensions,
     extension_name,
 )
-from pi_sandbox.supervisor.worker_process import WorkerProcess, WorkerSpec, ensure_worker_bytecode
+from pi_sandbox.supervisor.workers.worker_process import (
+    WorkerProcess,
+    WorkerSpec,
+    ensure_worker_bytecode,
+)
 
 __all__ = [
     "MAX_EXTENSION_RESTARTS",
