@@ -1263,8 +1263,15 @@ class WorkerPool:
 
     def subscribed(self, event: str) -> bool:
         """Whether any current worker has a handler for ``event`` (cheap pre-check)."""
+        return self._any_registration_lists(event, "events")
+
+    def _has_observers(self, event: str) -> bool:
+        """Whether any current worker observes ``event`` only (``Registrations.observers``)."""
+        return self._any_registration_lists(event, "observers")
+
+    def _any_registration_lists(self, event: str, field: str) -> bool:
         return any(
-            worker.registrations is not None and event in worker.registrations.events
+            worker.registrations is not None and event in getattr(worker.registrations, field)
             for _, worker in self.extensions
         )
 
@@ -1301,22 +1308,20 @@ class WorkerPool:
             finally:
                 for sent in flights:
                     sent.scope.cancel()
-                    # Only this dispatch's gates: another tool_call dispatched at the
-                    # same time (parallel calls, codemode) keeps its own (red team).
                     if sent.gate is not None:
-                        sent.gate.set()
-                        gates = self._host_gates.get(sent.worker, [])
-                        if sent.gate in gates:
-                            gates.remove(sent.gate)
-                        if not gates:
-                            self._host_gates.pop(sent.worker, None)
+                        self._release_gate(sent.worker, sent.gate)
         return await self._dispatch(event, payload, only, timeout_s, None)
 
-    def _has_observers(self, event: str) -> bool:
-        return any(
-            worker.registrations is not None and event in worker.registrations.observers
-            for _, worker in self.extensions
-        )
+    def _release_gate(self, worker: WorkerProcess, gate: trio.Event) -> None:
+        """Open and forget one dispatch's gate on ``worker``'s host calls; another
+        tool_call dispatched at the same time (parallel calls, codemode) keeps its
+        own (red team of issue 20)."""
+        gate.set()
+        gates = self._host_gates.get(worker, [])
+        if gate in gates:
+            gates.remove(gate)
+        if not gates:
+            self._host_gates.pop(worker, None)
 
     async def _send_group(
         self,
