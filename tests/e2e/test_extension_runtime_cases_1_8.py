@@ -235,6 +235,14 @@ def wait_until(check: Callable[[], Any], timeout: float = WAIT_S, what: str = ""
 # --- case 1 -------------------------------------------------------------------------------
 
 
+def _read_or_empty(path: Path) -> str:
+    """The file's text, or "" before it exists (a marker exists before it is written)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_case_1_good_extensions_work_and_two_load_errors_name_their_files(tmp_path, work):
     """Case 1: two good extensions, one with a syntax error, one whose factory raises:
     the session starts, the good tools work, two load errors name files and messages."""
@@ -303,9 +311,9 @@ def test_case_2_duplicate_commands_are_both_callable_and_bare_name_is_ambiguous(
     assert {source for source, _ in names.values()} == {"extension"}  # pi's source
 
     assert rpc.call("prompt", message="/review:1 first pass")["success"]
-    assert wait_until(lambda: (work / "review-1.marker").exists(), what="review:1")
+    assert wait_until(lambda: _read_or_empty(work / "review-1.marker"), what="review:1")
     assert rpc.call("prompt", message="/review:2 second pass")["success"]
-    assert wait_until(lambda: (work / "review-2.marker").exists(), what="review:2")
+    assert wait_until(lambda: _read_or_empty(work / "review-2.marker"), what="review:2")
     assert (work / "review-1.marker").read_text() == "one:first pass"
     assert (work / "review-2.marker").read_text() == "two:second pass"
 

@@ -305,6 +305,14 @@ def _wait_for_line(path: Path, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+def _wait_for_text(path: Path, timeout: float = 120) -> None:
+    """Poll until ``path`` is not empty (it exists before its writer has written)."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path} got no text"
+        time.sleep(0.05)
+
+
 def _wait_for_file(path: Path, timeout: float = 120) -> None:
     """Poll until ``path`` exists; generous, it ends as soon as the file is there."""
     deadline = time.monotonic() + timeout
@@ -322,7 +330,7 @@ def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_p
         aborted = rpc.command({"type": "abort"}, "response")
         assert aborted["data"] == {"aborted": True}
         signal_file = work / "signal.txt"
-        _wait_for_file(signal_file)
+        _wait_for_text(signal_file)
         assert signal_file.read_text() == "True"  # ctx.signal was set
         # A command that ignores the signal: its worker is killed after the grace period.
         rpc.command({"type": "prompt", "message": "/stuck"}, "response")

@@ -109,7 +109,7 @@ def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goe
         term.send_keys("Enter")
         # Live progress (tool_execution_update) while the call runs.
         term.wait_for(
-            lambda s: (ws / "child.pid").exists() and "working" in s and "progress-marker-1" in s,
+            lambda s: _has_line(ws / "child.pid") and "working" in s and "progress-marker-1" in s,
             scrollback=False,
         )
         pids = [int((ws / name).read_text()) for name in ("shell.pid", "child.pid")]
@@ -143,6 +143,22 @@ def test_esc_during_a_long_bash_call_kills_its_process_group_and_the_session_goe
     assert result["isError"] and result["details"].get("blocked_by") == "abort"
 
 
+def _has_line(path: Path) -> bool:
+    """Whether ``path`` holds a whole line: a file exists before its writer has written."""
+    try:
+        return path.read_text().endswith("\n")
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for_line(path: Path, timeout: float = 60) -> None:
+    """Poll until ``path`` holds a whole line (CI once read it between create and write)."""
+    deadline = time.monotonic() + timeout
+    while not _has_line(path):
+        assert time.monotonic() < deadline, f"{path} got no line"
+        time.sleep(0.05)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -167,10 +183,8 @@ def test_an_extension_confirm_dialog_is_answered_by_keys(tmp_path, ws):
         term.wait_for(lambda s: "Pick" in s and "green" in s, scrollback=False)
         term.send_keys("Down")
         term.send_keys("Enter")
-        deadline = time.monotonic() + 60
         answers = ws / "answers.jsonl"
-        while time.monotonic() < deadline and not answers.exists():
-            time.sleep(0.05)
+        _wait_for_line(answers)
         assert json.loads(answers.read_text().splitlines()[0]) == {
             "confirm": True,
             "select": "green",
@@ -190,10 +204,8 @@ def test_esc_dismisses_an_extension_dialog_with_its_default(tmp_path, ws):
         term.send_keys("Escape")
         term.wait_for("Pick", scrollback=False)
         term.send_keys("Escape")
-        deadline = time.monotonic() + 60
         answers = ws / "answers.jsonl"
-        while time.monotonic() < deadline and not answers.exists():
-            time.sleep(0.05)
+        _wait_for_line(answers)
         assert json.loads(answers.read_text().splitlines()[0]) == {
             "confirm": False,
             "select": None,
