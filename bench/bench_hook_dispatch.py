@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.workers import rpc_channel
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 

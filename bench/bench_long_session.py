@@ -202,7 +202,7 @@ def _median_ms(function: Callable[[], object], repeat: int) -> float:
 
 
 def _context_cost_at(calls: int, repeat: int) -> str:
-    from pi_sandbox.supervisor.agent_session import LlmContext, llm_messages
+    from pi_sandbox.supervisor.agent.agent_session import LlmContext, llm_messages
     from pi_sandbox.supervisor.providers.openai import _request_body
     from pi_sandbox.supervisor.sessions.session_file import SessionWriter, context_messages
 
@@ -270,7 +270,7 @@ LOOP_CHILD = r"""
 import sys, tempfile, time
 from pathlib import Path
 import trio
-from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
 from pi_sandbox.supervisor.providers.base import AssistantTurn, ToolCall
 from pi_sandbox.supervisor.sessions.session_file import SessionHeader, SessionWriter
 

@@ -46,10 +46,10 @@ def _pct(samples: list[float], q: float) -> float:
 async def _round_trips(calls: int, root: Path) -> dict[str, float]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
+    from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.mcp.config import McpConfig, validate_server
     from pi_sandbox.supervisor.mcp.manager import McpManager
     from pi_sandbox.supervisor.providers.base import ToolCall
-    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
     ws, home, agent = root / "ws", root / "home", root / "agent"

@@ -14,7 +14,7 @@ Two measurements, each beside its baseline from the same run:
    client process's CPU time (the server is another process) per token; target:
    provider / httpx ≤ 1.5x.
 2. **Import cost.** Fresh interpreters (``python -I``) importing the CLI's start path
-   (``pi_sandbox.cli``, ``pi_sandbox.supervisor.run`` and ``create_provider``), the same
+   (``pi_sandbox.cli``, ``pi_sandbox.supervisor.modes.run`` and ``create_provider``), the same
    plus our Anthropic provider module, and plus the ``anthropic`` SDK when installed;
    interleaved, medians. ``--baseline-src DIR`` adds the start path of another
    checkout (e.g. the main branch's ``src``) to show start-up is unchanged.
@@ -242,7 +242,7 @@ async def stream_bench(base: str, tokens: int, rounds: int) -> dict[str, dict[st
 
 def import_bench(runs: int, baseline_src: str | None) -> dict[str, list[float]]:
     start_path = (
-        "import pi_sandbox.cli, pi_sandbox.supervisor.run\n"
+        "import pi_sandbox.cli, pi_sandbox.supervisor.modes.run\n"
         "from pi_sandbox.supervisor.providers import create_provider\n"
     )
     cases = {

@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
+from pi_sandbox.supervisor.agent.tool_exposure import ToolExposure
 from pi_sandbox.supervisor.providers.base import ToolDefinition
-from pi_sandbox.supervisor.tool_exposure import ToolExposure
 
 VERBS = [
     "get",

@@ -46,7 +46,7 @@ from typing import Any
 import trio
 
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap
-from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.workers import worker_process as process_module
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 

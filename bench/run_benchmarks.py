@@ -72,8 +72,8 @@ try:
     from pi_sandbox.resources.skills import SkillSource, load_skills
     from pi_sandbox.sandbox import build_bwrap_argv, find_bwrap, probe_bwrap, worker_profile
     from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd, seccomp_program
+    from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.providers.base import ToolCall
-    from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
     from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
     from pi_sandbox.supervisor.workers.worker_process import WorkerProcess, WorkerSpec
 except ImportError as _exc:  # pragma: no cover - a usage error, not a benchmark result
@@ -2314,8 +2314,8 @@ def bench_pieces(env: Env, report: Report) -> None:
         ("f.import_pydantic", "python -I: import pydantic", [*py, "import pydantic"], penv),
         (
             "f.import_supervisor",
-            "python -I: import pi_sandbox.supervisor.run",
-            [*py, "import pi_sandbox.supervisor.run"],
+            "python -I: import pi_sandbox.supervisor.modes.run",
+            [*py, "import pi_sandbox.supervisor.modes.run"],
             penv,
         ),
         (
@@ -2371,7 +2371,7 @@ def bench_pieces(env: Env, report: Report) -> None:
     )
     report.row(
         "(f)",
-        "python -I: import pi_sandbox.supervisor.run",
+        "python -I: import pi_sandbox.supervisor.modes.run",
         "f.import_supervisor",
         base=base[0],
         base_label=base[1],

@@ -307,7 +307,7 @@ def sessions_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     import json
 
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.modes.output_modes import printable
     from pi_sandbox.supervisor.sessions.catalog import list_sessions
     from pi_sandbox.supervisor.sessions.startup import configured_session_dir
 
@@ -824,7 +824,7 @@ def resources_main(argv: Sequence[str]) -> int:
         read_prompt_text,
         resolve_trust,
     )
-    from pi_sandbox.supervisor.extension_discovery import discover_extensions
+    from pi_sandbox.supervisor.extensions.extension_discovery import discover_extensions
 
     workspace = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not workspace.is_dir():
@@ -953,7 +953,7 @@ def resources_main(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return EXIT_OK
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.modes.output_modes import printable
 
     # File names come from the project: no terminal escapes reach the screen.
     say = _printing(printable)
@@ -1063,7 +1063,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         not unknown[0].startswith("--")
         or any(t.startswith("-") and not t.startswith("--") for t in unknown)
     ):
-        from pi_sandbox.supervisor.session_host import unknown_option_message
+        from pi_sandbox.supervisor.extensions.session_host import unknown_option_message
 
         parser.error(
             unknown_option_message(parser, argv) or f"unrecognized arguments: {' '.join(unknown)}"
@@ -1073,7 +1073,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # one typo away from a pi option is not allowed.
     for token in unknown:
         if token.startswith("--"):
-            from pi_sandbox.supervisor.option_suggestions import closest_option
+            from pi_sandbox.supervisor.modes.option_suggestions import closest_option
 
             name = token.split("=", 1)[0]
             known = [o for a in parser._actions for o in a.option_strings]
@@ -1096,7 +1096,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with known_sonames():
         import trio  # noqa: F401
 
-    from pi_sandbox.supervisor.run import RunOptions, run_print_session
+    from pi_sandbox.supervisor.modes.run import RunOptions, run_print_session
 
     cwd = Path(args.directory).expanduser() if args.directory else Path.cwd()
     if not cwd.is_dir():
@@ -1134,7 +1134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_session=args.no_session,
         )
     except UsageError as exc:
-        from pi_sandbox.supervisor.output_modes import printable
+        from pi_sandbox.supervisor.modes.output_modes import printable
 
         print(printable(f"pi: {exc}"), file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -1143,7 +1143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--mode rpc does not take @file arguments (send files in prompts)")
     stdin_text = _piped_stdin() if args.mode != "rpc" else None
     from pi_sandbox.errors import UsageError
-    from pi_sandbox.supervisor.prompt_input import build_prompt_input
+    from pi_sandbox.supervisor.modes.prompt_input import build_prompt_input
 
     try:
         prompts = build_prompt_input(args.message, stdin_text, cwd)
@@ -1206,7 +1206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.ci and args.sandbox is False:
         parser.error("argument --ci: CI mode always runs in the sandbox; remove --no-sandbox")
-    from pi_sandbox.supervisor.tool_selection import ToolSelection
+    from pi_sandbox.supervisor.agent.tool_selection import ToolSelection
 
     try:
         selection = ToolSelection.from_options(
@@ -1269,7 +1269,7 @@ def _pick_session(cwd: Path, session_dir: str | None) -> Path | None:
     """``pi -r`` at a terminal: the sessions of ``cwd`` (``a``: of every directory),
     newest first, numbered; returns the chosen file, or None when the user quits
     (``q``, an empty answer, Ctrl-D or Ctrl-C)."""
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.modes.output_modes import printable
     from pi_sandbox.supervisor.sessions.catalog import list_sessions
     from pi_sandbox.supervisor.sessions.startup import configured_session_dir
 

@@ -455,7 +455,7 @@ def test_json_progress_is_bounded_per_call(tmp_path, env):
     updates = [line for line in proc.stdout.splitlines() if '"tool_execution_update"' in line]
     assert sum(len(line) for line in updates) < 1.3 * 1024 * 1024
     # Each update is a snapshot of the output's tail (pi's bash), never the 4 MB.
-    from pi_sandbox.supervisor.run import UPDATE_TAIL_CHARS
+    from pi_sandbox.supervisor.modes.run import UPDATE_TAIL_CHARS
 
     texts = [json.loads(u)["partialResult"]["content"][0]["text"] for u in updates]
     assert texts and all(len(text) <= UPDATE_TAIL_CHARS for text in texts)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.workers.worker_pool import ExtensionSource, PoolConfig, WorkerPool
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ Every extension is a fixture file under ``tests/fixtures/extensions/runtime/``
 tests check what reached the provider (tool lists, system prompts, tool results).
 ``pi`` runs as a user runs it (``--mode json`` or ``--mode rpc`` driven over
 stdin/stdout); case 12 needs the supervisor's own bus listener and so builds the
-runtime in-process, like ``supervisor/run.py`` does.
+runtime in-process, like ``supervisor/modes/run.py`` does.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import trio
 from fake_openai import FakeOpenAI, text, tool_calls
 from pi_runs import fake_provider_env
 
-from pi_sandbox.supervisor.agent_session import AgentSession
-from pi_sandbox.supervisor.session_host import SessionHost
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
+from pi_sandbox.supervisor.extensions.session_host import SessionHost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.workers.worker_pool import (
     CANCEL_GRACE_S,
     ExtensionSource,

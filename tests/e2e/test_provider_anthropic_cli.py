@@ -163,6 +163,6 @@ def test_a_scripted_run_never_imports_the_anthropic_provider(tmp_path: Path) -> 
 
     assert proc.returncode == 0, proc.stderr
     loaded = loaded_modules(tmp_path)
-    assert "pi_sandbox.supervisor.agent_session" in loaded  # the run really happened
+    assert "pi_sandbox.supervisor.agent.agent_session" in loaded  # the run really happened
     assert "pi_sandbox.supervisor.providers.anthropic" not in loaded
     assert "anthropic" not in loaded

@@ -275,7 +275,7 @@ def test_an_extension_cannot_keep_the_agent_going_without_the_capability(tmp_pat
     assert capped.returncode == 0, capped.stderr
     events = lines(capped.stdout)
     # With the capability (the default) the follow-ups run, but only MAX_SETTLE_RUNS times.
-    from pi_sandbox.supervisor.session_host import MAX_SETTLE_RUNS
+    from pi_sandbox.supervisor.extensions.session_host import MAX_SETTLE_RUNS
 
     assert len([e for e in events if e.get("type") == "agent_start"]) == 1 + MAX_SETTLE_RUNS
     assert any("kept the agent going" in e.get("message", "") for e in events)
@@ -348,7 +348,7 @@ def test_rpc_abort_cancels_a_running_command_and_kills_one_that_ignores_it(tmp_p
 
 
 def test_an_extension_steering_after_every_turn_is_capped_within_the_run(tmp_path):
-    from pi_sandbox.supervisor.agent_session import MAX_EXTENSION_TURNS
+    from pi_sandbox.supervisor.agent.agent_session import MAX_EXTENSION_TURNS
 
     script = tmp_path / "many.yaml"
     script.write_text("".join(f"- text: answer {n}\n" for n in range(40)))

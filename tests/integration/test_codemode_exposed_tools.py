@@ -18,12 +18,12 @@ import trio
 import yaml
 
 from pi_sandbox.protocol.messages import ToolDefinitionWire
-from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.tool_pipeline import HostTool, ToolPipeline
+from pi_sandbox.supervisor.agent.tool_selection import ToolSelection
+from pi_sandbox.supervisor.extensions.session_host import SessionHost
 from pi_sandbox.supervisor.providers.scripted import ScriptedProvider
-from pi_sandbox.supervisor.session_host import SessionHost
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
-from pi_sandbox.supervisor.tool_pipeline import HostTool, ToolPipeline
-from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 WAIT_S = 120.0

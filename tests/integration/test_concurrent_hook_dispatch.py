@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 
 WAIT_S = 60
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.providers.scripted import ScriptedProvider
 from pi_sandbox.supervisor.sessions import session_file
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 
 
 async def test_one_fsync_per_turn_and_pi_s_fields_on_every_message(

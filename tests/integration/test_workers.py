@@ -8,8 +8,8 @@ from pathlib import Path
 import trio
 
 from pi_sandbox.protocol import methods
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 
 # Deadline of each guarded step (a worker start, crash, restart or kill): generous,
 # only a hang reaches it; a saturated 2-core machine can take seconds (issue 13 §7).

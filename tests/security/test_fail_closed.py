@@ -25,8 +25,8 @@ import trio
 
 from pi_sandbox.policies import ExtensionRules
 from pi_sandbox.protocol import hook_kinds
+from pi_sandbox.supervisor.agent.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_pipeline import ToolPipeline
 from pi_sandbox.supervisor.workers.worker_pool import (
     MAX_EXTENSION_RESTARTS,
 )

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.pi_lock import PiLockError, PiLockTimeout, lock_path_for, pi_lock
-from pi_sandbox.supervisor.extension_discovery import discover_extensions, settings_paths
+from pi_sandbox.resources.settings_lists import settings_paths
+from pi_sandbox.supervisor.extensions.extension_discovery import discover_extensions
 from pi_sandbox.supervisor.providers import auth_store
 from pi_sandbox.supervisor.providers.auth_store import (
     AuthStoreError,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.errors import UsageError
-from pi_sandbox.supervisor.option_suggestions import closest_option
-from pi_sandbox.supervisor.prompt_input import build_prompt_input, image_mime_type
-from pi_sandbox.supervisor.tool_selection import ToolSelection
+from pi_sandbox.supervisor.agent.tool_selection import ToolSelection
+from pi_sandbox.supervisor.modes.option_suggestions import closest_option
+from pi_sandbox.supervisor.modes.prompt_input import build_prompt_input, image_mime_type
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 

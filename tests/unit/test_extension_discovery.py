@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pi_sandbox.policies._effective import ExtensionRules
-from pi_sandbox.supervisor.extension_discovery import (
+from pi_sandbox.supervisor.extensions.extension_discovery import (
     ENTRY_POINT_GROUP,
     ExtensionSource,
     discover_extensions,
@@ -544,7 +544,7 @@ def test_a_project_settings_file_linking_out_names_no_extension(tmp_path):
 
 
 def test_a_package_too_large_to_check_is_refused(tmp_path):
-    from pi_sandbox.supervisor.extension_discovery import path_leading_out
+    from pi_sandbox.supervisor.extensions.extension_discovery import path_leading_out
 
     project_extensions, _ = _project_with_outside(tmp_path)
     package = project_extensions / "pkg"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 
 SENTINEL = "SENTINEL-7f3a-tool-output"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pi_sandbox.supervisor.agent_session import SYSTEM_PROMPT_SECTION, AgentSession
+from pi_sandbox.supervisor.agent.agent_session import SYSTEM_PROMPT_SECTION, AgentSession
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import trio
 
-from pi_sandbox.supervisor import agent_session
-from pi_sandbox.supervisor.agent_session import AgentSession, LlmContext, llm_messages
+from pi_sandbox.supervisor.agent import agent_session
+from pi_sandbox.supervisor.agent.agent_session import AgentSession, LlmContext, llm_messages
+from pi_sandbox.supervisor.agent.tool_exposure import activations_on_branch, replay_activations
 from pi_sandbox.supervisor.providers.base import AssistantTurn
 from pi_sandbox.supervisor.sessions import compaction, session_file
 from pi_sandbox.supervisor.sessions.compaction import estimate_context_tokens
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, context_messages
-from pi_sandbox.supervisor.tool_exposure import activations_on_branch, replay_activations
 
 USAGE = {"input": 50, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 55}
 

@@ -4,8 +4,8 @@ import io
 
 import trio
 
-from pi_sandbox.supervisor.agent_session import _with_unique_call_ids
-from pi_sandbox.supervisor.output_modes import PrintOutput, printable
+from pi_sandbox.supervisor.agent.agent_session import _with_unique_call_ids
+from pi_sandbox.supervisor.modes.output_modes import PrintOutput, printable
 from pi_sandbox.supervisor.providers.base import AssistantTurn, ToolCall
 
 
@@ -36,6 +36,6 @@ def test_repeated_or_empty_tool_call_ids_are_made_distinct():
 
 
 def test_bidirectional_controls_are_escaped():
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.modes.output_modes import printable
 
     assert printable("ok\u202egnp.exe\u2066") == "ok\\u202egnp.exe\\u2066"

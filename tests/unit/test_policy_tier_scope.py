@@ -29,7 +29,7 @@ def files(tmp_path: Path) -> Files:
 
 
 def _pool(policy: Policy, workspace: Path) -> WorkerPool:
-    """A pool configured the way ``pi`` configures it (supervisor/run.py), unstarted."""
+    """A pool configured the way ``pi`` configures it (supervisor/modes/run.py), unstarted."""
     pool = WorkerPool(
         PoolConfig(
             cwd=workspace,

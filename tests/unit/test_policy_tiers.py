@@ -1062,7 +1062,7 @@ def test_the_project_file_is_reloaded_only_when_it_was_trusted(files):
 
 
 def _start(files: Files, **options):
-    from pi_sandbox.supervisor.run import RunOptions, _load_policy
+    from pi_sandbox.supervisor.modes.run import RunOptions, _load_policy
 
     home = files.root / "home"
     home.mkdir(exist_ok=True)

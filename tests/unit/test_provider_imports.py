@@ -24,7 +24,7 @@ def test_the_cli_start_path_and_other_providers_do_not_import_the_anthropic_prov
     script = tmp_path / "script.yaml"
     script.write_text("- text: hi\n")
     loaded = loaded_after(
-        "import pi_sandbox.cli, pi_sandbox.supervisor.run\n"
+        "import pi_sandbox.cli, pi_sandbox.supervisor.modes.run\n"
         "from pi_sandbox.supervisor.providers import create_provider\n"
         f"create_provider('scripted', script={str(script)!r})\n"
         "create_provider('openai/m', base_url='http://127.0.0.1:9')"
@@ -50,7 +50,7 @@ def test_a_scripted_run_imports_no_http_client(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text("- text: hi\n")
     loaded = loaded_after(
-        "import pi_sandbox.cli, pi_sandbox.supervisor.run\n"
+        "import pi_sandbox.cli, pi_sandbox.supervisor.modes.run\n"
         "from pi_sandbox.supervisor.providers import create_provider\n"
         f"create_provider('scripted', script={str(script)!r})"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pi_sandbox.supervisor.agent_session import AgentSession
+from pi_sandbox.supervisor.agent.agent_session import AgentSession
 from pi_sandbox.supervisor.providers.base import AssistantTurn
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from pi_sandbox.supervisor.rpc_wire import RpcQueue, RpcWire, to_wire
+from pi_sandbox.supervisor.modes.rpc_wire import RpcQueue, RpcWire, to_wire
 
 
 def test_a_dialog_request_gets_pis_id_and_timeout_and_loses_our_fields() -> None:

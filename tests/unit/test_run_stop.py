@@ -10,7 +10,7 @@ import sys
 import pytest
 import trio
 
-from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
+from pi_sandbox.supervisor.modes.run_signals import RunStop, RunStopped
 
 
 async def feed(*signums: int):
@@ -78,7 +78,7 @@ def test_a_signal_still_pending_when_the_receiver_closes_does_not_kill_the_proce
     child interpreter: a failure must not take the test session down."""
     code = """
 import os, signal, trio
-from pi_sandbox.supervisor.run_signals import RunStop
+from pi_sandbox.supervisor.modes.run_signals import RunStop
 
 # The default action, whatever the test run inherited (under nohup SIGHUP is
 # ignored, which would make this pass without proving anything).
@@ -123,7 +123,7 @@ print("alive")
 def test_a_stop_signal_the_parent_ignores_stays_ignored_but_sighup_is_always_handled():
     code = """
 import signal
-from pi_sandbox.supervisor.run_signals import RunStop
+from pi_sandbox.supervisor.modes.run_signals import RunStop
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)

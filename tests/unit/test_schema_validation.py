@@ -2,7 +2,7 @@
 
 import time
 
-from pi_sandbox.supervisor.schema_validation import validator_for
+from pi_sandbox.supervisor.agent.schema_validation import validator_for
 
 EVIL = "^(a|a)+$"
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pi_sandbox.supervisor.agent_session import (
+from pi_sandbox.supervisor.agent.agent_session import (
     AgentSession,
     bash_execution_text,
     llm_messages,

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from pi_sandbox.supervisor.host_tools.codemode import parse_options
-from pi_sandbox.supervisor.providers.base import ToolDefinition
-from pi_sandbox.supervisor.tool_exposure import (
+from pi_sandbox.supervisor.agent.tool_exposure import (
     ToolExposure,
     activations_on_branch,
     script_identifier,
     tokenize,
 )
-from pi_sandbox.supervisor.tool_selection import ToolSelection
+from pi_sandbox.supervisor.agent.tool_selection import ToolSelection
+from pi_sandbox.supervisor.host_tools.codemode import parse_options
+from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.worker.codemode_runner import ToolError, run_script
 
 

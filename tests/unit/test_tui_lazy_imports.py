@@ -11,9 +11,9 @@ import sys
 CHECK = """
 import sys
 import pi_sandbox.cli
-import pi_sandbox.supervisor.run
-import pi_sandbox.supervisor.rpc_mode
-import pi_sandbox.supervisor.output_modes
+import pi_sandbox.supervisor.modes.run
+import pi_sandbox.supervisor.modes.rpc_mode
+import pi_sandbox.supervisor.modes.output_modes
 heavy = ('prompt_toolkit', 'rich.markdown', 'markdown_it', 'pi_sandbox.supervisor.tui')
 loaded = sorted(m for m in sys.modules if m.startswith(heavy))
 print(','.join(loaded))

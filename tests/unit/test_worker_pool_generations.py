@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 from pi_sandbox.supervisor.workers.worker_process import (
     compile_stale,

@@ -469,7 +469,7 @@ def load_resources(
     Returns:
         The `ResourceSet`. Never raises for bad files or paths: each is a diagnostic.
     """
-    from pi_sandbox.supervisor.extension_discovery import settings_paths
+    from pi_sandbox.resources.settings_lists import settings_paths
 
     cwd = Path(os.path.abspath(cwd))
     result = ResourceSet(trust=trust)

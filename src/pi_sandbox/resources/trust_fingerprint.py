@@ -47,6 +47,7 @@ from typing import Any
 
 from pi_sandbox.path_containment import within
 from pi_sandbox.regular_files import FileRefusedError, read_regular_file, special_file_kind
+from pi_sandbox.resources.settings_lists import MAX_SETTINGS_BYTES
 
 __all__ = [
     "MAX_ENTRIES_PER_RESOURCE",
@@ -84,7 +85,6 @@ MAX_FILE_DETAILS = 2_000
 """Per-file digests kept per resource for "what changed" reports (the resource's
 digest always covers every entry)."""
 
-MAX_SETTINGS_BYTES = 1024 * 1024
 MAX_SETTINGS_PATHS = 256
 
 FINGERPRINT_FORMAT = 1

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import trio
 
 from pi_sandbox.policies import Policy, ToolCallDecision
+from pi_sandbox.supervisor.agent.tool_pipeline import EmitFn
 from pi_sandbox.supervisor.approvals.scopes import (
     ApprovalScope,
     SessionGrant,
@@ -40,7 +41,6 @@ from pi_sandbox.supervisor.approvals.scopes import (
     offered_scopes,
 )
 from pi_sandbox.supervisor.audit_log import redact_secrets
-from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
 __all__ = ["DECISIONS", "MAX_MESSAGE_CHARS", "ApprovalBroker", "ApprovalOutcome"]
 

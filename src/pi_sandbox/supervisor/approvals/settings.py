@@ -15,11 +15,11 @@ import math
 from pathlib import Path
 
 from pi_sandbox.errors import UsageError
+from pi_sandbox.resources.settings_lists import MAX_SETTINGS_BYTES
 
 __all__ = ["TIMEOUT_KEY", "approval_timeout_s"]
 
 TIMEOUT_KEY = "approvalTimeoutSeconds"
-_MAX_SETTINGS_BYTES = 1024 * 1024
 
 
 def approval_timeout_s(agent_dir: Path) -> float | None:
@@ -36,7 +36,7 @@ def approval_timeout_s(agent_dir: Path) -> float | None:
 
     path = agent_dir / "settings.json"
     try:
-        data = json.loads(read_regular_file(path, _MAX_SETTINGS_BYTES))
+        data = json.loads(read_regular_file(path, MAX_SETTINGS_BYTES))
     except (FileRefusedError, OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get(TIMEOUT_KEY) is None:

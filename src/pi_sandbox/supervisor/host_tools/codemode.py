@@ -21,9 +21,9 @@ import trio
 from pi_sandbox.errors import HostCallError, PiSandboxError, WorkerError, WorkerTimeoutError
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.messages import ToolDefinitionWire
+from pi_sandbox.supervisor.agent.tool_exposure import ToolExposure, script_identifier
+from pi_sandbox.supervisor.agent.tool_pipeline import HostTool, ToolPipeline
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_exposure import ToolExposure, script_identifier
-from pi_sandbox.supervisor.tool_pipeline import HostTool, ToolPipeline
 
 __all__ = [
     "CODEMODE",

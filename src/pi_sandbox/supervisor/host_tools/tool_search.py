@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pi_sandbox.protocol.messages import ToolDefinitionWire
+from pi_sandbox.supervisor.agent.tool_exposure import ToolExposure
+from pi_sandbox.supervisor.agent.tool_pipeline import HostTool
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.tool_exposure import ToolExposure
-from pi_sandbox.supervisor.tool_pipeline import HostTool
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "TOOL_SEARCH", "ToolSearchTool"]
 

@@ -543,7 +543,7 @@ class McpManager:
 
     def _expose(self, registered: Any, exposure: str) -> Any:
         """The one place an MCP tool's exposure takes effect (issue 19 contract with
-        ``supervisor/tool_exposure.py``): the definition carries it
+        ``supervisor/agent/tool_exposure.py``): the definition carries it
         (``ToolDefinitionWire.exposure``) and the session host's `ToolExposure`
         registry takes it from the pool's registry like any tool's — ``direct``
         declared, ``deferred`` after ``tool_search``, ``codemode`` for scripts.

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import trio
 
 from pi_sandbox.errors import ProviderError
+from pi_sandbox.resources.settings_lists import MAX_SETTINGS_BYTES
 
 __all__ = [
     "TRANSIENT_STATUSES",
@@ -116,7 +117,6 @@ class RetrySettings:
         return None if self.idle_timeout_ms is None else self.idle_timeout_ms / 1000
 
 
-_MAX_SETTINGS_BYTES = 1024 * 1024
 IDLE_TIMEOUT_ENV = "PI_HTTP_IDLE_TIMEOUT_MS"
 """Environment override of ``httpIdleTimeoutMs`` (ours, for tests and one-off runs)."""
 
@@ -182,7 +182,7 @@ def load_retry_settings(
         files.append(cwd / ".pi" / "settings.json")
     for path in files:
         try:
-            data = json.loads(read_regular_file(path, _MAX_SETTINGS_BYTES))
+            data = json.loads(read_regular_file(path, MAX_SETTINGS_BYTES))
         except (FileRefusedError, OSError, ValueError, UnicodeDecodeError, RecursionError):
             # Missing, unreadable or not JSON: the same file's other loaders
             # (extension_discovery.settings_paths) report it once; the defaults stay.

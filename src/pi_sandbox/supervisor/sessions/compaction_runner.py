@@ -59,7 +59,7 @@ from pi_sandbox.supervisor.sessions.compaction_settings import (
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
 
 if TYPE_CHECKING:
-    from pi_sandbox.supervisor.agent_session import AgentSession
+    from pi_sandbox.supervisor.agent.agent_session import AgentSession
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -427,7 +427,7 @@ class Compactor:
         Raises:
             CompactionCancelledError: cancelled, or a handler failed (fails closed).
         """
-        from pi_sandbox.supervisor.tool_pipeline import report_extension_errors
+        from pi_sandbox.supervisor.agent.tool_pipeline import report_extension_errors
 
         event = "session_before_compact"
         if not session.pool.subscribed(event):

@@ -95,7 +95,7 @@ class CompactionConfig:
 
 def _read(path: Path, notices: list[str]) -> dict[str, Any] | None:
     from pi_sandbox.regular_files import FileRefusedError, read_regular_file
-    from pi_sandbox.supervisor.extension_discovery import MAX_SETTINGS_BYTES
+    from pi_sandbox.resources.settings_lists import MAX_SETTINGS_BYTES
 
     try:
         text = read_regular_file(path, MAX_SETTINGS_BYTES)

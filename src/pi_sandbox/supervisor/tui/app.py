@@ -49,7 +49,7 @@ from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.output.color_depth import ColorDepth
 from prompt_toolkit.styles import Style
 
-from pi_sandbox.supervisor.output_modes import printable
+from pi_sandbox.supervisor.modes.output_modes import printable
 from pi_sandbox.supervisor.tui import render
 
 __all__ = ["TerminalApp"]

@@ -126,7 +126,7 @@ class TerminalFrontend:
         event["thinking"] = session.thinking_level
         event["session_name"] = session.writer.name
         try:
-            from pi_sandbox.supervisor.model_commands import session_stats
+            from pi_sandbox.supervisor.modes.model_commands import session_stats
 
             stats = session_stats(session, getattr(host.models, "model", None))
         except Exception:  # the footer is cosmetic: a bad record must not end the session
@@ -404,7 +404,7 @@ class TerminalFrontend:
                 writer.append_session_info(args)
                 self._say(f"session name: {args}")
         elif name == "session":
-            from pi_sandbox.supervisor.model_commands import session_stats
+            from pi_sandbox.supervisor.modes.model_commands import session_stats
 
             stats = session_stats(host.session, getattr(host.models, "model", None))
             tokens = stats["tokens"]
@@ -766,6 +766,6 @@ def _session_preview(path: Any) -> str:
         stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(path.stat().st_mtime))
     except OSError:
         return path.name
-    from pi_sandbox.supervisor.output_modes import printable
+    from pi_sandbox.supervisor.modes.output_modes import printable
 
     return printable(f"{stamp}  {name or first[:60] or '(empty)'}", newlines=False)

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from pi_sandbox.supervisor.output_modes import printable
+from pi_sandbox.supervisor.modes.output_modes import printable
 
 __all__ = [
     "COLLAPSED_LINES",

@@ -54,7 +54,7 @@ from pi_sandbox.sandbox.persistence_guard import (
 from pi_sandbox.sandbox.profile import SandboxProfile, shared_directories
 from pi_sandbox.sandbox.settings import SandboxSettings
 from pi_sandbox.supervisor.boundary.extension_values import check_handler_result
-from pi_sandbox.supervisor.extension_discovery import (
+from pi_sandbox.supervisor.extensions.extension_discovery import (
     ExtensionSource,
     discover_extensions,
     extension_name,

@@ -45,10 +45,10 @@ from pi_sandbox.policies import READ_LIKE_TOOLS, Policy, evaluate_tool_call, pat
 from pi_sandbox.protocol import methods
 from pi_sandbox.protocol.framing import MAX_NESTING, nests_deeper_than
 from pi_sandbox.protocol.messages import ToolDefinitionWire, ToolResultWire
+from pi_sandbox.supervisor.agent.schema_validation import validator_for
 from pi_sandbox.supervisor.audit_log import redact_secrets
 from pi_sandbox.supervisor.json_lines import has_non_finite
 from pi_sandbox.supervisor.providers.base import ToolCall
-from pi_sandbox.supervisor.schema_validation import validator_for
 from pi_sandbox.supervisor.sessions.session_file import now_ms
 from pi_sandbox.supervisor.workers.worker_pool import RegisteredTool, WorkerPool
 from pi_sandbox.supervisor.workers.worker_process import WorkerProcess

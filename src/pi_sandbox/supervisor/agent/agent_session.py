@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from pi_sandbox.errors import HookFailedError, ProviderError
+from pi_sandbox.supervisor.agent.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.providers.base import (
     AssistantTurn,
     Provider,
@@ -36,7 +37,6 @@ from pi_sandbox.supervisor.providers.catalogue import usage_with_cost
 from pi_sandbox.supervisor.providers.retry import AutoRetry
 from pi_sandbox.supervisor.sessions.compaction_runner import Compactor
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, ToolPipeline, report_extension_errors
 from pi_sandbox.supervisor.workers.worker_pool import WorkerPool
 
 __all__ = [

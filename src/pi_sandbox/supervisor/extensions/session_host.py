@@ -42,10 +42,13 @@ from pi_sandbox.errors import (
 )
 from pi_sandbox.policies._extension_limits import LimitRules
 from pi_sandbox.protocol import methods
-from pi_sandbox.supervisor.agent_session import (
+from pi_sandbox.supervisor.agent.agent_session import (
     AgentSession,
     build_system_prompt,
 )
+from pi_sandbox.supervisor.agent.tool_exposure import ToolExposure, replay_activations
+from pi_sandbox.supervisor.agent.tool_pipeline import EmitFn, HostTool, report_extension_errors
+from pi_sandbox.supervisor.agent.tool_selection import ToolSelection
 from pi_sandbox.supervisor.boundary import (
     DELIVERY_MODES,
     ExtensionBudgets,
@@ -59,7 +62,7 @@ from pi_sandbox.supervisor.boundary import (
     json_size,
     user_message_from,
 )
-from pi_sandbox.supervisor.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
 from pi_sandbox.supervisor.host_tools import (
     CODEMODE,
     HOST_TOOL_NAMES,
@@ -69,9 +72,6 @@ from pi_sandbox.supervisor.host_tools import (
 )
 from pi_sandbox.supervisor.providers.base import ToolDefinition
 from pi_sandbox.supervisor.sessions.session_file import SessionWriter, now_ms
-from pi_sandbox.supervisor.tool_exposure import ToolExposure, replay_activations
-from pi_sandbox.supervisor.tool_pipeline import EmitFn, HostTool, report_extension_errors
-from pi_sandbox.supervisor.tool_selection import ToolSelection
 from pi_sandbox.supervisor.workers.worker_pool import RegisteredCommand, WorkerPool
 from pi_sandbox.supervisor.workers.worker_process import WorkerProcess
 
@@ -2246,7 +2246,7 @@ def unknown_option_message(parser: Any, argv: Sequence[str]) -> str | None:
     """``unknown option --modle (did you mean --model?)`` for the first option in
     ``argv`` that ``parser`` does not know, or None when every option is known
     (issue 17 §5). Options after ``--`` are words of the prompt."""
-    from pi_sandbox.supervisor.option_suggestions import closest_option
+    from pi_sandbox.supervisor.modes.option_suggestions import closest_option
 
     known = [o for action in parser._actions for o in action.option_strings]
     for token in argv:

@@ -4,7 +4,7 @@ pi 1.6.0's RPC protocol (pi docs rpc.md, rpc-commands.md, rpc-extension-ui.md; i
 17 §2): each stdin line is one command ``{type, id?, …}``; its response is
 ``{"type": "response", "id"?, "command", "success", "data"?, "error"?}`` with pi's
 ``data`` shapes; the session's events are written as they happen, as pi's wire
-records (`pi_sandbox.supervisor.rpc_wire` translates our internal events).
+records (`pi_sandbox.supervisor.modes.rpc_wire` translates our internal events).
 
 All 33 commands of rpc-commands.md: ``prompt {message, images?,
 streamingBehavior?}`` (``data.disposition``: ``started``, ``queued`` or
@@ -44,11 +44,11 @@ import trio
 
 from pi_sandbox.errors import HostCallError, ProviderError, UsageError
 from pi_sandbox.protocol.framing import FrameError, decode_line
-from pi_sandbox.supervisor.model_commands import MODEL_COMMANDS
-from pi_sandbox.supervisor.rpc_wire import RpcQueue, RpcWire
+from pi_sandbox.supervisor.agent.tool_pipeline import EmitFn
+from pi_sandbox.supervisor.modes.model_commands import MODEL_COMMANDS
+from pi_sandbox.supervisor.modes.rpc_wire import RpcQueue, RpcWire
 from pi_sandbox.supervisor.sessions.rpc_commands import SESSION_COMMANDS, handle_session_command
 from pi_sandbox.supervisor.sessions.session_file import now_ms
-from pi_sandbox.supervisor.tool_pipeline import EmitFn
 
 __all__ = ["MAX_COMMAND_BYTES", "OUR_COMMANDS", "serve_rpc"]
 

@@ -32,7 +32,7 @@ from pi_sandbox.errors import (
     WorkerCrashedError,
     WorkerError,
 )
-from pi_sandbox.supervisor.prompt_input import PromptInput, build_prompt_input
+from pi_sandbox.supervisor.modes.prompt_input import PromptInput, build_prompt_input
 
 __all__ = ["RunOptions", "run_print_session"]
 
@@ -146,7 +146,7 @@ def run_print_session(options: RunOptions) -> int:
     CI mode (``options.ci``, issue 4), where that is 2 and 3 means the run finished
     but the policy denied at least one tool call.
     """
-    from pi_sandbox.supervisor.output_modes import (
+    from pi_sandbox.supervisor.modes.output_modes import (
         JsonOutput,
         PrintOutput,
         printable,
@@ -170,7 +170,7 @@ def run_print_session(options: RunOptions) -> int:
             # Unknown options wait for the extensions' flags, which load later; a typo
             # must not hide behind "no API key" (issue 17 §5).
             from pi_sandbox.cli import build_parser
-            from pi_sandbox.supervisor.session_host import unknown_option_message
+            from pi_sandbox.supervisor.extensions.session_host import unknown_option_message
 
             if unknown := unknown_option_message(build_parser(), options.argv):
                 return fail(f"{unknown} (and {exc})", 2)
@@ -190,7 +190,7 @@ def run_print_session(options: RunOptions) -> int:
             else PrintOutput(verbose=options.verbose)
         )
     if options.mode == "rpc":
-        from pi_sandbox.supervisor.rpc_wire import RpcWire
+        from pi_sandbox.supervisor.modes.rpc_wire import RpcWire
 
         output = RpcWire(output)  # pi's RPC records (issue 17 §2)
     from pi_sandbox.supervisor.audit_log import AuditLog
@@ -221,7 +221,7 @@ def run_print_session(options: RunOptions) -> int:
     except AuditLogError as exc:
         audit.close()
         return fail(str(exc), 2)
-    from pi_sandbox.supervisor.run_signals import RunStop
+    from pi_sandbox.supervisor.modes.run_signals import RunStop
 
     stop = RunStop()
     stop.hold()  # released after the last audit record (the finally below)
@@ -526,7 +526,7 @@ async def _run_stoppable(
     options: RunOptions, provider: Any, start: _Start, output: Any, audit: Any, stop: Any
 ) -> int:
     """`_run` with ``SIGTERM``/``SIGINT``/``SIGHUP`` received for its whole length,
-    its tear-down included (`pi_sandbox.supervisor.run_signals`, issue 14 §3)."""
+    its tear-down included (`pi_sandbox.supervisor.modes.run_signals`, issue 14 §3)."""
     with stop.receiving() as signals:
         try:
             async with trio.open_nursery() as nursery:
@@ -552,10 +552,6 @@ async def _import_after_spawn() -> None:
     first runs when `WorkerPool.start` has spawned every worker and waits for their
     handshakes, so ~100 ms of imports use the time the workers' interpreters and
     sandboxes take to start on the other core instead of adding to it (issue 20)."""
-    import pi_sandbox.supervisor.agent_session
-    import pi_sandbox.supervisor.rpc_mode
-    import pi_sandbox.supervisor.session_host
-    import pi_sandbox.supervisor.tool_pipeline  # noqa: F401
 
 
 async def _run(
@@ -568,9 +564,12 @@ async def _run(
 ) -> int:
     from pi_sandbox.protocol.messages import NotificationMessage, ToolUpdateParams
     from pi_sandbox.resources.resource_set import trust_store_path
-    from pi_sandbox.supervisor.extension_requirements import inactive_warnings, load_stop_reason
-    from pi_sandbox.supervisor.output_modes import printable, silence_stdout
-    from pi_sandbox.supervisor.run_signals import RunStop, RunStopped
+    from pi_sandbox.supervisor.extensions.extension_requirements import (
+        inactive_warnings,
+        load_stop_reason,
+    )
+    from pi_sandbox.supervisor.modes.output_modes import printable, silence_stdout
+    from pi_sandbox.supervisor.modes.run_signals import RunStop, RunStopped
     from pi_sandbox.supervisor.sessions.session_file import SessionWriter
     from pi_sandbox.supervisor.workers.worker_pool import (
         PoolConfig,
@@ -748,7 +747,7 @@ async def _run(
     stop.on_hurry.append(pool.kill_all)
 
     async def report_quarantine(finding: Any) -> None:
-        from pi_sandbox.supervisor.tool_pipeline import quarantine_event
+        from pi_sandbox.supervisor.agent.tool_pipeline import quarantine_event
 
         await output(quarantine_event(finding))
 
@@ -828,14 +827,14 @@ async def _run(
                 nursery.start_soon(_import_after_spawn)
                 with stop.guard():
                     await pool.start(nursery, sources, on_tool_update=on_tool_update)
-                from pi_sandbox.supervisor.agent_session import AgentSession
-                from pi_sandbox.supervisor.rpc_mode import serve_rpc
-                from pi_sandbox.supervisor.session_host import SessionHost
-                from pi_sandbox.supervisor.tool_pipeline import (
+                from pi_sandbox.supervisor.agent.agent_session import AgentSession
+                from pi_sandbox.supervisor.agent.tool_pipeline import (
                     ToolPipeline,
                     quarantine_event,
                     report_extension_errors,
                 )
+                from pi_sandbox.supervisor.extensions.session_host import SessionHost
+                from pi_sandbox.supervisor.modes.rpc_mode import serve_rpc
 
                 if options.mcp and pool.mcp_servers:
                     if mcp is None:
@@ -851,7 +850,7 @@ async def _run(
                         repositories_at_start[root] = await trio.to_thread.run_sync(
                             find_repositories, root
                         )
-                    from pi_sandbox.supervisor.resource_changes import (
+                    from pi_sandbox.supervisor.extensions.resource_changes import (
                         ResourceWatch,
                         watched_roots,
                     )
@@ -975,7 +974,7 @@ async def _run(
                 session.compactor = _compactor(options, lambda: start.trust)
                 for notice in session.compactor.config.notices:
                     await output({"type": "pisandbox_notice", "message": notice})
-                from pi_sandbox.supervisor.model_commands import ModelControl
+                from pi_sandbox.supervisor.modes.model_commands import ModelControl
 
                 choice = start.model_choice
                 if choice is not None:
@@ -1101,7 +1100,7 @@ async def _run(
                         status = 1
                 if options.verbose and options.mode == "print":
                     # issue 16: the session's usage and cost, after the answer.
-                    from pi_sandbox.supervisor.model_commands import session_stats, usage_line
+                    from pi_sandbox.supervisor.modes.model_commands import session_stats, usage_line
 
                     ref = f"{session.provider.name}/{session.provider.model}"
                     stats = session_stats(session, host.models.model)
@@ -1329,7 +1328,7 @@ def _custom_session_dir(options: RunOptions) -> Path | None:
 
 def _flag_parser() -> Any:
     from pi_sandbox.cli import build_parser
-    from pi_sandbox.supervisor.session_host import parse_extension_flags
+    from pi_sandbox.supervisor.extensions.session_host import parse_extension_flags
 
     def parse(argv: Any, flags: list[Any]) -> tuple[dict[str, Any], list[str]]:
         return parse_extension_flags(argv, flags, build_parser)
