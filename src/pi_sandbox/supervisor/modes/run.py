@@ -1419,7 +1419,6 @@ async def _ask_user_for_trust(
     """
     import dataclasses as dc
 
-    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
     from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
 
     info = start.trust_info
@@ -1441,25 +1440,39 @@ async def _ask_user_for_trust(
         source="the trust prompt",
     )
     if save:
-        from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
-
         path = trust_store_path(options.agent_dir)
-        fingerprint = (
-            await trio.to_thread.run_sync(
-                lambda: decision_fingerprint(options.cwd, home=options.home)
-            )
-            if decision != "no"
-            else None
+        await _save_trust_decision(
+            options, decision, failure=f"cannot save the trust decision in {path}"
         )
-        try:
-            TrustStore.update(
-                path, lambda store: store.set(options.cwd, decision, fingerprint=fingerprint)
-            )
-        except (TrustStoreError, OSError) as exc:
-            raise UsageError(f"cannot save the trust decision in {path}: {exc}") from exc
         decided = dc.replace(decided, stored=(decision, options.cwd), store_error=None)
     start.apply_trust(options, decided)
     notices.append(f"Project trust: {decision} (from the trust prompt{', saved' if save else ''})")
+
+
+async def _save_trust_decision(options: RunOptions, decision: str, *, failure: str) -> None:
+    """Store ``decision`` (``"yes"``, ``"sandboxed"`` or ``"no"``) for ``options.cwd`` in the
+    trust store of ``options.agent_dir``, with the fingerprint of what it approves (issue 14
+    §4; none for ``"no"``), measured in a thread and outside the store's lock.
+
+    Raises:
+        UsageError: ``"<failure>: <reason>"`` when the store cannot be read or written.
+    """
+    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
+    from pi_sandbox.resources.resource_set import trust_store_path
+    from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
+
+    fingerprint = (
+        await trio.to_thread.run_sync(lambda: decision_fingerprint(options.cwd, home=options.home))
+        if decision != "no"
+        else None
+    )
+    try:
+        TrustStore.update(
+            trust_store_path(options.agent_dir),
+            lambda store: store.set(options.cwd, decision, fingerprint=fingerprint),
+        )
+    except (TrustStoreError, OSError) as exc:
+        raise UsageError(f"{failure}: {exc}") from exc
 
 
 def _interactive_context(options: RunOptions, start: _Start, pool: Any) -> dict[str, Any]:
@@ -1555,7 +1568,6 @@ async def _change_trust(
     """
     import dataclasses as dc
 
-    from pi_sandbox.resources.project_trust import TrustStore, TrustStoreError
     from pi_sandbox.resources.resource_set import resolve_trust, trust_store_path
     from pi_sandbox.supervisor.workers.worker_pool import discover_extensions
 
@@ -1608,23 +1620,10 @@ async def _change_trust(
         {"event": "trust", "action": "changed", "project": str(options.cwd), **info.as_dict()}
     )
     if save:
-        from pi_sandbox.resources.trust_fingerprint import decision_fingerprint
-
         path = trust_store_path(options.agent_dir)
-        # What the saved decision approves (issue 14 §4), measured outside the lock.
-        fingerprint = (
-            await trio.to_thread.run_sync(
-                lambda: decision_fingerprint(options.cwd, home=options.home)
-            )
-            if decision != "no"
-            else None
+        await _save_trust_decision(
+            options, decision, failure="/trust --save: cannot update the trust store"
         )
-        try:
-            TrustStore.update(
-                path, lambda store: store.set(options.cwd, decision, fingerprint=fingerprint)
-            )
-        except (TrustStoreError, OSError) as exc:
-            raise UsageError(f"/trust --save: cannot update the trust store: {exc}") from exc
         info = dc.replace(info, stored=(decision, options.cwd), store_error=None)
         start.trust_info = info
         audit.record(
