@@ -47,6 +47,7 @@ import trio
 
 from pi_sandbox.sandbox import find_bwrap, probe_bwrap
 from pi_sandbox.supervisor.extensions.extension_discovery import ExtensionSource
+from pi_sandbox.supervisor.workers import sandboxed_spawn as spawn_module
 from pi_sandbox.supervisor.workers import worker_process as process_module
 from pi_sandbox.supervisor.workers.worker_pool import PoolConfig, WorkerPool
 
@@ -96,19 +97,19 @@ def instrument() -> None:
             return await timed_start(*args, **kwargs)
 
     process_module.WorkerProcess.start = start  # type: ignore[method-assign]
-    process_module.build_bwrap_argv = _timed("argv", process_module.build_bwrap_argv)
-    process_module.sandbox_descriptors = _timed("fds", process_module.sandbox_descriptors)
+    spawn_module.build_bwrap_argv = _timed("argv", spawn_module.build_bwrap_argv)
+    spawn_module.sandbox_descriptors = _timed("fds", spawn_module.sandbox_descriptors)
     real_spawn = os.posix_spawn
 
     class _Os:
-        """``os`` as worker_process sees it, with ``posix_spawn`` timed."""
+        """``os`` as sandboxed_spawn sees it, with ``posix_spawn`` timed."""
 
         def __getattr__(self, name: str) -> Any:
             return getattr(os, name)
 
         posix_spawn = staticmethod(_timed("posix_spawn", real_spawn))
 
-    process_module.os = _Os()  # type: ignore[assignment]
+    spawn_module.os = _Os()  # type: ignore[assignment]
 
 
 _CPUACCT: Path | None = None  # --cpuacct: the cgroup (v1 cpuacct) this process runs in

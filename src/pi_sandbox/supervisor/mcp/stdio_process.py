@@ -18,7 +18,6 @@ own pipe).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -31,11 +30,15 @@ from typing import Any
 import anyio
 import trio
 
-from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
+from pi_sandbox.sandbox import SandboxProfile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
-from pi_sandbox.supervisor.workers.worker_process import STATUS_FD, sandbox_descriptors
+from pi_sandbox.supervisor.workers.sandboxed_spawn import (
+    drain_into_capped_log,
+    log_tail,
+    spawn_in_sandbox,
+)
 
 __all__ = ["MAX_BAD_LINES", "MAX_LINE_BYTES", "StdioLaunch", "StdioServerProcess"]
 
@@ -106,79 +109,45 @@ class StdioServerProcess:
         """
         launch = self.launch
         argv = list(launch.argv)
-        env = dict(launch.env)
-        cwd = launch.cwd
-        passed: dict[int, int] = {}
-        ours: list[int] = []
         profile = launch.sandbox
-        status_read: int | None = None
         if profile is not None:
-            if not launch.bwrap:
-                raise OSError("a sandbox profile needs a bwrap binary")
             config = {
                 "rlimits": profile.limits.rlimits(),
                 "proxy_socket": PROXY_SOCKET_IN_SANDBOX if profile.network == "proxy" else None,
                 "proxy_direct": list(profile.proxy_direct),
             }
-            inner = [sys.executable, "-I", "-B", _LAUNCHER, json.dumps(config), "--", *argv]
-            seccomp_fd, status_read, userns = sandbox_descriptors(
-                profile, launch.userns, passed, ours
-            )
-            argv = build_bwrap_argv(
-                profile,
-                inner,
-                bwrap=launch.bwrap,
-                seccomp_fd=seccomp_fd,
-                status_fd=STATUS_FD,
-                userns=userns,
-            )
-            env = {}
-            cwd = "/"
-            if launch.cgroups is not None:
-                self._cgroup = launch.cgroups.create(
-                    pids_max=profile.limits.processes,
-                    memory_max_bytes=profile.limits.memory_mb * 1024 * 1024,
-                )
+            argv = [sys.executable, "-I", "-B", _LAUNCHER, json.dumps(config), "--", *argv]
         stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
         stdout_read, stdout_write = os.pipe2(os.O_CLOEXEC)
         log_read, log_write = os.pipe2(os.O_CLOEXEC)
-        ours += [stdin_read, stdout_write, log_write]
-        for target, source in list(passed.items()):
-            if source in passed:
-                passed[target] = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, 10)
-                ours.append(passed[target])
-        # The three standard descriptors may collide with targets 4–6 only through
-        # dup2 order; sources are all >= 3 and distinct from the targets above.
-        actions: list[Any] = [
-            (os.POSIX_SPAWN_DUP2, stdin_read, 0),
-            (os.POSIX_SPAWN_DUP2, stdout_write, 1),
-            (os.POSIX_SPAWN_DUP2, log_write, 2),
-        ] + [(os.POSIX_SPAWN_DUP2, source, target) for target, source in sorted(passed.items())]
-        previous = os.getcwd()
         try:
-            with self._cgroup.entered() if self._cgroup else contextlib.nullcontext():
-                # posix_spawn has no cwd: the child inherits ours (bwrap sets its own).
-                os.chdir(cwd)
-                try:
-                    self.pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
-                finally:
-                    os.chdir(previous)
+            spawned = spawn_in_sandbox(
+                argv,
+                dict(launch.env),
+                stdio=[
+                    (os.POSIX_SPAWN_DUP2, stdin_read, 0),
+                    (os.POSIX_SPAWN_DUP2, stdout_write, 1),
+                    (os.POSIX_SPAWN_DUP2, log_write, 2),
+                ],
+                passed={},
+                ours=[stdin_read, stdout_write, log_write],
+                sandbox=profile,
+                bwrap=launch.bwrap,
+                userns=launch.userns,
+                cgroups=launch.cgroups,
+                cwd=launch.cwd,
+            )
         except BaseException:
-            for fd in (stdin_write, stdout_read, log_read, status_read):
-                if fd is not None:
-                    os.close(fd)
-            if self._cgroup is not None:
-                self._cgroup.remove()
-                self._cgroup = None
-            raise
-        finally:
-            for fd in ours:
+            for fd in (stdin_write, stdout_read, log_read):
                 os.close(fd)
+            raise
+        self.pid = spawned.pid
+        self._cgroup = spawned.cgroup
         self._stdin, self._stdout, self._log, self._status = (
             stdin_write,
             stdout_read,
             log_read,
-            status_read,
+            spawned.status_read,
         )
         self._pidfd = os.pidfd_open(self.pid)
 
@@ -290,27 +259,7 @@ class StdioServerProcess:
 
     async def _drain_log(self) -> None:
         assert self._log is not None
-        path = self.launch.log_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        written = path.stat().st_size if path.exists() else 0
-        fd = os.open(
-            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        async with trio.lowlevel.FdStream(self._log) as pipe:
-            with open(fd, "ab") as log:
-                while True:
-                    try:
-                        data = await pipe.receive_some(65536)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        return
-                    if not data:
-                        return
-                    if written >= self.launch.max_log_bytes:
-                        continue  # keep draining: a server blocked on stderr would hang
-                    chunk = data[: self.launch.max_log_bytes - written]
-                    log.write(chunk)
-                    log.flush()
-                    written += len(chunk)
+        await drain_into_capped_log(self._log, self.launch.log_path, self.launch.max_log_bytes)
 
     async def _drain_status(self) -> None:
         assert self._status is not None
@@ -348,13 +297,7 @@ class StdioServerProcess:
 
     def log_tail(self, limit: int = 2000) -> str:
         """The last ``limit`` bytes of the server's stderr log."""
-        try:
-            with open(self.launch.log_path, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, handle.tell() - limit))
-                return handle.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return log_tail(self.launch.log_path, limit)
 
     def kill(self) -> None:
         """SIGKILL the server's process group (bwrap takes the sandbox with it)."""

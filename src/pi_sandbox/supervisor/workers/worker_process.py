@@ -14,7 +14,6 @@ SIGKILL and always reaps.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
@@ -46,11 +45,16 @@ from pi_sandbox.protocol.messages import (
     NotificationMessage,
     RequestMessage,
 )
-from pi_sandbox.sandbox import SandboxProfile, build_bwrap_argv
+from pi_sandbox.sandbox import SandboxProfile
 from pi_sandbox.sandbox.cgroup_limits import CgroupLimiter, WorkerCgroup
 from pi_sandbox.sandbox.identity import UserNamespace
 from pi_sandbox.sandbox.profile import PROXY_SOCKET_IN_SANDBOX
 from pi_sandbox.supervisor.workers.rpc_channel import RpcChannel
+from pi_sandbox.supervisor.workers.sandboxed_spawn import (
+    drain_into_capped_log,
+    log_tail,
+    spawn_in_sandbox,
+)
 
 __all__ = [
     "WorkerProcess",
@@ -65,12 +69,6 @@ _LOG_TAIL_BYTES = 4000
 _MAX_KEPT_LOGS = 100
 _MAX_ERROR_REPORTS = 20
 _MAX_HOST_CALLS = 256
-
-# Descriptor numbers in the bwrap process (the channel is methods.WORKER_FD = 3).
-STATUS_FD = 4
-SECCOMP_FD = 5
-USERNS_FD = 6
-
 
 # Run by ``python -c``: the paths after the code become sys.path's tail, then the
 # worker's main loop (what ``-m pi_sandbox.worker`` runs, without runpy).
@@ -247,36 +245,6 @@ class WorkerSpec:
     userns: UserNamespace | None = None
 
 
-def sandbox_descriptors(
-    profile: Any, userns: Any, passed: dict[int, int], ours: list[int]
-) -> tuple[int | None, int, tuple[int, int, int] | None]:
-    """The descriptors a bwrap launch hands its child, for workers and MCP servers
-    alike: the seccomp program (``SECCOMP_FD``, when the profile asks for one), the
-    ``--json-status-fd`` pipe (``STATUS_FD``) and the user namespace to join
-    (``USERNS_FD``, the pool's descriptor: never closed here).
-
-    Fills ``passed`` (child fd → our fd) and ``ours`` (descriptors to close once the
-    child has them). Returns ``(seccomp fd or None, the status pipe's read end,
-    (USERNS_FD, uid, gid) or None)`` for `build_bwrap_argv`.
-    """
-    seccomp_fd = None
-    if profile.seccomp:
-        from pi_sandbox.sandbox.seccomp_filter import seccomp_memfd
-
-        passed[SECCOMP_FD] = seccomp_memfd()
-        ours.append(passed[SECCOMP_FD])
-        seccomp_fd = SECCOMP_FD
-    status_read, status_write = os.pipe2(os.O_CLOEXEC)
-    passed[STATUS_FD] = status_write
-    ours.append(status_write)
-    joined = None
-    if userns is not None:
-        passed[USERNS_FD] = userns.fd
-        identity = userns.identity
-        joined = (USERNS_FD, identity.uid, identity.gid)
-    return seccomp_fd, status_read, joined
-
-
 class WorkerProcess:
     """A running worker: its process, channel and the registrations from its handshake."""
 
@@ -344,14 +312,7 @@ class WorkerProcess:
 
     def log_tail(self, limit: int = _LOG_TAIL_BYTES) -> str:
         """The last ``limit`` bytes of the worker's stdout/stderr log, decoded leniently."""
-        try:
-            with open(self.spec.log_path, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - limit))
-                return handle.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return log_tail(self.spec.log_path, limit)
 
     async def start(self, nursery: trio.Nursery, *, timeout_s: float = 15.0) -> InitializeResult:
         """Spawn the process and complete the ``initialize`` handshake.
@@ -426,66 +387,32 @@ class WorkerProcess:
         return self.registrations
 
     def _spawn(self, child_sock: socket.socket) -> int:
-        argv = worker_command()
-        env = dict(self.spec.env)
-        # target fd in the child -> our fd to put there
-        passed: dict[int, int] = {methods.WORKER_FD: child_sock.fileno()}
-        ours: list[int] = []  # descriptors to close once the child has them
-        profile = self.spec.sandbox
-        status_read: int | None = None
-        if profile is not None:
-            if not self.spec.bwrap:
-                raise OSError("a sandbox profile needs a bwrap binary")
-            seccomp_fd, status_read, userns = sandbox_descriptors(
-                profile, self.spec.userns, passed, ours
-            )
-            argv = build_bwrap_argv(
-                profile,
-                argv,
-                bwrap=self.spec.bwrap,
-                seccomp_fd=seccomp_fd,
-                status_fd=STATUS_FD,
-                userns=userns,
-            )
-            env = {}  # bwrap --clearenv sets the sandbox's environment from the profile
-            if self.spec.cgroups is not None:
-                self._cgroup = self.spec.cgroups.create(
-                    pids_max=profile.limits.processes,
-                    memory_max_bytes=profile.limits.memory_mb * 1024 * 1024,
-                )
         # stdout/stderr go through a pipe the supervisor drains into the log file, so
         # the log is capped: a worker that prints forever cannot fill the host's disk.
         read_fd, log_fd = os.pipe2(os.O_CLOEXEC)
-        ours.append(log_fd)
-        # dup2(n, n) would leave close-on-exec set, and a source that is another
-        # entry's target would be overwritten first: move such sources out of the way.
-        for target, source in list(passed.items()):
-            if source in passed:
-                passed[target] = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, 10)
-                ours.append(passed[target])
-        file_actions = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, log_fd, 1),
-            (os.POSIX_SPAWN_DUP2, log_fd, 2),
-        ] + [(os.POSIX_SPAWN_DUP2, source, target) for target, source in sorted(passed.items())]
         try:
-            # In the worker's cgroup from its first instruction (see cgroup_limits).
-            with self._cgroup.entered() if self._cgroup else contextlib.nullcontext():
-                pid = os.posix_spawn(argv[0], argv, env, file_actions=file_actions, setsid=True)
+            spawned = spawn_in_sandbox(
+                worker_command(),
+                dict(self.spec.env),
+                stdio=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                passed={methods.WORKER_FD: child_sock.fileno()},
+                ours=[log_fd],
+                sandbox=self.spec.sandbox,
+                bwrap=self.spec.bwrap,
+                userns=self.spec.userns,
+                cgroups=self.spec.cgroups,
+            )
         except BaseException:
             os.close(read_fd)
-            if status_read is not None:
-                os.close(status_read)
-            if self._cgroup is not None:
-                self._cgroup.remove()
-                self._cgroup = None
             raise
-        finally:
-            for fd in ours:
-                os.close(fd)
+        self._cgroup = spawned.cgroup
         self._log_pipe = read_fd
-        self._status_pipe = status_read
-        return pid
+        self._status_pipe = spawned.status_read
+        return spawned.pid
 
     async def _read_status(self) -> None:
         """Read bwrap's ``--json-status-fd`` documents: ``{"child-pid": N}`` once the
@@ -552,43 +479,16 @@ class WorkerProcess:
     async def _drain_log(self) -> None:
         assert self._log_pipe is not None
         limit = self.spec.max_log_bytes
-        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # A respawned worker appends to its predecessor's log: the cap is per file.
-        written = self.spec.log_path.stat().st_size if self.spec.log_path.exists() else 0
-        async with trio.lowlevel.FdStream(self._log_pipe) as pipe:
-            # 0600: a worker's output may hold what a tool_result hook redacts before
-            # the model sees it (a kept log survives the run for days).
-            fd = os.open(
-                self.spec.log_path,
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-            )
-            with open(fd, "ab") as log:
-                while True:
-                    try:
-                        data = await pipe.receive_some(65536)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        return
-                    if not data:
-                        return
-                    if written >= limit:
-                        continue  # keep draining so the worker never blocks on a full pipe
-                    chunk = data[: limit - written]
-                    log.write(chunk)
-                    written += len(chunk)
-                    if written >= limit:
-                        log.write(
-                            b"\n[pi: log truncated at %d bytes; further output discarded]\n" % limit
-                        )
-                    log.flush()
-                    if written >= limit and self.error_logs is not None:
-                        # Said once (issue 5 case 16): the output goes on being drained.
-                        with contextlib.suppress(Exception):
-                            await self.error_logs(
-                                self,
-                                f"{self.name} wrote more than {limit} bytes to stdout/stderr; "
-                                f"further output is discarded (log: {self.spec.log_path})",
-                            )
+
+        async def report() -> None:
+            if self.error_logs is not None:  # said once (issue 5 case 16)
+                await self.error_logs(
+                    self,
+                    f"{self.name} wrote more than {limit} bytes to stdout/stderr; "
+                    f"further output is discarded (log: {self.spec.log_path})",
+                )
+
+        await drain_into_capped_log(self._log_pipe, self.spec.log_path, limit, on_truncated=report)
 
     async def _read_channel(self) -> None:
         assert self._channel is not None
