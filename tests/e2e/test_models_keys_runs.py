@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -21,7 +22,9 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-SENTINEL_KEY = "sk-sentinel-7f3a9c1e5b2d4068"
+# Unique per test process: a test scans every process's argv for it, and another run of
+# the suite on the same machine passes its own key on a command line on purpose.
+SENTINEL_KEY = f"sk-sentinel-{secrets.token_hex(8)}"
 
 
 class UsageServer:
