@@ -49,6 +49,13 @@ def _load_relay() -> object:
     return module
 
 
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 1024)
+    except (OSError, ValueError):
+        return 65536
+
+
 def main(argv: list[str]) -> int:
     """Run the launcher; returns the exit status (only when the program was forked)."""
     if len(argv) < 3 or argv[1] != "--":
@@ -57,6 +64,10 @@ def main(argv: list[str]) -> int:
     config = json.loads(argv[0])
     program = argv[2:]
     _apply_rlimits(config.get("rlimits") or {})
+    # Only 0-2 go on to the program (DESIGN §6), like a worker's own start: whatever
+    # else bwrap let through (its status pipe, a descriptor the supervisor inherited)
+    # is closed before the program runs.
+    os.closerange(3, _max_fd())
     socket_path = config.get("proxy_socket")
     if not socket_path:
         try:

@@ -32,6 +32,7 @@ __all__ = [
     "STATUS_FD",
     "USERNS_FD",
     "Spawned",
+    "close_inherited_on_exec",
     "drain_into_capped_log",
     "log_tail",
     "sandbox_descriptors",
@@ -165,6 +166,10 @@ def spawn_in_sandbox(
             (os.POSIX_SPAWN_DUP2, movable(source), target)
             for target, source in sorted(passed.items())
         ]
+        # Only what the actions put in place reaches the child (DESIGN §6): a descriptor
+        # the supervisor inherited from its own parent (a shell's `exec 9<file`, a CI
+        # runner's) is inheritable, and an MCP server would get it under bwrap.
+        close_inherited_on_exec()
         # In the cgroup from the first instruction (see cgroup_limits).
         with cgroup.entered() if cgroup is not None else contextlib.nullcontext():
             if cwd is None:
@@ -187,6 +192,32 @@ def spawn_in_sandbox(
         for fd in ours:
             os.close(fd)
     return Spawned(pid=pid, status_read=status_read, cgroup=cgroup)
+
+
+def close_inherited_on_exec() -> None:
+    """Mark every descriptor of this process above 2 that a spawned child would inherit
+    close-on-exec (descriptors opened by Python already are, PEP 446; these are the
+    ones the process inherited from its parent). A descriptor meant for a child is
+    passed with a ``POSIX_SPAWN_DUP2`` action, whose copy is inheritable whatever the
+    source's flag.
+
+    Raises:
+        OSError: neither ``/proc/self/fd`` nor ``/dev/fd`` can be listed; the spawn then
+            fails rather than let unknown descriptors through.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        names = os.listdir("/dev/fd")
+    for name in names:
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+        except OSError:
+            continue  # closed since the listing (the listing's own descriptor)
 
 
 async def drain_into_capped_log(
