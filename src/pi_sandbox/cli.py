@@ -1350,6 +1350,33 @@ def _default_tools_setting(cwd: Path) -> list[str] | None:
     return None
 
 
+def _fill_closed_standard_descriptors() -> None:
+    """Put ``/dev/null`` on each of descriptors 0–2 that was closed when ``pi`` started
+    (cron, daemons, ``pi … 2>&-``), and a stream on it in `sys`.
+
+    Otherwise the next file ``pi`` opens takes the free number: a session file on fd 2
+    would receive whatever is written to standard error, and Python's ``print`` to a
+    ``None`` ``sys.stderr`` falls back to stdout (red team of 0.8.0: progress lines in
+    the answer). stdin reads as empty; stderr discards; stdout is opened read-only, so
+    that every write fails as it would on the closed descriptor and output that cannot
+    be written ends the run with status 1, as documented (docs/policy.md exit codes).
+    """
+    names = ("stdin", "stdout", "stderr")
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        opened = os.open(os.devnull, os.O_WRONLY if fd == 2 else os.O_RDONLY)
+        if opened != fd:  # 0..fd-1 are open by now, so this is not expected
+            os.dup2(opened, fd)
+            os.close(opened)
+        mode = "r" if fd == 0 else "w"
+        stream = open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115 - for the process
+        setattr(sys, names[fd], stream)
+
+
 def console_main() -> None:
     """The ``pi`` command: `main`, then leave without tearing the interpreter down.
 
@@ -1362,6 +1389,7 @@ def console_main() -> None:
     other than ``SystemExit`` leaves the normal way (traceback, status 1), and a
     ``SystemExit`` carrying a message too.
     """
+    _fill_closed_standard_descriptors()
     try:
         status = main()
     except SystemExit as exc:
@@ -1377,12 +1405,17 @@ def console_main() -> None:
             thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        if stream is None:  # the descriptor was closed when Python started
-            continue
         try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: Python exits 120 on this
-            status = status or 120
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError) as exc:  # output that could not be written: 1
+            status = status or 1
+            if stream is sys.stdout and not isinstance(exc, BrokenPipeError):
+                try:
+                    sys.stderr.write(f"pi: cannot write output: {exc}\n")
+                    sys.stderr.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
     os._exit(status)
 
 

@@ -5,6 +5,7 @@ that matters: other threads joined, ``atexit`` functions run, output flushed, an
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -37,22 +38,71 @@ def test_the_status_and_the_output_of_main_are_kept(tmp_path: Path) -> None:
     assert "--modle" in usage.stderr and "NOT-REACHED" not in usage.stdout
 
 
-def test_a_closed_stdout_or_stderr_keeps_the_status(tmp_path: Path) -> None:
-    # red team F2: Python sets sys.stdout/sys.stderr to None when the descriptor was
-    # closed at start (cron, daemons); the run's status must stay main's.
-    for closed in ("1", "2"):
-        code = (
-            "import os, sys\n"
-            f"os.close({closed})\n"
-            "os.execv(sys.executable, [sys.executable, '-c', "
-            '\'import sys; from pi_sandbox import cli; sys.argv=["pi", "--version"]; '
-            "cli.console_main()'])\n"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, (closed, done.stderr)
-        assert "Traceback" not in done.stderr
+SCRIPT = """\
+- tool_calls:
+    - {name: bash, arguments: {command: echo PROGRESS-OUTPUT}}
+- text: FINAL-ANSWER
+"""
+
+
+def run_with_closed(
+    fd: int, *args: str, tmp_path: Path, fill: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``pi ARGS…`` (through `cli.console_main`) started with descriptor ``fd`` closed,
+    as cron or ``pi … 2>&-`` start it; with ``fill=False`` the filling is switched off
+    (the control)."""
+    (tmp_path / "s.yaml").write_text(SCRIPT)
+    code = (
+        "import sys\n"
+        "from pi_sandbox import cli\n"
+        + ("" if fill else "cli._fill_closed_standard_descriptors = lambda: None\n")
+        + f"sys.argv = ['pi', *{list(args)!r}]\n"
+        "cli.console_main()\n"
+    )
+    wrapper = (
+        "import os, sys\n"
+        f"os.close({fd})\n"
+        "os.execv(sys.executable, [sys.executable, '-c', sys.argv[1]])\n"
+    )
+    env = {**os.environ, "PI_CODING_AGENT_DIR": str(tmp_path / "agent"), "HOME": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "-c", wrapper, code],
+        capture_output=True,  # the wrapper closes ``fd`` in the child
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+RUN = ("-p", "--no-sandbox", "--no-session", "--model", "scripted", "--script", "s.yaml", "go")
+
+
+def test_with_stderr_closed_progress_is_discarded_not_written_into_the_answer(tmp_path):
+    done = run_with_closed(2, *RUN, tmp_path=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.strip() == "FINAL-ANSWER"
+
+
+def test_control_without_filling_progress_lands_in_the_answer(tmp_path):
+    # red team of 0.8.0: print() to a None sys.stderr writes to stdout.
+    done = run_with_closed(2, *RUN, tmp_path=tmp_path, fill=False)
+    assert "PROGRESS-OUTPUT" in done.stdout and "FINAL-ANSWER" in done.stdout
+
+
+def test_with_stdout_closed_the_answer_that_cannot_be_written_is_status_1(tmp_path):
+    for args in (RUN, ("--mode", "json", *RUN[1:]), ("--version",)):
+        done = run_with_closed(1, *args, tmp_path=tmp_path)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "pi: cannot write output" in done.stderr, args
+        assert "Traceback" not in done.stderr, args
+
+
+def test_with_stdin_closed_a_run_reads_nothing_and_answers(tmp_path):
+    done = run_with_closed(0, *RUN, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "FINAL-ANSWER"
+    assert "PROGRESS-OUTPUT" in done.stderr
 
 
 def test_atexit_functions_and_other_threads_finish_before_the_process_leaves(
