@@ -366,6 +366,11 @@ def test_a_dead_runs_log_directory_it_did_not_keep_is_removed_by_the_next_run(tm
     kept = tmpdir / f"pi-workers-{pid_max + 2}-def"
     kept.mkdir()
     (kept / worker_pool.KEPT_LOGS_FILE).write_text("kept")
+    dead_mcp = tmpdir / f"pi-mcp-{pid_max + 4}-jkl"  # an MCP server's log (red team)
+    dead_mcp.mkdir()
+    (dead_mcp / "server.log").write_text("x")
+    alive_mcp = tmpdir / f"pi-mcp-{os.getpid()}-mno"
+    alive_mcp.mkdir()
     old = tmpdir / f"pi-workers-{pid_max + 3}-ghi"
     old.mkdir()
     (old / worker_pool.KEPT_LOGS_FILE).write_text("kept long ago")
@@ -384,6 +389,6 @@ def test_a_dead_runs_log_directory_it_did_not_keep_is_removed_by_the_next_run(tm
         else:
             os.environ["TMPDIR"] = saved
         tempfile.tempdir = None
-    assert not dead.exists()
-    assert kept.is_dir()
+    assert not dead.exists() and not dead_mcp.exists()
+    assert kept.is_dir() and alive_mcp.is_dir()
     assert not old.exists()

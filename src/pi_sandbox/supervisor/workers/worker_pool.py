@@ -1742,15 +1742,18 @@ def _remove_stale_log_dirs_in_background() -> None:
 
 
 def _remove_stale_log_dirs() -> None:
-    """Remove worker-log directories of ``pi`` processes that no longer exist.
+    """Remove the worker-log and MCP-log directories (``pi-workers-<pid>-…``,
+    ``pi-mcp-<pid>-…``) of ``pi`` processes that no longer exist.
 
     A run killed by a signal cannot clean up after itself; the next run does. A
     directory the run kept (it said "worker logs kept in DIR" and wrote
     `KEPT_LOGS_FILE`) stays for `KEPT_LOGS_MAX_AGE_S` (issue 14 §3).
     """
+    import itertools
     import time
 
-    for entry in Path(tempfile.gettempdir()).glob("pi-workers-*-*"):
+    temporary = Path(tempfile.gettempdir())
+    for entry in itertools.chain(temporary.glob("pi-workers-*-*"), temporary.glob("pi-mcp-*-*")):
         pid = entry.name.split("-")[2]
         if not pid.isdigit():
             continue
