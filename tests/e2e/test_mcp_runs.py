@@ -426,3 +426,28 @@ def blocked(end: dict) -> bool:
     and ``result.details.blocked_by`` says by whom (pi's stream has no ``blocked``)."""
     details = (end.get("result") or {}).get("details") or {}
     return "durationMs" not in end and details.get("blocked_by") is not None
+
+
+def test_a_server_that_cannot_start_is_reported_with_the_reason(tmp_path):
+    """A script without the execute bit, and one whose interpreter line names no
+    program: each warning says what is wrong (red team of 0.8.0: "not found", and the
+    SDK's stream error), and the session goes on."""
+    setup = McpSetup(tmp_path)
+    plain = setup.root / "plain_server.py"
+    plain.write_text("print('never runs')\n")
+    plain.chmod(0o644)
+    broken = setup.root / "broken_server.py"
+    broken.write_text("#!/nonexistent/python3\nprint('never runs')\n")
+    broken.chmod(0o755)
+    setup.user_servers(
+        {
+            "plain": {"command": str(plain), "exposure": "direct"},
+            "broken": {"command": str(broken), "exposure": "direct"},
+        }
+    )
+    proc = setup.run([[("mcp__broken__x", {})]])
+    assert proc.returncode == 0, proc.stderr
+    warnings = "\n".join(messages(proc.stdout, "warning"))
+    assert f"'plain' not started: command '{plain}' is not executable" in warnings
+    assert "'broken'" in warnings and "exited with status" in warnings, warnings
+    assert "task_status" not in warnings

@@ -463,6 +463,10 @@ def _describe(exc: BaseException, process: StdioServerProcess | None) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, trio.TooSlowError):
         text = f"no answer to initialize within {CONNECT_TIMEOUT_S:g} s"
+    elif process is not None and process.returncode is not None:
+        # It ended before the handshake (a bad interpreter line, a crash at import):
+        # its exit status and stderr say why, not the SDK's error about the stream.
+        text = f"the server exited with status {process.returncode} before the MCP handshake"
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if process is not None:

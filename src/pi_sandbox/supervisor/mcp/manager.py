@@ -175,7 +175,7 @@ class McpManager:
                     server.name, command=command or server.command, remote=server.kind == "http"
                 )
             if refusal is None and server.kind == "stdio" and command is None:
-                refusal = f"command {server.command!r} not found"
+                refusal = _missing_program(server)
             if refusal is not None:
                 self.refused[server.name] = refusal
                 self._audit(
@@ -760,6 +760,25 @@ def _resolve_program(server: McpServerConfig) -> str | None:
         path = command if os.path.isabs(command) else os.path.abspath(command)
         return path if os.access(path, os.X_OK) and os.path.isfile(path) else None
     return shutil.which(command)
+
+
+def _missing_program(server: McpServerConfig) -> str:
+    """Why `_resolve_program` found no program: not there, a directory, or not
+    executable (a script without ``chmod +x`` is the common one)."""
+    assert server.command is not None
+    command = os.path.expanduser(server.command)
+    if os.sep not in command:
+        return f"command {server.command!r} not found on PATH"
+    path = command if os.path.isabs(command) else os.path.abspath(command)
+    where = "" if path == server.command else f" ({path})"
+    if not os.path.exists(path):
+        return f"command {server.command!r} not found{where}"
+    if not os.path.isfile(path):
+        return f"command {server.command!r} is not a file{where}"
+    return (
+        f"command {server.command!r} is not executable{where}: make it executable, "
+        "or give its interpreter as the command and the file in args"
+    )
 
 
 def _server_cwd(server: McpServerConfig, session_cwd: Path) -> str:
