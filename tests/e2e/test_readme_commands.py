@@ -57,10 +57,15 @@ def user_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def clean_review():
+    """No REVIEW.md before the run; afterwards, the one the user's own run of the
+    README command wrote is put back (or none, if there was none)."""
     review = REPO_ROOT / "examples" / "untrusted-repo" / "REVIEW.md"
+    kept = review.read_bytes() if review.is_file() else None
     review.unlink(missing_ok=True)
     yield review
     review.unlink(missing_ok=True)
+    if kept is not None:
+        review.write_bytes(kept)
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
