@@ -46,7 +46,7 @@ SCRIPT = """\
 
 
 def run_with_closed(
-    fd: int, *args: str, tmp_path: Path, fill: bool = True
+    fd: int, *args: str, tmp_path: Path, fill: bool = True, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``pi ARGS…`` (through `cli.console_main`) started with descriptor ``fd`` closed,
     as cron or ``pi … 2>&-`` start it; with ``fill=False`` the filling is switched off
@@ -68,6 +68,7 @@ def run_with_closed(
     return subprocess.run(
         [sys.executable, "-c", wrapper, code],
         capture_output=True,  # the wrapper closes ``fd`` in the child
+        input=stdin,
         text=True,
         timeout=120,
         cwd=tmp_path,
@@ -96,6 +97,15 @@ def test_with_stdout_closed_the_answer_that_cannot_be_written_is_status_1(tmp_pa
         assert done.returncode == 1, (args, done.stderr)
         assert "pi: cannot write output" in done.stderr, args
         assert "Traceback" not in done.stderr, args
+
+
+def test_with_stdout_closed_an_rpc_session_is_status_1_too(tmp_path):
+    # second red team: the message was printed, but the status was 0.
+    prompt = '{"type": "prompt", "id": "1", "message": "go"}\n'
+    args = ("--mode", "rpc", "--no-sandbox", "--no-session", "--model", "scripted")
+    done = run_with_closed(1, *args, "--script", "s.yaml", tmp_path=tmp_path, stdin=prompt)
+    assert done.returncode == 1, done.stderr
+    assert "pi: cannot write output" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_with_stdin_closed_a_run_reads_nothing_and_answers(tmp_path):

@@ -220,3 +220,9 @@ class RpcWire:
     def closed(self) -> bool:
         """Whether the client's stdout is gone (`JsonOutput.closed`)."""
         return bool(getattr(self.out, "closed", False))
+
+    @property
+    def failed(self) -> bool:
+        """Whether a write failed for another reason than the reader leaving
+        (`JsonOutput.failed`): the run's status is then 1, as in ``--mode json``."""
+        return bool(getattr(self.out, "failed", False))
