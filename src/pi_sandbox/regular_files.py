@@ -8,6 +8,7 @@ whole. `read_regular_file` is the one way they are read.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -46,7 +47,15 @@ def read_regular_file(
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     if not follow_symlinks:
         flags |= os.O_NOFOLLOW
-    fd = os.open(path, flags)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks and os.path.islink(path):
+            # O_NOFOLLOW's own words ("Too many levels of symbolic links") hide why.
+            raise OSError(
+                errno.ELOOP, "a symbolic link, refused: it must be the file itself", str(path)
+            ) from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -281,7 +281,10 @@ def test_a_store_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path
         TrustStore.load(fifo)
     link = tmp_path / "link.json"
     link.symlink_to(tmp_path / "elsewhere.json")
-    with pytest.raises(TrustStoreError):
+    with pytest.raises(TrustStoreError, match="a symbolic link, refused"):
+        TrustStore.load(link)
+    (tmp_path / "elsewhere.json").write_text("{}")  # a link to a real store: refused too
+    with pytest.raises(TrustStoreError, match="a symbolic link, refused"):
         TrustStore.load(link)
     assert TrustStore.load(tmp_path / "missing.json").decisions == {}
     fifo.unlink()
