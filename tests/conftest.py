@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -19,6 +20,14 @@ if not os.isatty(0):
     _devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(_devnull, 0)
     os.close(_devnull)
+
+# A suite started in the background by a non-interactive shell (`( pytest … & )`)
+# inherits SIGINT ignored, and so would every pi a test starts. pi keeps an inherited
+# "ignore" on purpose (a background job is not for Ctrl-C; tests/unit/test_run_stop.py),
+# so the Ctrl-C tests would see pi not stopping. The test run takes Python's own
+# handler back: its children then start from the default action.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXTENSIONS = FIXTURES / "extensions"
