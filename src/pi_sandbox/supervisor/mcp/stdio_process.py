@@ -38,6 +38,7 @@ from pi_sandbox.supervisor.workers.sandboxed_spawn import (
     drain_into_capped_log,
     log_tail,
     spawn_in_sandbox,
+    terminate_process_group,
 )
 
 __all__ = ["MAX_BAD_LINES", "MAX_LINE_BYTES", "StdioLaunch", "StdioServerProcess"]
@@ -316,12 +317,4 @@ class StdioServerProcess:
             if not self.exited.is_set():
                 with trio.move_on_after(grace_s):
                     await self.exited.wait()
-            if not self.exited.is_set():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGTERM)
-                with trio.move_on_after(grace_s):
-                    await self.exited.wait()
-            if not self.exited.is_set():
-                self.kill()
-                with trio.move_on_after(5):
-                    await self.exited.wait()
+            await terminate_process_group(self.pid, self.exited, self.kill, grace_s, kill_wait_s=5)

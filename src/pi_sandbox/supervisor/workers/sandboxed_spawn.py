@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ __all__ = [
     "log_tail",
     "sandbox_descriptors",
     "spawn_in_sandbox",
+    "terminate_process_group",
 ]
 
 # Descriptor numbers in the bwrap process (a worker's channel is methods.WORKER_FD = 3).
@@ -218,6 +221,30 @@ def close_inherited_on_exec() -> None:
                 os.set_inheritable(fd, False)
         except OSError:
             continue  # closed since the listing (the listing's own descriptor)
+
+
+async def terminate_process_group(
+    pid: int,
+    exited: trio.Event,
+    kill: Callable[[], None],
+    grace_s: float,
+    *,
+    kill_wait_s: float | None = None,
+) -> None:
+    """The end of a stop, for workers and MCP servers alike: unless ``exited`` is set,
+    SIGTERM the process group ``pid`` and wait ``grace_s`` seconds; then, if it still
+    runs, ``kill()`` (SIGKILL of the group) and wait for ``exited`` — without a bound,
+    or at most ``kill_wait_s`` seconds. The caller runs it shielded; the process's
+    reaper sets ``exited``."""
+    if not exited.is_set():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+        with trio.move_on_after(grace_s):
+            await exited.wait()
+    if not exited.is_set():
+        kill()
+        with trio.move_on_after(math.inf if kill_wait_s is None else kill_wait_s):
+            await exited.wait()
 
 
 async def drain_into_capped_log(

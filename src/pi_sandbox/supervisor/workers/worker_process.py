@@ -54,6 +54,7 @@ from pi_sandbox.supervisor.workers.sandboxed_spawn import (
     drain_into_capped_log,
     log_tail,
     spawn_in_sandbox,
+    terminate_process_group,
 )
 
 __all__ = [
@@ -639,13 +640,6 @@ class WorkerProcess:
                     await self._channel.request(methods.SHUTDOWN, {}, timeout_s=grace_s)
                 with trio.move_on_after(grace_s):
                     await self.exited.wait()
-            if not self.exited.is_set():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGTERM)
-                with trio.move_on_after(grace_s):
-                    await self.exited.wait()
-            if not self.exited.is_set():
-                self.kill()
-                await self.exited.wait()
+            await terminate_process_group(self.pid, self.exited, self.kill, grace_s)
             if self._channel is not None and not self._channel.closed:
                 await self._channel.aclose()
